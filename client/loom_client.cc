@@ -1,0 +1,136 @@
+#include "client/loom_client.h"
+
+#include <grpcpp/health_check_service_interface.h>
+
+namespace loom::client {
+
+Status fromGrpc(const grpc::Status& status) {
+  if (status.ok()) return Status::ok();
+  return {static_cast<StatusCode>(status.error_code()), status.error_message()};
+}
+
+bool isFinalState(v1::JobState state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
+std::string stateName(v1::JobState state) { return v1::JobState_Name(state); }
+
+LoomClient::LoomClient(const std::string& address)
+    : LoomClient(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())) {}
+
+LoomClient::LoomClient(std::shared_ptr<grpc::Channel> channel)
+    : channel_(std::move(channel)),
+      jobs_(v1::JobService::NewStub(channel_)),
+      nodes_(v1::NodeService::NewStub(channel_)) {}
+
+Status LoomClient::awaitReady(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::system_clock::now() + timeout;
+  if (!channel_->WaitForConnected(deadline))
+    return unavailable("no Loom server answered within {} ms", timeout.count());
+  return Status::ok();
+}
+
+StatusOr<v1::CreateJobResponse> LoomClient::createJob(const std::string& specJson, const std::string& requestId) {
+  grpc::ClientContext ctx;
+  v1::CreateJobRequest request;
+  request.set_spec_json(specJson);
+  request.set_request_id(requestId);
+  v1::CreateJobResponse response;
+  RETURN_IF_ERROR(fromGrpc(jobs_->CreateJob(&ctx, request, &response)));
+  return response;
+}
+
+StatusOr<v1::Job> LoomClient::getJob(const std::string& jobId) {
+  grpc::ClientContext ctx;
+  v1::GetJobRequest request;
+  request.set_job_id(jobId);
+  v1::Job job;
+  RETURN_IF_ERROR(fromGrpc(jobs_->GetJob(&ctx, request, &job)));
+  return job;
+}
+
+StatusOr<v1::ListJobsResponse> LoomClient::listJobs(const v1::ListJobsRequest& request) {
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse response;
+  RETURN_IF_ERROR(fromGrpc(jobs_->ListJobs(&ctx, request, &response)));
+  return response;
+}
+
+StatusOr<v1::Job> LoomClient::cancelJob(const std::string& jobId, const std::string& reason) {
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest request;
+  request.set_job_id(jobId);
+  request.set_reason(reason);
+  v1::Job job;
+  RETURN_IF_ERROR(fromGrpc(jobs_->CancelJob(&ctx, request, &job)));
+  return job;
+}
+
+StatusOr<std::string> LoomClient::validateJob(const std::string& specJson) {
+  grpc::ClientContext ctx;
+  v1::ValidateJobRequest request;
+  request.set_spec_json(specJson);
+  v1::ValidateJobResponse response;
+  RETURN_IF_ERROR(fromGrpc(jobs_->ValidateJob(&ctx, request, &response)));
+  return response.normalized_spec_json();
+}
+
+StatusOr<std::vector<v1::Node>> LoomClient::listNodes() {
+  grpc::ClientContext ctx;
+  v1::ListNodesResponse response;
+  RETURN_IF_ERROR(fromGrpc(nodes_->ListNodes(&ctx, v1::ListNodesRequest(), &response)));
+  return std::vector<v1::Node>(response.nodes().begin(), response.nodes().end());
+}
+
+Status LoomClient::watchJob(const std::string& jobId, const std::function<bool(const v1::JobUpdate&)>& onUpdate,
+                            std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  if (timeout.count() > 0) ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  v1::WatchJobRequest request;
+  request.set_job_id(jobId);
+  auto reader = jobs_->WatchJob(&ctx, request);
+  v1::JobUpdate update;
+  while (reader->Read(&update)) {
+    if (!onUpdate(update)) {
+      ctx.TryCancel();
+      reader->Finish();
+      return {StatusCode::kCancelled, "stopped watching"};
+    }
+  }
+  return fromGrpc(reader->Finish());
+}
+
+Status LoomClient::streamLogs(const v1::GetJobLogsRequest& request,
+                              const std::function<bool(const v1::LogChunk&)>& onChunk) {
+  grpc::ClientContext ctx;
+  auto reader = jobs_->GetJobLogs(&ctx, request);
+  v1::LogChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (!onChunk(chunk)) {
+      ctx.TryCancel();
+      reader->Finish();
+      return Status::ok();
+    }
+  }
+  return fromGrpc(reader->Finish());
+}
+
+StatusOr<v1::Job> LoomClient::awaitJob(const std::string& jobId, std::chrono::milliseconds timeout) {
+  v1::Job last;
+  Status s = watchJob(
+      jobId,
+      [&](const v1::JobUpdate& update) {
+        last = update.job();
+        return true;
+      },
+      timeout);
+  if (!s.isOk()) {
+    if (s.code() == StatusCode::kDeadlineExceeded)
+      return Status(StatusCode::kDeadlineExceeded,
+                    "job " + jobId + " did not end within the timeout (now " + stateName(last.state()) + ")");
+    return s;
+  }
+  return last;
+}
+
+}  // namespace loom::client

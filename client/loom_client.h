@@ -1,0 +1,56 @@
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/status.h"
+#include "loom/v1/job.grpc.pb.h"
+#include "loom/v1/node.grpc.pb.h"
+
+namespace loom::client {
+
+// A small synchronous client of the public API, for loomctl, tests and schedulers written in
+// C++. Every call is one RPC; errors come back as Status with the server's code and message.
+// Thread-safe (gRPC stubs are).
+class LoomClient {
+ public:
+  // "host:port"; the channel connects lazily.
+  explicit LoomClient(const std::string& address);
+  explicit LoomClient(std::shared_ptr<grpc::Channel> channel);
+
+  // Waits until the server answers (health check), for at most `timeout`.
+  Status awaitReady(std::chrono::milliseconds timeout);
+
+  StatusOr<v1::CreateJobResponse> createJob(const std::string& specJson, const std::string& requestId = "");
+  StatusOr<v1::Job> getJob(const std::string& jobId);
+  StatusOr<v1::ListJobsResponse> listJobs(const v1::ListJobsRequest& request);
+  StatusOr<v1::Job> cancelJob(const std::string& jobId, const std::string& reason = "");
+  StatusOr<std::string> validateJob(const std::string& specJson);
+  StatusOr<std::vector<v1::Node>> listNodes();
+
+  // Streams the job's updates to `onUpdate` until the job ends (returns OK), `onUpdate` returns
+  // false (returns Cancelled) or the stream fails.
+  Status watchJob(const std::string& jobId, const std::function<bool(const v1::JobUpdate&)>& onUpdate,
+                  std::chrono::milliseconds timeout = std::chrono::milliseconds::zero());
+  // Streams log chunks to `onChunk` until done (with follow: until the ranks end).
+  Status streamLogs(const v1::GetJobLogsRequest& request, const std::function<bool(const v1::LogChunk&)>& onChunk);
+  // Waits for a final state; DeadlineExceeded after `timeout` (zero: no limit).
+  StatusOr<v1::Job> awaitJob(const std::string& jobId, std::chrono::milliseconds timeout);
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::NodeService::Stub> nodes_;
+};
+
+Status fromGrpc(const grpc::Status& status);
+bool isFinalState(v1::JobState state);
+// "RUNNING", "SUCCEEDED", ... (the enum's name)
+std::string stateName(v1::JobState state);
+
+}  // namespace loom::client

@@ -1,0 +1,199 @@
+#include "client/loomctl/commands.h"
+
+#include <map>
+
+#include <fmt/format.h>
+
+#include "client/loom_client.h"
+#include "client/loomctl/progress.h"
+#include "common/files.h"
+#include "planner/job_spec.h"
+
+namespace loom::loomctl {
+
+StatusOr<std::string> readSpecFile(const std::string& path) {
+  auto text = path == "-" ? StatusOr<std::string>(std::string(std::istreambuf_iterator<char>(std::cin), {}))
+                          : files::readFile(path);
+  if (!text.isOk()) return Status(StatusCode::kInvalidArgument, text.status().message());
+  return text;
+}
+
+namespace {
+
+int printJob(const GlobalOptions& g, const v1::Job& job) {
+  std::fputs((g.format == OutputFormat::kJson ? toJson(job) + "\n" : describeJob(job)).c_str(), stdout);
+  return 0;
+}
+
+// Follows the job to its end, showing progress; returns the job's exit code.
+int followJob(const GlobalOptions& g, client::LoomClient& client, const std::string& jobId) {
+  ProgressPrinter printer(stderr);
+  v1::Job last;
+  Status s = client.watchJob(jobId, [&](const v1::JobUpdate& update) {
+    last = update.job();
+    if (g.format == OutputFormat::kJson) {
+      std::fputs((toJson(update) + "\n").c_str(), stdout);
+      std::fflush(stdout);
+    } else {
+      printer.onUpdate(update);
+    }
+    return true;
+  });
+  printer.finish();
+  if (!s.isOk()) return reportError(s);
+  return exitCodeFor(last.state());
+}
+
+}  // namespace
+
+int submitCommand(const GlobalOptions& g, const std::string& file, const std::string& requestId, bool wait) {
+  auto spec = readSpecFile(file);
+  if (!spec.isOk()) return reportError(spec.status());
+  client::LoomClient client(g.server);
+  auto created = client.createJob(*spec, requestId);
+  if (!created.isOk()) return reportError(created.status().withContext(file));
+  const v1::Job& job = created->job();
+  if (g.format == OutputFormat::kJson && !wait) {
+    std::puts(toJson(*created).c_str());
+  } else {
+    std::puts(job.id().c_str());  // alone on stdout, for scripts: id=$(loomctl submit job.json)
+  }
+  std::fflush(stdout);
+  if (!wait) return 0;
+  auto final = client.awaitJob(job.id(), std::chrono::milliseconds::zero());
+  if (!final.isOk()) return reportError(final.status());
+  std::fprintf(stderr, "%s: %s\n", client::stateName(final->state()).c_str(), final->reason().c_str());
+  return exitCodeFor(final->state());
+}
+
+int getCommand(const GlobalOptions& g, const std::string& jobId) {
+  client::LoomClient client(g.server);
+  auto job = client.getJob(jobId);
+  if (!job.isOk()) return reportError(job.status());
+  return printJob(g, *job);
+}
+
+int listCommand(const GlobalOptions& g, const std::vector<std::string>& states, int limit) {
+  client::LoomClient client(g.server);
+  v1::ListJobsRequest request;
+  for (const auto& s : states) {
+    v1::JobState state;
+    std::string upper;
+    for (char c : s) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (!v1::JobState_Parse(upper, &state) || state == v1::JOB_STATE_UNSPECIFIED)
+      return reportError(invalidArgument("--state: unknown state \"{}\"", s));
+    request.add_states(state);
+  }
+  v1::ListJobsResponse all;
+  do {
+    request.set_page_size(std::min(limit - all.jobs_size(), 1000));
+    auto page = client.listJobs(request);
+    if (!page.isOk()) return reportError(page.status());
+    for (const auto& job : page->jobs()) *all.add_jobs() = job;
+    request.set_page_token(page->next_page_token());
+  } while (!request.page_token().empty() && all.jobs_size() < limit);
+  if (g.format == OutputFormat::kJson) {
+    std::puts(toJson(all).c_str());
+    return 0;
+  }
+  std::fputs(jobTableHeader().c_str(), stdout);
+  for (const auto& job : all.jobs()) std::fputs(jobTableRow(job).c_str(), stdout);
+  return 0;
+}
+
+int watchCommand(const GlobalOptions& g, const std::string& jobId) {
+  client::LoomClient client(g.server);
+  return followJob(g, client, jobId);
+}
+
+int logsCommand(const GlobalOptions& g, const std::string& jobId, const std::vector<int>& ranks, bool follow,
+                int tail, int attempt) {
+  client::LoomClient client(g.server);
+  v1::GetJobLogsRequest request;
+  request.set_job_id(jobId);
+  for (int r : ranks) request.add_ranks(r);
+  request.set_follow(follow);
+  request.set_tail_lines(tail);
+  request.set_attempt(attempt);
+  // With several ranks, each line is prefixed with its rank; partial lines wait for their end.
+  const bool prefix = ranks.size() != 1;
+  std::map<int, std::string> partial;
+  Status s = client.streamLogs(request, [&](const v1::LogChunk& chunk) {
+    if (!prefix) {
+      std::fwrite(chunk.data().data(), 1, chunk.data().size(), stdout);
+    } else {
+      std::string& buf = partial[chunk.rank()];
+      buf += chunk.data();
+      size_t start = 0, nl;
+      while ((nl = buf.find('\n', start)) != std::string::npos) {
+        std::fprintf(stdout, "[rank %d] %.*s\n", chunk.rank(), static_cast<int>(nl - start), buf.data() + start);
+        start = nl + 1;
+      }
+      buf.erase(0, start);
+    }
+    std::fflush(stdout);
+    return true;
+  });
+  for (const auto& [rank, rest] : partial) {
+    if (!rest.empty()) std::fprintf(stdout, "[rank %d] %s\n", rank, rest.c_str());
+  }
+  if (!s.isOk()) return reportError(s);
+  return 0;
+}
+
+int cancelCommand(const GlobalOptions& g, const std::string& jobId, const std::string& reason) {
+  client::LoomClient client(g.server);
+  auto job = client.cancelJob(jobId, reason);
+  if (!job.isOk()) return reportError(job.status());
+  if (g.format == OutputFormat::kJson) return printJob(g, *job);
+  std::printf("%s: %s\n", client::stateName(job->state()).c_str(), job->reason().c_str());
+  return 0;
+}
+
+int waitCommand(const GlobalOptions& g, const std::string& jobId, double timeoutS) {
+  client::LoomClient client(g.server);
+  auto job = client.awaitJob(jobId, std::chrono::milliseconds(static_cast<int64_t>(timeoutS * 1000)));
+  if (!job.isOk()) return reportError(job.status());
+  if (g.format == OutputFormat::kJson) {
+    printJob(g, *job);
+  } else {
+    std::printf("%s: %s\n", client::stateName(job->state()).c_str(), job->reason().c_str());
+  }
+  return job->state() == v1::SUCCEEDED ? 0 : exitCodeFor(job->state());
+}
+
+// Checked here, with the same code the planner runs, so no server is needed.
+int validateCommand(const GlobalOptions& g, const std::string& file) {
+  auto text = readSpecFile(file);
+  if (!text.isOk()) return reportError(text.status());
+  auto spec = planner::parseJobSpec(*text);
+  if (!spec.isOk()) return reportError(spec.status().withContext(file));
+  if (g.format == OutputFormat::kJson) {
+    std::puts(spec->toJson().dump(2).c_str());
+  } else {
+    std::printf("%s: valid %s job, %d rank%s\n", file.c_str(), planner::jobKindName(spec->kind), spec->ranks,
+                spec->ranks == 1 ? "" : "s");
+  }
+  return 0;
+}
+
+int nodesCommand(const GlobalOptions& g) {
+  client::LoomClient client(g.server);
+  auto nodes = client.listNodes();
+  if (!nodes.isOk()) return reportError(nodes.status());
+  if (g.format == OutputFormat::kJson) {
+    v1::ListNodesResponse response;
+    for (const auto& n : *nodes) *response.add_nodes() = n;
+    std::puts(toJson(response).c_str());
+    return 0;
+  }
+  std::printf("%-20s %-16s %-10s %-9s %s\n", "NODE", "ADDRESS", "SLOTS", "STATE", "LAST SEEN");
+  for (const auto& n : *nodes) {
+    std::printf("%-20s %-16s %-10s %-9s %s\n", n.node_id().c_str(), n.address().c_str(),
+                fmt::format("{}/{}", n.used_slots(), n.slots()).c_str(), n.connected() ? "attached" : "lost",
+                formatTime(n.last_seen_ms()).c_str());
+  }
+  return 0;
+}
+
+}  // namespace loom::loomctl

@@ -1,0 +1,40 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/loomctl/output.h"
+
+namespace loom::loomctl {
+
+struct GlobalOptions {
+  std::string server;  // --server, else LOOM_SERVER, else 127.0.0.1:7450
+  OutputFormat format = OutputFormat::kHuman;
+};
+
+// Each command returns the process exit code.
+int submitCommand(const GlobalOptions& g, const std::string& file, const std::string& requestId, bool wait);
+int getCommand(const GlobalOptions& g, const std::string& jobId);
+int listCommand(const GlobalOptions& g, const std::vector<std::string>& states, int limit);
+int watchCommand(const GlobalOptions& g, const std::string& jobId);
+int logsCommand(const GlobalOptions& g, const std::string& jobId, const std::vector<int>& ranks, bool follow,
+                int tail, int attempt);
+int cancelCommand(const GlobalOptions& g, const std::string& jobId, const std::string& reason);
+int waitCommand(const GlobalOptions& g, const std::string& jobId, double timeoutS);
+int validateCommand(const GlobalOptions& g, const std::string& file);
+int nodesCommand(const GlobalOptions& g);
+
+struct RunOptions {
+  std::string file;
+  int slots = 0;           // 0: as many as the job has ranks
+  std::string stateDir;    // empty: a new directory under $TMPDIR
+};
+// Runs one job on an embedded control plane (planner + daemon in this process) and returns its
+// result as the exit code.
+int runCommand(const GlobalOptions& g, const RunOptions& options);
+
+// Reads a spec file; the error names the file.
+StatusOr<std::string> readSpecFile(const std::string& path);
+
+}  // namespace loom::loomctl

@@ -1,0 +1,83 @@
+// loomctl: Loom's command line. Every command is one or a few public gRPC calls; `run` starts an
+// embedded control plane for one job on this machine.
+#include <cstdlib>
+
+#include <CLI/CLI.hpp>
+
+#include "client/loomctl/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace loom::loomctl;
+  CLI::App app{"loomctl: run and manage Loom jobs"};
+  app.require_subcommand(1);
+  GlobalOptions g;
+  const char* env = std::getenv("LOOM_SERVER");
+  g.server = env && *env ? env : "127.0.0.1:7450";
+  std::string output = "human";
+  app.add_option("--server", g.server, "the planner (or loomd --standalone) address; env LOOM_SERVER")
+      ->capture_default_str();
+  app.add_option("-o,--output", output, "human or json")->check(CLI::IsMember({"human", "json"}));
+
+  RunOptions run;
+  auto* runCmd = app.add_subcommand("run", "run one job on this machine (embedded control plane); exit code = result");
+  runCmd->add_option("file", run.file, "job spec (JSON)")->required();
+  runCmd->add_option("--slots", run.slots, "ranks this machine runs at once (default: the job's ranks)");
+  runCmd->add_option("--state-dir", run.stateDir, "where the job database and logs go (default: a new temp dir)");
+
+  std::string file, requestId, jobId, reason;
+  bool wait = false, follow = false;
+  auto* submit = app.add_subcommand("submit", "submit a job; prints its id alone on stdout");
+  submit->add_option("file", file, "job spec (JSON), - for stdin")->required();
+  submit->add_option("--request-id", requestId, "makes retries idempotent: the same id returns the same job");
+  submit->add_flag("--wait", wait, "wait for the job to end; exit code = result");
+
+  auto* get = app.add_subcommand("get", "show a job: state, reason, ranks, metrics");
+  get->add_option("id", jobId, "job id")->required();
+
+  std::vector<std::string> states;
+  int limit = 100;
+  auto* list = app.add_subcommand("list", "list jobs, oldest first");
+  list->add_option("--state", states, "only jobs in these states (e.g. RUNNING)");
+  list->add_option("--limit", limit, "at most this many")->capture_default_str()->check(CLI::PositiveNumber);
+
+  auto* watch = app.add_subcommand("watch", "follow a job's state changes and metrics until it ends");
+  watch->add_option("id", jobId, "job id")->required();
+
+  std::vector<int> ranks;
+  int tail = 0, attempt = 0;
+  auto* logs = app.add_subcommand("logs", "print a job's rank logs");
+  logs->add_option("id", jobId, "job id")->required();
+  logs->add_option("--rank", ranks, "only these ranks (repeatable)");
+  logs->add_flag("-f,--follow", follow, "keep printing until the ranks end");
+  logs->add_option("--tail", tail, "only the last N lines of each rank")->check(CLI::NonNegativeNumber);
+  logs->add_option("--attempt", attempt, "attempt number (default: the latest)");
+
+  auto* cancel = app.add_subcommand("cancel", "stop every rank of a job and end it CANCELLED");
+  cancel->add_option("id", jobId, "job id")->required();
+  cancel->add_option("--reason", reason, "recorded with the job");
+
+  double timeoutS = 0;
+  auto* waitCmd = app.add_subcommand("wait", "wait for a job to end; exit 0 iff it SUCCEEDED");
+  waitCmd->add_option("id", jobId, "job id")->required();
+  waitCmd->add_option("--timeout", timeoutS, "seconds (0: no limit)")->check(CLI::NonNegativeNumber);
+
+  auto* validate = app.add_subcommand("validate", "check a job spec without submitting it");
+  validate->add_option("file", file, "job spec (JSON), - for stdin")->required();
+
+  auto* nodes = app.add_subcommand("nodes", "list the node daemons attached to the planner");
+
+  CLI11_PARSE(app, argc, argv);
+  g.format = output == "json" ? OutputFormat::kJson : OutputFormat::kHuman;
+
+  if (runCmd->parsed()) return runCommand(g, run);
+  if (submit->parsed()) return submitCommand(g, file, requestId, wait);
+  if (get->parsed()) return getCommand(g, jobId);
+  if (list->parsed()) return listCommand(g, states, limit);
+  if (watch->parsed()) return watchCommand(g, jobId);
+  if (logs->parsed()) return logsCommand(g, jobId, ranks, follow, tail, attempt);
+  if (cancel->parsed()) return cancelCommand(g, jobId, reason);
+  if (waitCmd->parsed()) return waitCommand(g, jobId, timeoutS);
+  if (validate->parsed()) return validateCommand(g, file);
+  if (nodes->parsed()) return nodesCommand(g);
+  return 2;
+}

@@ -1,0 +1,21 @@
+# libtorch from the torch wheel. The wheel's own CMake config wants the CUDA toolkit it was
+# built with; a build that only needs the CPU libraries links torch_cpu and c10 through this
+# imported target instead, so the same tree builds on machines with and without a GPU.
+execute_process(
+  COMMAND python3 -c "import os, torch; print(os.path.dirname(torch.__file__))"
+  OUTPUT_VARIABLE LOOM_TORCH_DIR OUTPUT_STRIP_TRAILING_WHITESPACE
+  RESULT_VARIABLE torch_found)
+if(NOT torch_found EQUAL 0 OR NOT EXISTS "${LOOM_TORCH_DIR}/lib/libtorch_cpu.so")
+  message(FATAL_ERROR "torch (the wheel) is not importable by python3: run scripts/setup")
+endif()
+
+add_library(loom_torch INTERFACE)
+target_include_directories(loom_torch SYSTEM INTERFACE
+  ${LOOM_TORCH_DIR}/include
+  ${LOOM_TORCH_DIR}/include/torch/csrc/api/include)
+target_compile_definitions(loom_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1)
+target_link_libraries(loom_torch INTERFACE
+  ${LOOM_TORCH_DIR}/lib/libtorch_cpu.so
+  ${LOOM_TORCH_DIR}/lib/libc10.so)
+target_link_options(loom_torch INTERFACE "-Wl,-rpath,${LOOM_TORCH_DIR}/lib")
+message(STATUS "libtorch: ${LOOM_TORCH_DIR}")

@@ -1,0 +1,92 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+// The planner <-> node daemon protocol as plain structs (proto/loom/v1/node.proto on the wire;
+// proto/convert.h translates). The planner core and the daemon work with these only.
+namespace loom {
+
+enum class RankEvent { kStarted, kReady, kProgress, kExited, kHeartbeatLost, kLaunchFailed };
+
+// What a node daemon says about one rank process.
+struct RankReport {
+  std::string jobId;
+  int attempt = 0;
+  int rank = 0;
+  RankEvent event = RankEvent::kStarted;
+  int pid = 0;
+  int exitCode = 0;
+  int signal = 0;
+  std::string detail;
+  int64_t step = 0;
+  std::map<std::string, double> metrics;
+  int64_t timeMs = 0;
+};
+
+struct NodeRegistration {
+  std::string nodeId;
+  std::string hostname;
+  std::string address;
+  int slots = 0;
+  std::vector<RankReport> ranks;  // the latest report of every rank the daemon holds
+};
+
+struct MasterEndpoint {
+  std::string jobId;
+  int attempt = 0;
+  std::string address;
+  int port = 0;
+};
+
+struct LogData {
+  int64_t requestId = 0;
+  int rank = 0;
+  std::string data;
+  bool done = false;
+  std::string error;
+};
+
+struct RankAssignment {
+  int rank = 0;
+  int localRank = 0;
+};
+
+struct LaunchOrder {
+  std::string jobId;
+  int attempt = 0;
+  std::string specJson;
+  std::vector<RankAssignment> ranks;
+  int worldSize = 0;
+  int localWorldSize = 0;
+  std::string masterAddr;
+  int masterPort = 0;
+  bool pickMasterPort = false;
+  int64_t heartbeatTimeoutMs = 0;
+  int64_t gracePeriodMs = 0;
+};
+
+struct KillOrder {
+  std::string jobId;
+  int attempt = 0;
+  int64_t gracePeriodMs = 0;
+  std::string reason;
+};
+
+struct ReleaseOrder {
+  std::string jobId;
+  int attempt = 0;
+};
+
+struct LogQuery {
+  int64_t requestId = 0;
+  std::string jobId;
+  int attempt = 0;
+  std::vector<int> ranks;  // empty: every rank
+  int tailLines = 0;       // 0: everything
+  bool follow = false;
+};
+
+}  // namespace loom

@@ -1,0 +1,44 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace loom::process {
+
+struct SpawnOptions {
+  std::string executable;
+  std::vector<std::string> args;              // argv[1..]
+  std::map<std::string, std::string> env;     // added to (and overriding) this process's env
+  std::string logPath;                        // stdout and stderr appended here; empty: inherit
+  std::string workingDir;                     // empty: inherit
+  bool newSession = true;                     // own session and process group (setsid)
+};
+
+// Starts a child process. It is the leader of its own process group, so a signal to -pid
+// reaches everything it started too.
+StatusOr<int> spawn(const SpawnOptions& options);
+
+// The process's start time in clock ticks since boot (/proc/PID/stat field 22), or 0 if it does
+// not exist. A pid plus its start time names a process without the risk of pid reuse.
+uint64_t startTime(int pid);
+// True if `pid` exists, is not a zombie and (when startTime != 0) started at that time.
+bool isAlive(int pid, uint64_t startTime = 0);
+// Sends `sig` to the process group of `pid` (which spawn() made a group leader).
+void signalGroup(int pid, int sig);
+
+// How a child ended, from waitpid's status.
+struct ExitInfo {
+  int exitCode = 0;  // valid when signal == 0
+  int signal = 0;
+};
+ExitInfo decodeWaitStatus(int status);
+std::string describeExit(const ExitInfo& exit);  // "exit code 3", "killed by SIGKILL"
+
+// Pids of live processes whose environment has NAME=VALUE (for finding a job's processes).
+std::vector<int> findByEnv(const std::string& name, const std::string& value);
+
+}  // namespace loom::process

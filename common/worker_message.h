@@ -1,0 +1,29 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "common/status.h"
+
+namespace loom {
+
+// What a rank process tells its node daemon, one datagram each, over the Unix socket named by
+// LOOM_REPORT_SOCKET. Datagrams need no connection: a daemon that restarts simply receives the
+// next one, and a stopped rank sends nothing, which is how a hang is noticed.
+struct WorkerMessage {
+  enum class Type { kHeartbeat, kReady, kProgress };
+  Type type = Type::kHeartbeat;
+  std::string jobId;
+  int attempt = 0;
+  int rank = 0;
+  int pid = 0;
+  int64_t step = 0;
+  std::map<std::string, double> metrics;
+  std::string detail;
+
+  std::string encode() const;
+  static StatusOr<WorkerMessage> decode(const std::string& datagram);
+};
+
+}  // namespace loom

@@ -1,0 +1,366 @@
+#include "daemon/daemon.h"
+
+#include <csignal>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/files.h"
+#include "common/process.h"
+
+namespace loom::daemon {
+
+namespace {
+
+// A free TCP port for the attempt's MASTER_PORT (torchrun does the same: bind port 0, read it).
+StatusOr<int> pickFreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errnoStatus("socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    Status s = errnoStatus("picking a free port");
+    ::close(fd);
+    return s;
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+// The worker writes its exit code here just before exiting, so that a daemon which was not its
+// parent (it restarted meanwhile) still learns how a re-adopted rank ended.
+std::optional<int> readExitStatus(const std::string& rankDir) {
+  auto text = files::readFile(rankDir + "/exit_status");
+  if (!text.isOk()) return std::nullopt;
+  try {
+    return std::stoi(*text);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+Status DaemonOptions::validate() const {
+  if (stateDir.empty()) return invalidArgument("--state-dir: required");
+  if (nodeId.empty()) return invalidArgument("--node-id: must not be empty");
+  if (slots <= 0) return invalidArgument("--slots: must be at least 1, got {}", slots);
+  if (workerPath.empty() || ::access(workerPath.c_str(), X_OK) != 0)
+    return invalidArgument("--worker: {} is not an executable file", workerPath);
+  return Status::ok();
+}
+
+StatusOr<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options, std::shared_ptr<grpc::Channel> planner,
+                                                const Clock* clock) {
+  RETURN_IF_ERROR(options.validate());
+  RETURN_IF_ERROR(files::makeDirs(options.stateDir + "/ranks"));
+  RETURN_IF_ERROR(files::makeDirs(options.stateDir + "/jobs"));
+  std::unique_ptr<Daemon> d(new Daemon(options, clock));
+  Daemon* self = d.get();
+  Status recovered;
+  d->loop_->runSync([&] { recovered = self->recoverRecords(); });
+  RETURN_IF_ERROR(recovered);
+  ASSIGN_OR_RETURN(d->reports_, ReportSocket::open(options.stateDir + "/report.sock", [self](WorkerMessage m) {
+                     self->loop_->post([self, m = std::move(m)] { self->onWorkerMessage(m); });
+                   }));
+  d->logs_ = std::make_unique<LogServer>(
+      options.stateDir + "/jobs",
+      [self](const std::string& jobId, int attempt, int rank) {
+        bool live = false;
+        self->loop_->runSync([&] {
+          auto it = self->ranks_.find(RankRecord{.jobId = jobId, .attempt = attempt, .rank = rank}.key());
+          live = it != self->ranks_.end() && !it->second.exited;
+        });
+        return live;
+      },
+      [self](const LogData& data) { self->link_->sendLogData(data); });
+  d->link_ = std::make_unique<PlannerLink>(std::move(planner), self);
+  d->loop_->runEvery(std::chrono::milliseconds(options.tickMs), [self] { self->tick(); });
+  d->link_->start();
+  spdlog::info("node {}: {} slots, state in {}", options.nodeId, options.slots, options.stateDir);
+  return d;
+}
+
+Daemon::Daemon(const DaemonOptions& options, const Clock* clock)
+    : options_(options), clock_(clock), loop_(std::make_unique<EventLoop>("loomd")) {}
+
+Daemon::~Daemon() { shutdown(); }
+
+void Daemon::shutdown() {
+  if (link_) link_->stop();
+  logs_.reset();
+  reports_.reset();
+  loop_->stop();
+}
+
+bool Daemon::awaitNoLiveRanks(int64_t timeoutMs) {
+  const int64_t deadline = clock_->steadyMs() + timeoutMs;
+  for (;;) {
+    int live = 0;
+    loop_->runSync([&] {
+      for (const auto& [key, r] : ranks_) live += !r.exited;
+    });
+    if (live == 0) return true;
+    if (clock_->steadyMs() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+std::string Daemon::attemptDir(const std::string& jobId, int attempt) const {
+  return fmt::format("{}/jobs/{}/attempt-{}", options_.stateDir, jobId, attempt);
+}
+
+std::string Daemon::recordPath(const RankRecord& record) const {
+  return options_.stateDir + "/ranks/" + record.key() + ".json";
+}
+
+void Daemon::persist(const RankRecord& record) {
+  Status s = files::writeFileAtomic(recordPath(record), recordToJson(record));
+  if (!s.isOk()) spdlog::error("rank {} of job {}: cannot persist its record: {}", record.rank, record.jobId, s.toString());
+}
+
+// Ranks this daemon had before it restarted: live ones are re-adopted (watched through /proc,
+// since they are no longer our children), ended ones are reported with what can be known.
+Status Daemon::recoverRecords() {
+  const int64_t now = clock_->steadyMs();
+  for (const auto& path : files::listFiles(options_.stateDir + "/ranks", ".json")) {
+    auto text = files::readFile(path);
+    if (!text.isOk()) continue;
+    auto record = recordFromJson(*text);
+    if (!record.isOk()) {
+      spdlog::warn("ignoring unreadable rank record {}: {}", path, record.status().message());
+      continue;
+    }
+    RankRecord r = std::move(record).value();
+    r.child = false;
+    r.lastHeartbeatMs = now;
+    if (!r.exited) {
+      if (process::isAlive(r.pid, r.startTime)) {
+        spdlog::info("re-adopted rank {} of job {} attempt {} (pid {})", r.rank, r.jobId, r.attempt, r.pid);
+      } else if (auto code = readExitStatus(r.rankDir)) {
+        markExited(r, *code, 0, "");
+      } else {
+        markExited(r, 255, 0, "ended while loomd was down; exit status unknown");
+      }
+    }
+    ranks_[r.key()] = std::move(r);
+  }
+  return Status::ok();
+}
+
+NodeRegistration Daemon::registration() {
+  NodeRegistration reg{.nodeId = options_.nodeId, .hostname = "", .address = options_.address,
+                       .slots = options_.slots, .ranks = {}};
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  reg.hostname = host;
+  loop_->runSync([&] {
+    for (const auto& [key, r] : ranks_) reg.ranks.push_back(r.lastReport);
+  });
+  return reg;
+}
+
+void Daemon::report(RankRecord& record, RankEvent event, const std::string& detail) {
+  RankReport r{.jobId = record.jobId, .attempt = record.attempt, .rank = record.rank, .event = event,
+               .pid = record.pid, .exitCode = 0, .signal = 0, .detail = detail, .step = 0, .metrics = {},
+               .timeMs = clock_->nowMs()};
+  if (event == RankEvent::kExited) {
+    r.exitCode = record.lastReport.exitCode;
+    r.signal = record.lastReport.signal;
+  }
+  record.lastReport = r;
+  persist(record);
+  link_->sendRankReport(r);
+}
+
+void Daemon::onLaunch(LaunchOrder order) {
+  loop_->post([this, order = std::move(order)]() mutable {
+    const std::string dir = attemptDir(order.jobId, order.attempt);
+    Status prepared = files::makeDirs(dir);
+    if (prepared.isOk()) prepared = files::writeFileAtomic(dir + "/spec.json", order.specJson);
+    if (order.pickMasterPort && prepared.isOk()) {
+      auto port = pickFreePort();
+      if (port.isOk()) {
+        order.masterPort = *port;
+        if (order.masterAddr.empty()) order.masterAddr = options_.address;
+        link_->sendMasterEndpoint({.jobId = order.jobId, .attempt = order.attempt, .address = order.masterAddr,
+                                   .port = order.masterPort});
+      } else {
+        prepared = port.status();
+      }
+    }
+    for (const auto& assignment : order.ranks) {
+      if (!prepared.isOk()) {
+        RankRecord r{.jobId = order.jobId, .attempt = order.attempt, .rank = assignment.rank,
+                     .localRank = assignment.localRank};
+        r.exited = true;
+        auto& stored = ranks_[r.key()] = r;
+        report(stored, RankEvent::kLaunchFailed, prepared.toString());
+        continue;
+      }
+      launchRank(order, assignment, dir);
+    }
+  });
+}
+
+void Daemon::launchRank(const LaunchOrder& order, const RankAssignment& assignment, const std::string& dir) {
+  RankRecord r{.jobId = order.jobId, .attempt = order.attempt, .rank = assignment.rank,
+               .localRank = assignment.localRank};
+  r.logPath = LogServer::logPath(options_.stateDir + "/jobs", order.jobId, order.attempt, assignment.rank);
+  r.rankDir = fmt::format("{}/rank-{}", dir, assignment.rank);
+  r.heartbeatTimeoutMs = order.heartbeatTimeoutMs;
+  r.lastHeartbeatMs = clock_->steadyMs();
+  if (ranks_.count(r.key())) return;  // a repeated order: the rank is already there
+
+  const int64_t heartbeatMs = std::clamp<int64_t>(order.heartbeatTimeoutMs / 4, 50, 5000);
+  process::SpawnOptions spawn{
+      .executable = options_.workerPath,
+      .args = {},
+      .env = {{"LOOM_JOB_ID", order.jobId},
+              {"LOOM_ATTEMPT", std::to_string(order.attempt)},
+              {"LOOM_NODE_ID", options_.nodeId},
+              {"LOOM_SPEC", dir + "/spec.json"},
+              {"LOOM_RANK_DIR", r.rankDir},
+              {"LOOM_REPORT_SOCKET", reports_->path()},
+              {"LOOM_HEARTBEAT_MS", std::to_string(heartbeatMs)},
+              {"RANK", std::to_string(assignment.rank)},
+              {"LOCAL_RANK", std::to_string(assignment.localRank)},
+              {"WORLD_SIZE", std::to_string(order.worldSize)},
+              {"LOCAL_WORLD_SIZE", std::to_string(order.localWorldSize)},
+              {"GROUP_RANK", "0"},
+              {"MASTER_ADDR", order.masterAddr},
+              {"MASTER_PORT", std::to_string(order.masterPort)},
+              {"TORCHELASTIC_RESTART_COUNT", std::to_string(order.attempt - 1)}},
+      .logPath = r.logPath,
+      .workingDir = "",
+      .newSession = true,
+  };
+  Status made = files::makeDirs(r.rankDir);
+  auto pid = made.isOk() ? process::spawn(spawn) : StatusOr<int>(made);
+  if (!pid.isOk()) {
+    r.exited = true;
+    auto& stored = ranks_[r.key()] = r;
+    spdlog::error("job {} rank {}: launch failed: {}", order.jobId, assignment.rank, pid.status().toString());
+    report(stored, RankEvent::kLaunchFailed, "launch failed: " + pid.status().message());
+    return;
+  }
+  r.pid = *pid;
+  r.startTime = process::startTime(r.pid);
+  auto& stored = ranks_[r.key()] = r;
+  spdlog::info("job {} attempt {}: rank {} started (pid {}, log {})", order.jobId, order.attempt, r.rank, r.pid,
+               r.logPath);
+  report(stored, RankEvent::kStarted);
+}
+
+void Daemon::onWorkerMessage(const WorkerMessage& m) {
+  auto it = ranks_.find(RankRecord{.jobId = m.jobId, .attempt = m.attempt, .rank = m.rank}.key());
+  if (it == ranks_.end() || it->second.exited || it->second.pid != m.pid) return;
+  RankRecord& r = it->second;
+  r.lastHeartbeatMs = clock_->steadyMs();
+  const bool ready = r.lastReport.event == RankEvent::kReady;
+  if ((m.type == WorkerMessage::Type::kReady || m.type == WorkerMessage::Type::kProgress) && !ready)
+    report(r, RankEvent::kReady, m.detail);
+  if (m.type == WorkerMessage::Type::kProgress) {
+    // Progress is passed on, not persisted: the record keeps the lifecycle report.
+    link_->sendRankReport(RankReport{.jobId = r.jobId, .attempt = r.attempt, .rank = r.rank,
+                                     .event = RankEvent::kProgress, .pid = r.pid, .exitCode = 0, .signal = 0,
+                                     .detail = m.detail, .step = m.step, .metrics = m.metrics,
+                                     .timeMs = clock_->nowMs()});
+  }
+}
+
+void Daemon::markExited(RankRecord& r, int exitCode, int signal, const std::string& detail) {
+  r.exited = true;
+  r.lastReport.exitCode = exitCode;
+  r.lastReport.signal = signal;
+  // Whatever the rank started in its process group goes with it.
+  if (r.pid > 0) process::signalGroup(r.pid, SIGKILL);
+  process::ExitInfo exit{.exitCode = exitCode, .signal = signal};
+  spdlog::info("job {} attempt {}: rank {} (pid {}) ended: {}", r.jobId, r.attempt, r.rank, r.pid,
+               process::describeExit(exit));
+  report(r, RankEvent::kExited, detail);
+}
+
+void Daemon::tick() {
+  int status = 0;
+  pid_t pid;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    for (auto& [key, r] : ranks_) {
+      if (r.child && r.pid == pid && !r.exited) {
+        auto exit = process::decodeWaitStatus(status);
+        markExited(r, exit.exitCode, exit.signal, r.heartbeatLost ? r.lastReport.detail : "");
+        break;
+      }
+    }
+  }
+  const int64_t now = clock_->steadyMs();
+  for (auto& [key, r] : ranks_) {
+    if (r.exited) continue;
+    if (!r.child && !process::isAlive(r.pid, r.startTime)) {
+      auto code = readExitStatus(r.rankDir);
+      markExited(r, code.value_or(255), 0, code ? "" : "exit status unknown (re-adopted rank)");
+      continue;
+    }
+    if (r.killDeadlineMs != 0 && now >= r.killDeadlineMs) {
+      spdlog::warn("job {} rank {} (pid {}) outlived its grace period: SIGKILL", r.jobId, r.rank, r.pid);
+      process::signalGroup(r.pid, SIGKILL);
+      r.killDeadlineMs = 0;
+    }
+    if (!r.heartbeatLost && r.killDeadlineMs == 0 && r.heartbeatTimeoutMs > 0 &&
+        now - r.lastHeartbeatMs > r.heartbeatTimeoutMs) {
+      r.heartbeatLost = true;
+      std::string detail = fmt::format("no heartbeat for {:.1f} s (timeout {:.1f} s); killed",
+                                       (now - r.lastHeartbeatMs) / 1000.0, r.heartbeatTimeoutMs / 1000.0);
+      spdlog::warn("job {} rank {} (pid {}): {}", r.jobId, r.rank, r.pid, detail);
+      process::signalGroup(r.pid, SIGKILL);
+      report(r, RankEvent::kHeartbeatLost, detail);
+    }
+  }
+}
+
+void Daemon::onKill(KillOrder order) {
+  loop_->post([this, order = std::move(order)] {
+    const int64_t now = clock_->steadyMs();
+    for (auto& [key, r] : ranks_) {
+      if (r.jobId != order.jobId || r.attempt != order.attempt || r.exited) continue;
+      if (order.gracePeriodMs <= 0) {
+        process::signalGroup(r.pid, SIGKILL);
+      } else if (r.killDeadlineMs == 0) {
+        spdlog::info("job {} rank {} (pid {}): SIGTERM ({})", r.jobId, r.rank, r.pid, order.reason);
+        process::signalGroup(r.pid, SIGTERM);
+        // A stopped process keeps SIGTERM pending; SIGCONT lets it act on it.
+        process::signalGroup(r.pid, SIGCONT);
+        r.killDeadlineMs = now + order.gracePeriodMs;
+      }
+    }
+  });
+}
+
+void Daemon::onRelease(ReleaseOrder order) {
+  loop_->post([this, order = std::move(order)] {
+    for (auto it = ranks_.begin(); it != ranks_.end();) {
+      const RankRecord& r = it->second;
+      if (r.jobId == order.jobId && r.attempt == order.attempt && r.exited) {
+        ::unlink(recordPath(r).c_str());
+        it = ranks_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  });
+}
+
+void Daemon::onLogRequest(LogQuery query) { logs_->serve(query); }
+
+void Daemon::onLogCancel(int64_t requestId) { logs_->cancel(requestId); }
+
+}  // namespace loom::daemon

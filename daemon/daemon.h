@@ -1,0 +1,72 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "common/event_loop.h"
+#include "common/status.h"
+#include "daemon/log_server.h"
+#include "daemon/planner_link.h"
+#include "daemon/rank_record.h"
+#include "daemon/report_socket.h"
+
+namespace loom::daemon {
+
+struct DaemonOptions {
+  std::string stateDir;
+  std::string nodeId;           // default: the host name
+  std::string address;          // where other nodes reach this one; default: 127.0.0.1
+  int slots = 0;                // ranks this node runs at once
+  std::string workerPath;       // the loom-worker binary
+  int64_t tickMs = 100;         // how often ranks are checked (exits, heartbeats, kill deadlines)
+
+  Status validate() const;
+};
+
+// loomd's core: launches the rank processes the planner orders, watches them (exit, heartbeats),
+// stops them (SIGTERM, grace, SIGKILL to the whole process group), keeps their logs, and reports
+// all of it up the planner link. State lives on one loop thread; records are persisted under
+// <state-dir>/ranks so that a restarted daemon re-adopts live ranks and reports ended ones.
+class Daemon final : public PlannerOrders {
+ public:
+  static StatusOr<std::unique_ptr<Daemon>> start(const DaemonOptions& options, std::shared_ptr<grpc::Channel> planner,
+                                                 const Clock* clock);
+  ~Daemon() override;
+
+  // Leaves the ranks running (a restarted daemon re-adopts them) and stops.
+  void shutdown();
+  // Waits until no rank process of this daemon is alive; false if some still are at `timeoutMs`.
+  bool awaitNoLiveRanks(int64_t timeoutMs);
+
+  // PlannerOrders
+  NodeRegistration registration() override;
+  void onLaunch(LaunchOrder order) override;
+  void onKill(KillOrder order) override;
+  void onRelease(ReleaseOrder order) override;
+  void onLogRequest(LogQuery query) override;
+  void onLogCancel(int64_t requestId) override;
+
+ private:
+  Daemon(const DaemonOptions& options, const Clock* clock);
+  Status recoverRecords();
+  void launchRank(const LaunchOrder& order, const RankAssignment& assignment, const std::string& attemptDir);
+  void onWorkerMessage(const WorkerMessage& message);
+  void tick();
+  void markExited(RankRecord& record, int exitCode, int signal, const std::string& detail);
+  void report(RankRecord& record, RankEvent event, const std::string& detail = "");
+  void persist(const RankRecord& record);
+  std::string attemptDir(const std::string& jobId, int attempt) const;
+  std::string recordPath(const RankRecord& record) const;
+
+  DaemonOptions options_;
+  const Clock* clock_;
+  std::map<std::string, RankRecord> ranks_;  // by RankRecord::key()
+  std::unique_ptr<ReportSocket> reports_;
+  std::unique_ptr<LogServer> logs_;
+  std::unique_ptr<PlannerLink> link_;
+  std::unique_ptr<EventLoop> loop_;
+};
+
+}  // namespace loom::daemon

@@ -1,0 +1,103 @@
+// loomd: the node daemon. Dials the planner (--planner) or runs it in process (--standalone),
+// then launches and supervises the rank processes the planner places on this node.
+#include <csignal>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "common/files.h"
+#include "common/logging.h"
+#include "daemon/daemon.h"
+#include "planner/planner_server.h"
+
+namespace {
+
+std::string hostName() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"loomd: Loom's node daemon"};
+  loom::daemon::DaemonOptions options;
+  std::string plannerAddress, listenAddress = "127.0.0.1:7450", logLevel = "info";
+  bool standalone = false;
+  double nodeTimeoutS = 15;
+  options.slots = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  options.nodeId = hostName();
+  options.address = "127.0.0.1";
+  options.workerPath = loom::files::selfDir() + "/loom-worker";
+
+  auto* plannerOpt = app.add_option("--planner", plannerAddress, "the planner's address (host:port)");
+  auto* standaloneOpt = app.add_flag("--standalone", standalone, "run the planner in this process");
+  plannerOpt->excludes(standaloneOpt);
+  app.add_option("--listen", listenAddress, "with --standalone: where the planner serves gRPC (port 0: any)")
+      ->capture_default_str();
+  app.add_option("--state-dir", options.stateDir, "directory for rank records, logs and (standalone) the job database")
+      ->required();
+  app.add_option("--slots", options.slots, "ranks this node runs at once")->capture_default_str();
+  app.add_option("--node-id", options.nodeId, "this node's name")->capture_default_str();
+  app.add_option("--address", options.address, "the address other nodes reach this one at")->capture_default_str();
+  app.add_option("--worker", options.workerPath, "the loom-worker binary")->capture_default_str();
+  app.add_option("--node-timeout", nodeTimeoutS, "with --standalone: seconds before a silent node's ranks are lost")
+      ->capture_default_str();
+  app.add_option("--log-level", logLevel, "trace, debug, info, warn or error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (!standalone && plannerAddress.empty()) {
+    std::fprintf(stderr, "loomd: give --planner HOST:PORT, or --standalone\n");
+    return 2;
+  }
+
+  loom::initLogging("loomd", logLevel);
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: only sigwait sees them
+
+  loom::SystemClock clock;
+  std::unique_ptr<loom::planner::PlannerServer> planner;
+  std::shared_ptr<grpc::Channel> channel;
+  if (standalone) {
+    loom::planner::PlannerServerOptions plannerOptions;
+    plannerOptions.listenAddress = listenAddress;
+    plannerOptions.planner.stateDir = options.stateDir + "/planner";
+    plannerOptions.planner.nodeTimeoutMs = static_cast<int64_t>(nodeTimeoutS * 1000);
+    plannerOptions.planner.nodeHeartbeatIntervalMs = std::min<int64_t>(1000, plannerOptions.planner.nodeTimeoutMs / 3);
+    auto started = loom::planner::PlannerServer::start(plannerOptions, &clock);
+    if (!started.isOk()) {
+      spdlog::error("{}", started.status().toString());
+      return 1;
+    }
+    planner = std::move(started).value();
+    channel = planner->inProcessChannel();
+    auto written = loom::files::writeFileAtomic(options.stateDir + "/planner.address", planner->boundAddress() + "\n");
+    if (!written.isOk()) spdlog::warn("{}", written.toString());
+    spdlog::info("standalone: planner serving on {}", planner->boundAddress());
+  } else {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
+    channel = grpc::CreateCustomChannel(plannerAddress, grpc::InsecureChannelCredentials(), args);
+  }
+
+  auto daemon = loom::daemon::Daemon::start(options, channel, &clock);
+  if (!daemon.isOk()) {
+    spdlog::error("{}", daemon.status().toString());
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("received {}: stopping (ranks keep running; a restarted loomd re-adopts them)",
+               sig == SIGINT ? "SIGINT" : "SIGTERM");
+  (*daemon)->shutdown();
+  if (planner) planner->shutdown();
+  return 0;
+}

@@ -1,0 +1,349 @@
+#include "planner/grpc_services.h"
+
+#include <spdlog/spdlog.h>
+
+#include "planner/write_queue.h"
+#include "proto/convert.h"
+
+namespace loom::planner {
+
+grpc::Status toGrpc(const Status& status) {
+  if (status.isOk()) return grpc::Status::OK;
+  return {static_cast<grpc::StatusCode>(status.code()), status.message()};
+}
+
+v1::JobState toProto(JobState state) { return static_cast<v1::JobState>(static_cast<int>(state) + 1); }
+JobState fromProto(v1::JobState state) { return static_cast<JobState>(static_cast<int>(state) - 1); }
+
+static v1::RankState toProto(RankState state) { return static_cast<v1::RankState>(static_cast<int>(state) + 1); }
+
+void toProto(const JobRecord& job, v1::Job* out) {
+  out->set_id(job.id);
+  out->set_name(job.spec.name);
+  out->set_kind(jobKindName(job.spec.kind));
+  out->set_state(toProto(job.state));
+  out->set_reason(job.reason);
+  out->set_attempt(job.attempt);
+  out->set_restarts(job.restarts);
+  out->set_max_restarts(job.spec.maxRestarts);
+  out->set_world_size(job.spec.ranks);
+  out->set_spec_json(job.specJson);
+  out->set_create_time_ms(job.createTimeMs);
+  out->set_update_time_ms(job.updateTimeMs);
+  for (const auto& r : job.ranks) {
+    auto* rank = out->add_ranks();
+    rank->set_rank(r.rank);
+    rank->set_node_id(r.nodeId);
+    rank->set_pid(r.pid);
+    rank->set_state(toProto(r.state));
+    rank->set_exit_code(r.exitCode);
+    rank->set_signal(r.signal);
+    rank->set_detail(r.detail);
+    rank->set_step(r.step);
+  }
+  for (const auto& [k, v] : job.metrics) (*out->mutable_metrics())[k] = v;
+}
+
+// ---- unary calls ------------------------------------------------------------------------------
+
+grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* ctx,
+                                                    const v1::CreateJobRequest* request,
+                                                    v1::CreateJobResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  core_->createJob(request->spec_json(), request->request_id(),
+                   [reactor, response](const StatusOr<JobRecord>& job, bool created) {
+                     if (job.isOk()) {
+                       toProto(*job, response->mutable_job());
+                       response->set_created(created);
+                     }
+                     reactor->Finish(toGrpc(job.status()));
+                   });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* request,
+                                                 v1::Job* response) {
+  auto* reactor = ctx->DefaultReactor();
+  core_->getJob(request->job_id(), [reactor, response](const StatusOr<JobRecord>& job) {
+    if (job.isOk()) toProto(*job, response);
+    reactor->Finish(toGrpc(job.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
+                                                   const v1::ListJobsRequest* request,
+                                                   v1::ListJobsResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  ListQuery query{.pageSize = request->page_size(), .pageToken = request->page_token(), .states = {}};
+  for (int s : request->states()) query.states.insert(fromProto(static_cast<v1::JobState>(s)));
+  core_->listJobs(std::move(query), [reactor, response](const StatusOr<JobPage>& page) {
+    if (page.isOk()) {
+      for (const auto& job : page->jobs) toProto(job, response->add_jobs());
+      response->set_next_page_token(page->nextPageToken);
+    }
+    reactor->Finish(toGrpc(page.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
+                                                    const v1::CancelJobRequest* request, v1::Job* response) {
+  auto* reactor = ctx->DefaultReactor();
+  core_->cancelJob(request->job_id(), request->reason(), [reactor, response](const StatusOr<JobRecord>& job) {
+    if (job.isOk()) toProto(*job, response);
+    reactor->Finish(toGrpc(job.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ValidateJob(grpc::CallbackServerContext* ctx,
+                                                      const v1::ValidateJobRequest* request,
+                                                      v1::ValidateJobResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  auto spec = parseJobSpec(request->spec_json());
+  if (spec.isOk()) response->set_normalized_spec_json(spec->toJson().dump(2));
+  reactor->Finish(toGrpc(spec.status()));
+  return reactor;
+}
+
+// ---- WatchJob ---------------------------------------------------------------------------------
+
+namespace {
+
+class WatchReactor final : public grpc::ServerWriteReactor<v1::JobUpdate> {
+ public:
+  using Queue = WriteQueue<v1::JobUpdate, grpc::ServerWriteReactor<v1::JobUpdate>>;
+
+  // The core holds the watcher (this object's JobWatcher face) through a shared_ptr that does
+  // not own the reactor: the reactor deletes itself in OnDone, after which the queue refuses.
+  struct Watcher final : JobWatcher {
+    std::shared_ptr<Queue> queue;
+    bool onUpdate(const JobUpdate& update) override {
+      v1::JobUpdate out;
+      toProto(update.job, out.mutable_job());
+      for (const auto& e : update.events) {
+        auto* event = out.add_events();
+        event->set_seq(e.seq);
+        event->set_time_ms(e.timeMs);
+        event->set_state(toProto(e.state));
+        event->set_attempt(e.attempt);
+        event->set_reason(e.reason);
+      }
+      for (const auto& m : update.metrics) {
+        auto* metric = out.add_metrics();
+        metric->set_attempt(m.attempt);
+        metric->set_rank(m.rank);
+        metric->set_step(m.step);
+        metric->set_name(m.name);
+        metric->set_value(m.value);
+        metric->set_time_ms(m.timeMs);
+      }
+      return queue->push(std::move(out));
+    }
+    void onEnd(const Status& status) override { queue->finish(toGrpc(status)); }
+  };
+
+  WatchReactor() : queue_(std::make_shared<Queue>(this)) {}
+  std::shared_ptr<JobWatcher> watcher() {
+    auto w = std::make_shared<Watcher>();
+    w->queue = queue_;
+    return w;
+  }
+  void OnWriteDone(bool ok) override { queue_->writeDone(ok); }
+  void OnCancel() override { queue_->finish(grpc::Status::CANCELLED); }
+  void OnDone() override {
+    queue_->detach();
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<Queue> queue_;
+};
+
+class LogReactor final : public grpc::ServerWriteReactor<v1::LogChunk> {
+ public:
+  using Queue = WriteQueue<v1::LogChunk, grpc::ServerWriteReactor<v1::LogChunk>>;
+  struct Sink final : LogSink {
+    std::shared_ptr<Queue> queue;
+    bool onChunk(int rank, int attempt, const std::string& data) override {
+      v1::LogChunk chunk;
+      chunk.set_rank(rank);
+      chunk.set_attempt(attempt);
+      chunk.set_data(data);
+      return queue->push(std::move(chunk));
+    }
+    void onEnd(const Status& status) override { queue->finish(toGrpc(status)); }
+  };
+
+  explicit LogReactor(PlannerCore* core) : core_(core), queue_(std::make_shared<Queue>(this)) {
+    sink_ = std::make_shared<Sink>();
+    sink_->queue = queue_;
+  }
+  std::shared_ptr<Sink> sink() { return sink_; }
+  void OnWriteDone(bool ok) override { queue_->writeDone(ok); }
+  void OnCancel() override {
+    core_->stopLogs(sink_);
+    queue_->finish(grpc::Status::CANCELLED);
+  }
+  void OnDone() override {
+    queue_->detach();
+    delete this;
+  }
+
+ private:
+  PlannerCore* core_;
+  std::shared_ptr<Queue> queue_;
+  std::shared_ptr<Sink> sink_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* ctx,
+                                                                  const v1::WatchJobRequest* request) {
+  auto* reactor = new WatchReactor();
+  core_->watchJob(request->job_id(), reactor->watcher());
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetJobLogs(grpc::CallbackServerContext* ctx,
+                                                                   const v1::GetJobLogsRequest* request) {
+  auto* reactor = new LogReactor(core_);
+  LogQuery query{.requestId = 0, .jobId = request->job_id(), .attempt = request->attempt(), .ranks = {},
+                 .tailLines = request->tail_lines(), .follow = request->follow()};
+  for (int r : request->ranks()) query.ranks.push_back(r);
+  core_->streamLogs(std::move(query), reactor->sink());
+  return reactor;
+}
+
+// ---- Attach -----------------------------------------------------------------------------------
+
+namespace {
+
+using AttachBase = grpc::ServerBidiReactor<v1::NodeMessage, v1::PlannerMessage>;
+using AttachQueue = WriteQueue<v1::PlannerMessage, AttachBase>;
+
+// The planner's end of one daemon's stream, as the core sees it.
+class GrpcNodeLink final : public NodeLink {
+ public:
+  explicit GrpcNodeLink(std::shared_ptr<AttachQueue> queue) : queue_(std::move(queue)) {}
+  void launch(const LaunchOrder& order) override {
+    v1::PlannerMessage m;
+    *m.mutable_launch() = convert::toProto(order);
+    queue_->push(std::move(m));
+  }
+  void kill(const KillOrder& order) override {
+    v1::PlannerMessage m;
+    *m.mutable_kill() = convert::toProto(order);
+    queue_->push(std::move(m));
+  }
+  void release(const ReleaseOrder& order) override {
+    v1::PlannerMessage m;
+    *m.mutable_release() = convert::toProto(order);
+    queue_->push(std::move(m));
+  }
+  void requestLogs(const LogQuery& query) override {
+    v1::PlannerMessage m;
+    *m.mutable_log_request() = convert::toProto(query);
+    queue_->push(std::move(m));
+  }
+  void cancelLogs(int64_t requestId) override {
+    v1::PlannerMessage m;
+    m.mutable_log_cancel()->set_request_id(requestId);
+    queue_->push(std::move(m));
+  }
+  void registered(int64_t heartbeatIntervalMs) {
+    v1::PlannerMessage m;
+    m.mutable_registered()->set_heartbeat_interval_ms(heartbeatIntervalMs);
+    queue_->push(std::move(m));
+  }
+  void close() override { queue_->finish(grpc::Status::OK); }
+
+ private:
+  std::shared_ptr<AttachQueue> queue_;
+};
+
+class AttachReactor final : public AttachBase {
+ public:
+  explicit AttachReactor(PlannerCore* core)
+      : core_(core), queue_(std::make_shared<AttachQueue>(this)), link_(std::make_shared<GrpcNodeLink>(queue_)) {
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      queue_->finish(grpc::Status::OK);
+      return;
+    }
+    dispatch();
+    StartRead(&in_);
+  }
+  void OnWriteDone(bool ok) override { queue_->writeDone(ok); }
+  void OnDone() override {
+    if (registered_) core_->nodeDetached(link_);
+    queue_->detach();
+    delete this;
+  }
+
+ private:
+  void dispatch() {
+    switch (in_.msg_case()) {
+      case v1::NodeMessage::kRegister:
+        if (in_.register_().node_id().empty()) {
+          queue_->finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "register.node_id: required"));
+          return;
+        }
+        registered_ = true;
+        link_->registered(core_->nodeHeartbeatIntervalMs());
+        core_->nodeRegistered(link_, convert::fromProto(in_.register_()));
+        return;
+      case v1::NodeMessage::kHeartbeat:
+        core_->nodeHeartbeat(link_);
+        return;
+      case v1::NodeMessage::kRankReport:
+        core_->rankReported(link_, convert::fromProto(in_.rank_report()));
+        return;
+      case v1::NodeMessage::kMasterEndpoint:
+        core_->masterEndpointReported(link_, convert::fromProto(in_.master_endpoint()));
+        return;
+      case v1::NodeMessage::kLogData:
+        core_->logDataReceived(link_, convert::fromProto(in_.log_data()));
+        return;
+      case v1::NodeMessage::MSG_NOT_SET:
+        return;
+    }
+  }
+
+  PlannerCore* core_;
+  v1::NodeMessage in_;
+  std::shared_ptr<AttachQueue> queue_;
+  std::shared_ptr<GrpcNodeLink> link_;
+  bool registered_ = false;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::NodeMessage, v1::PlannerMessage>* NodeServiceImpl::Attach(grpc::CallbackServerContext*) {
+  return new AttachReactor(core_);
+}
+
+grpc::ServerUnaryReactor* NodeServiceImpl::ListNodes(grpc::CallbackServerContext* ctx, const v1::ListNodesRequest*,
+                                                     v1::ListNodesResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  core_->listNodes([reactor, response](std::vector<NodeView> nodes) {
+    for (const auto& n : nodes) {
+      auto* node = response->add_nodes();
+      node->set_node_id(n.nodeId);
+      node->set_hostname(n.hostname);
+      node->set_address(n.address);
+      node->set_slots(n.slots);
+      node->set_used_slots(n.usedSlots);
+      node->set_connected(n.connected);
+      node->set_last_seen_ms(n.lastSeenMs);
+    }
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+}  // namespace loom::planner

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <memory>
+
+#include "loom/v1/job.grpc.pb.h"
+#include "loom/v1/node.grpc.pb.h"
+#include "planner/planner_core.h"
+
+namespace loom::planner {
+
+// The public JobService over the planner core: requests become core calls, domain records
+// become wire messages. No state of its own.
+class JobServiceImpl final : public v1::JobService::CallbackService {
+ public:
+  explicit JobServiceImpl(PlannerCore* core) : core_(core) {}
+
+  grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx, const v1::CreateJobRequest* request,
+                                      v1::CreateJobResponse* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* request,
+                                   v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const v1::CancelJobRequest* request,
+                                      v1::Job* response) override;
+  grpc::ServerUnaryReactor* ValidateJob(grpc::CallbackServerContext* ctx, const v1::ValidateJobRequest* request,
+                                        v1::ValidateJobResponse* response) override;
+  grpc::ServerWriteReactor<v1::JobUpdate>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                    const v1::WatchJobRequest* request) override;
+  grpc::ServerWriteReactor<v1::LogChunk>* GetJobLogs(grpc::CallbackServerContext* ctx,
+                                                     const v1::GetJobLogsRequest* request) override;
+
+ private:
+  PlannerCore* core_;
+};
+
+// The node daemons' Attach streams and ListNodes.
+class NodeServiceImpl final : public v1::NodeService::CallbackService {
+ public:
+  explicit NodeServiceImpl(PlannerCore* core) : core_(core) {}
+
+  grpc::ServerBidiReactor<v1::NodeMessage, v1::PlannerMessage>* Attach(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx, const v1::ListNodesRequest* request,
+                                      v1::ListNodesResponse* response) override;
+
+ private:
+  PlannerCore* core_;
+};
+
+grpc::Status toGrpc(const Status& status);
+void toProto(const JobRecord& job, v1::Job* out);
+v1::JobState toProto(JobState state);
+JobState fromProto(v1::JobState state);
+
+}  // namespace loom::planner

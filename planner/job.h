@@ -1,0 +1,75 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/node_messages.h"
+#include "planner/job_spec.h"
+
+namespace loom::planner {
+
+using loom::RankEvent;
+using loom::RankReport;
+
+enum class JobState { kPending, kLaunching, kRunning, kRestarting, kCancelling, kSucceeded, kFailed, kCancelled };
+enum class RankState { kLaunching, kRunning, kSucceeded, kFailed };
+
+const char* jobStateName(JobState state);
+const char* rankStateName(RankState state);
+bool isFinal(JobState state);
+// States in which an attempt's ranks may still be alive somewhere.
+bool hasLiveAttempt(JobState state);
+
+struct RankStatus {
+  int rank = 0;
+  std::string nodeId;
+  int pid = 0;
+  RankState state = RankState::kLaunching;
+  int exitCode = 0;
+  int signal = 0;
+  std::string detail;
+  int64_t step = 0;
+};
+
+struct JobEvent {
+  int64_t seq = 0;
+  int64_t timeMs = 0;
+  JobState state = JobState::kPending;
+  int attempt = 0;
+  std::string reason;
+};
+
+struct Metric {
+  int attempt = 0;
+  int rank = 0;
+  int64_t step = 0;
+  std::string name;
+  double value = 0;
+  int64_t timeMs = 0;
+};
+
+struct JobRecord {
+  std::string id;
+  std::string requestId;
+  std::string specJson;  // normalized: every default filled in
+  JobSpec spec;
+  JobState state = JobState::kPending;
+  std::string reason;
+  int attempt = 0;   // 0 until first placed
+  int restarts = 0;
+  int64_t createTimeMs = 0;
+  int64_t updateTimeMs = 0;
+  std::vector<RankStatus> ranks;  // of the current attempt
+  std::map<std::string, double> metrics;
+  int64_t lastEventSeq = 0;
+};
+
+struct NodeRanks {
+  std::string nodeId;
+  std::vector<int> ranks;  // global ranks placed on this node, ascending; local rank = index
+};
+using Placement = std::vector<NodeRanks>;
+
+}  // namespace loom::planner

@@ -1,0 +1,199 @@
+#include "planner/job_spec.h"
+
+#include <set>
+
+namespace loom::planner {
+
+using nlohmann::json;
+
+const char* jobKindName(JobKind kind) {
+  switch (kind) {
+    case JobKind::kProbe: return "probe";
+  }
+  return "?";
+}
+
+const char* deviceKindName(DeviceKind device) {
+  return device == DeviceKind::kCuda ? "cuda" : "cpu";
+}
+
+namespace {
+
+const char* typeName(const json& v) { return v.type_name(); }
+
+std::string path(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+
+// Reads the fields of one JSON object, remembering which keys were consumed so that anything
+// left over is reported as unknown.
+class ObjectReader {
+ public:
+  ObjectReader(const json& object, std::string where) : object_(object), where_(std::move(where)) {}
+
+  const json* find(const std::string& key) {
+    seen_.insert(key);
+    auto it = object_.find(key);
+    return it == object_.end() ? nullptr : &*it;
+  }
+
+  Status readString(const std::string& key, std::string* out, bool required) {
+    const json* v = find(key);
+    if (!v) return required ? missing(key) : Status::ok();
+    if (!v->is_string()) return wrongType(key, "a string", *v);
+    *out = v->get<std::string>();
+    return Status::ok();
+  }
+
+  Status readInt(const std::string& key, int64_t* out, bool required, int64_t min, int64_t max) {
+    const json* v = find(key);
+    if (!v) return required ? missing(key) : Status::ok();
+    if (!v->is_number_integer()) return wrongType(key, "an integer", *v);
+    int64_t x = v->get<int64_t>();
+    if (x < min || x > max)
+      return invalidArgument("{}: must be between {} and {}, got {}", path(where_, key), min, max, x);
+    *out = x;
+    return Status::ok();
+  }
+
+  Status readSeconds(const std::string& key, int64_t* outMs, double min, double max) {
+    const json* v = find(key);
+    if (!v) return Status::ok();
+    if (!v->is_number()) return wrongType(key, "a number of seconds", *v);
+    double s = v->get<double>();
+    if (s < min || s > max)
+      return invalidArgument("{}: must be between {} and {} seconds, got {}", path(where_, key), min, max, s);
+    *outMs = static_cast<int64_t>(s * 1000.0);
+    return Status::ok();
+  }
+
+  // An optional nested object; returns nullptr when absent.
+  StatusOr<const json*> readObject(const std::string& key) {
+    const json* v = find(key);
+    if (!v) return static_cast<const json*>(nullptr);
+    if (!v->is_object()) return wrongType(key, "an object", *v);
+    return v;
+  }
+
+  Status rejectUnknown() const {
+    for (auto it = object_.begin(); it != object_.end(); ++it) {
+      if (!seen_.count(it.key()))
+        return invalidArgument("{}: unknown key", path(where_, it.key()));
+    }
+    return Status::ok();
+  }
+
+  std::string pathOf(const std::string& key) const { return path(where_, key); }
+
+ private:
+  Status missing(const std::string& key) const {
+    return invalidArgument("{}: required field is missing", path(where_, key));
+  }
+  Status wrongType(const std::string& key, const char* want, const json& got) const {
+    return invalidArgument("{}: must be {}, got {}", path(where_, key), want, typeName(got));
+  }
+
+  const json& object_;
+  std::string where_;
+  std::set<std::string> seen_;
+};
+
+Status parseResources(const json& object, JobSpec* spec) {
+  ObjectReader r(object, "resources");
+  int64_t ranks = 0;
+  RETURN_IF_ERROR(r.readInt("ranks", &ranks, /*required=*/true, 1, 65536));
+  spec->ranks = static_cast<int>(ranks);
+  std::string device = "cpu";
+  RETURN_IF_ERROR(r.readString("device", &device, false));
+  if (device == "cpu") {
+    spec->device = DeviceKind::kCpu;
+  } else if (device == "cuda") {
+    spec->device = DeviceKind::kCuda;
+  } else {
+    return invalidArgument("resources.device: must be \"cpu\" or \"cuda\", got \"{}\"", device);
+  }
+  return r.rejectUnknown();
+}
+
+Status parseProbe(const json& object, JobSpec* spec) {
+  ObjectReader r(object, "probe");
+  int64_t ticks = spec->probe.ticks, tickMs = spec->probe.tickMs;
+  RETURN_IF_ERROR(r.readInt("ticks", &ticks, false, 0, 1'000'000));
+  RETURN_IF_ERROR(r.readInt("tick_ms", &tickMs, false, 0, 3'600'000));
+  spec->probe.ticks = static_cast<int>(ticks);
+  spec->probe.tickMs = static_cast<int>(tickMs);
+  return r.rejectUnknown();
+}
+
+Status parseRestart(const json& object, JobSpec* spec) {
+  ObjectReader r(object, "restart");
+  int64_t maxRestarts = spec->maxRestarts;
+  RETURN_IF_ERROR(r.readInt("max_restarts", &maxRestarts, false, 0, 1000));
+  spec->maxRestarts = static_cast<int>(maxRestarts);
+  return r.rejectUnknown();
+}
+
+Status parseTimeouts(const json& object, JobSpec* spec) {
+  ObjectReader r(object, "timeouts");
+  RETURN_IF_ERROR(r.readSeconds("grace_period_s", &spec->gracePeriodMs, 0, 3600));
+  RETURN_IF_ERROR(r.readSeconds("heartbeat_timeout_s", &spec->heartbeatTimeoutMs, 0.5, 86400));
+  return r.rejectUnknown();
+}
+
+}  // namespace
+
+StatusOr<JobSpec> parseJobSpec(const std::string& specJson) {
+  json root;
+  try {
+    root = json::parse(specJson);
+  } catch (const json::parse_error& e) {
+    return invalidArgument("spec is not valid JSON: {}", e.what());
+  }
+  if (!root.is_object()) return invalidArgument("spec: must be a JSON object, got {}", root.type_name());
+
+  JobSpec spec;
+  ObjectReader r(root, "");
+  RETURN_IF_ERROR(r.readString("name", &spec.name, /*required=*/true));
+  if (spec.name.empty() || spec.name.size() > 63)
+    return invalidArgument("name: must be 1 to 63 characters, got {}", spec.name.size());
+  for (char c : spec.name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
+      return invalidArgument("name: may hold letters, digits, '-', '_' and '.' only, got \"{}\"", spec.name);
+  }
+
+  std::string kind;
+  RETURN_IF_ERROR(r.readString("kind", &kind, true));
+  if (kind == "probe") {
+    spec.kind = JobKind::kProbe;
+  } else {
+    return invalidArgument("kind: \"{}\" is not a job kind this version runs (supported: probe)", kind);
+  }
+
+  ASSIGN_OR_RETURN(const json* resources, r.readObject("resources"));
+  if (!resources) return invalidArgument("resources: required field is missing");
+  RETURN_IF_ERROR(parseResources(*resources, &spec));
+
+  ASSIGN_OR_RETURN(const json* probe, r.readObject("probe"));
+  if (probe) RETURN_IF_ERROR(parseProbe(*probe, &spec));
+  ASSIGN_OR_RETURN(const json* restart, r.readObject("restart"));
+  if (restart) RETURN_IF_ERROR(parseRestart(*restart, &spec));
+  ASSIGN_OR_RETURN(const json* timeouts, r.readObject("timeouts"));
+  if (timeouts) RETURN_IF_ERROR(parseTimeouts(*timeouts, &spec));
+
+  RETURN_IF_ERROR(r.rejectUnknown());
+  return spec;
+}
+
+json JobSpec::toJson() const {
+  return json{
+      {"name", name},
+      {"kind", jobKindName(kind)},
+      {"resources", {{"ranks", ranks}, {"device", deviceKindName(device)}}},
+      {"probe", {{"ticks", probe.ticks}, {"tick_ms", probe.tickMs}}},
+      {"restart", {{"max_restarts", maxRestarts}}},
+      {"timeouts",
+       {{"grace_period_s", gracePeriodMs / 1000.0}, {"heartbeat_timeout_s", heartbeatTimeoutMs / 1000.0}}},
+  };
+}
+
+}  // namespace loom::planner

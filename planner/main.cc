@@ -1,0 +1,51 @@
+// loom-planner: the central service. Holds the jobs (SQLite in --state-dir), the registry of the
+// node daemons that attach to it, and the decisions: placement, the job state machine, restarts.
+#include <csignal>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/files.h"
+#include "common/logging.h"
+#include "planner/planner_server.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"loom-planner: Loom's central job service"};
+  loom::planner::PlannerServerOptions options;
+  std::string logLevel = "info";
+  double nodeTimeoutS = 15;
+  app.add_option("--listen", options.listenAddress, "address to serve gRPC on (port 0: any free port)")
+      ->capture_default_str();
+  app.add_option("--state-dir", options.planner.stateDir, "directory for the job database")->required();
+  app.add_option("--node-timeout", nodeTimeoutS, "seconds a node may be silent before its ranks count as lost")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--log-level", logLevel, "trace, debug, info, warn or error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  options.planner.nodeTimeoutMs = static_cast<int64_t>(nodeTimeoutS * 1000);
+  options.planner.nodeHeartbeatIntervalMs = std::min<int64_t>(1000, options.planner.nodeTimeoutMs / 3);
+
+  loom::initLogging("planner", logLevel);
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: only sigwait sees them
+
+  loom::SystemClock clock;
+  auto server = loom::planner::PlannerServer::start(options, &clock);
+  if (!server.isOk()) {
+    spdlog::error("{}", server.status().toString());
+    return 1;
+  }
+  const std::string& address = (*server)->boundAddress();
+  auto written = loom::files::writeFileAtomic(options.planner.stateDir + "/planner.address", address + "\n");
+  if (!written.isOk()) spdlog::warn("{}", written.toString());
+  spdlog::info("serving on {} (state in {})", address, options.planner.stateDir);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("received {}, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  (*server)->shutdown();
+  return 0;
+}

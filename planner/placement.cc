@@ -1,0 +1,47 @@
+#include "planner/placement.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace loom::planner {
+
+StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes) {
+  std::sort(nodes.begin(), nodes.end(), [](const NodeCapacity& a, const NodeCapacity& b) {
+    return a.freeSlots != b.freeSlots ? a.freeSlots > b.freeSlots : a.nodeId < b.nodeId;
+  });
+  int free = 0;
+  for (const auto& n : nodes) free += std::max(0, n.freeSlots);
+  if (free < ranks) {
+    std::string detail;
+    for (const auto& n : nodes) {
+      if (!detail.empty()) detail += ", ";
+      detail += fmt::format("{} {}", n.nodeId, n.freeSlots);
+    }
+    return Status(StatusCode::kResourceExhausted,
+                  fmt::format("waiting for {} free slot{}: {} free on {} node{}{}", ranks, ranks == 1 ? "" : "s", free,
+                              nodes.size(), nodes.size() == 1 ? "" : "s", detail.empty() ? "" : " (" + detail + ")"));
+  }
+  // Prefer the single node with the fewest free slots that still holds the whole gang, leaving
+  // big nodes for big jobs; otherwise spread over the largest nodes first.
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    if (it->freeSlots >= ranks) {
+      NodeRanks only{.nodeId = it->nodeId, .ranks = {}};
+      for (int r = 0; r < ranks; ++r) only.ranks.push_back(r);
+      return Placement{only};
+    }
+  }
+  Placement placement;
+  int next = 0;
+  for (const auto& n : nodes) {
+    if (next == ranks) break;
+    int take = std::min(n.freeSlots, ranks - next);
+    if (take <= 0) continue;
+    NodeRanks node{.nodeId = n.nodeId, .ranks = {}};
+    for (int i = 0; i < take; ++i) node.ranks.push_back(next++);
+    placement.push_back(std::move(node));
+  }
+  return placement;
+}
+
+}  // namespace loom::planner

@@ -1,0 +1,562 @@
+#include "planner/planner_core.h"
+
+#include <algorithm>
+#include <random>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/files.h"
+#include "planner/placement.h"
+
+namespace loom::planner {
+
+namespace {
+
+constexpr int kWatchMetricsBacklog = 200;
+
+bool rankHoldsSlot(RankEvent event) { return event != RankEvent::kExited && event != RankEvent::kLaunchFailed; }
+
+std::vector<Metric> metricsOf(const RankReport& report, int64_t nowMs) {
+  std::vector<Metric> out;
+  for (const auto& [name, value] : report.metrics) {
+    out.push_back(Metric{.attempt = report.attempt, .rank = report.rank, .step = report.step, .name = name,
+                         .value = value, .timeMs = report.timeMs ? report.timeMs : nowMs});
+  }
+  return out;
+}
+
+}  // namespace
+
+Status PlannerOptions::validate() const {
+  if (stateDir.empty()) return invalidArgument("state dir: required");
+  if (nodeTimeoutMs <= 0) return invalidArgument("node timeout: must be positive");
+  if (nodeHeartbeatIntervalMs <= 0 || nodeHeartbeatIntervalMs >= nodeTimeoutMs)
+    return invalidArgument("node heartbeat interval: must be positive and below the node timeout");
+  return Status::ok();
+}
+
+StatusOr<std::unique_ptr<PlannerCore>> PlannerCore::create(const PlannerOptions& options, const Clock* clock) {
+  RETURN_IF_ERROR(options.validate());
+  RETURN_IF_ERROR(files::makeDirs(options.stateDir));
+  ASSIGN_OR_RETURN(auto store, StateStore::open(options.stateDir + "/planner.db"));
+  std::unique_ptr<PlannerCore> core(new PlannerCore(options, clock, std::move(store)));
+  Status recovered;
+  core->loop_->runSync([&] { recovered = core->recover(); });
+  RETURN_IF_ERROR(recovered);
+  core->loop_->runEvery(std::chrono::milliseconds(std::max<int64_t>(100, options.nodeHeartbeatIntervalMs / 2)),
+                        [c = core.get()] { c->expireNodes(); });
+  return core;
+}
+
+PlannerCore::PlannerCore(const PlannerOptions& options, const Clock* clock, std::unique_ptr<StateStore> store)
+    : options_(options), clock_(clock), store_(std::move(store)), loop_(std::make_unique<EventLoop>("planner")) {}
+
+PlannerCore::~PlannerCore() { shutdown(); }
+
+void PlannerCore::shutdown() {
+  // Stopped loops refuse posts, so calls that arrive afterwards (streams closing) are dropped.
+  loop_->runSync([this] {
+    for (auto& [id, watcher] : watchers_) watcher->onEnd(unavailable("the planner is shutting down"));
+    watchers_.clear();
+    for (auto& [id, stream] : logStreams_) stream.sink->onEnd(unavailable("the planner is shutting down"));
+    logStreams_.clear();
+    for (auto& [id, node] : nodes_) {
+      if (node.link) node.link->close();
+    }
+  });
+  loop_->stop();
+}
+
+// Jobs come back from the database as they were. Nodes do not: they re-register (daemons dial
+// again) and report what their ranks did meanwhile. A node that does not come back within the
+// node timeout has lost its ranks.
+Status PlannerCore::recover() {
+  ASSIGN_OR_RETURN(auto jobs, store_->loadJobs());
+  const int64_t now = clock_->steadyMs();
+  for (auto& job : jobs) {
+    if (!job.requestId.empty()) jobByRequestId_[job.requestId] = job.id;
+    jobOrder_.push_back(job.id);
+    if (hasLiveAttempt(job.state)) {
+      for (const auto& rank : job.ranks) {
+        Node& node = nodes_[rank.nodeId];
+        node.view.nodeId = rank.nodeId;
+        node.detachedSinceMs = now;
+        if (rank.state == RankState::kLaunching || rank.state == RankState::kRunning)
+          node.liveRanks.insert({job.id, job.attempt, rank.rank});
+      }
+    }
+    jobs_.emplace(job.id, std::move(job));
+  }
+  if (!jobs_.empty()) spdlog::info("recovered {} jobs from {}", jobs_.size(), options_.stateDir);
+  return Status::ok();
+}
+
+JobRecord* PlannerCore::findJob(const std::string& jobId) {
+  auto it = jobs_.find(jobId);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+PlannerCore::Node* PlannerCore::nodeOfLink(const std::shared_ptr<NodeLink>& link) {
+  for (auto& [id, node] : nodes_) {
+    if (node.link == link) return &node;
+  }
+  return nullptr;
+}
+
+std::string PlannerCore::newJobId(const std::string& name) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  for (;;) {
+    std::string id = fmt::format("{}-{:06x}", name, rng() & 0xffffff);
+    if (!jobs_.count(id)) return id;
+  }
+}
+
+// ---- jobs -------------------------------------------------------------------------------------
+
+void PlannerCore::createJob(std::string specJson, std::string requestId,
+                            std::function<void(const StatusOr<JobRecord>&, bool)> done) {
+  loop_->post([this, specJson = std::move(specJson), requestId = std::move(requestId), done = std::move(done)] {
+    if (!requestId.empty()) {
+      auto it = jobByRequestId_.find(requestId);
+      if (it != jobByRequestId_.end()) return done(jobs_.at(it->second), false);
+    }
+    auto spec = parseJobSpec(specJson);
+    if (!spec.isOk()) return done(spec.status(), false);
+    JobRecord job;
+    job.id = newJobId(spec->name);
+    job.requestId = requestId;
+    job.spec = std::move(spec).value();
+    job.specJson = job.spec.toJson().dump();
+    job.createTimeMs = job.updateTimeMs = clock_->nowMs();
+    job.state = JobState::kPending;
+    job.reason = "waiting for placement";
+    std::vector<JobEvent> events{
+        JobEvent{.seq = ++job.lastEventSeq, .timeMs = job.createTimeMs, .state = job.state, .attempt = 0, .reason = job.reason}};
+    Status stored = store_->insertJob(job, events);
+    if (!stored.isOk()) return done(stored.withContext("storing job " + job.id), false);
+    if (!requestId.empty()) jobByRequestId_[requestId] = job.id;
+    jobOrder_.push_back(job.id);
+    auto& ref = jobs_.emplace(job.id, std::move(job)).first->second;
+    spdlog::info("job {} created: {} ranks, kind {}", ref.id, ref.spec.ranks, jobKindName(ref.spec.kind));
+    done(ref, true);
+    schedule();
+  });
+}
+
+void PlannerCore::getJob(const std::string& jobId, JobCallback done) {
+  loop_->post([this, jobId, done = std::move(done)] {
+    const JobRecord* job = findJob(jobId);
+    if (!job) return done(notFound("job {} does not exist", jobId));
+    done(*job);
+  });
+}
+
+void PlannerCore::listJobs(ListQuery query, std::function<void(const StatusOr<JobPage>&)> done) {
+  loop_->post([this, query = std::move(query), done = std::move(done)] {
+    if (query.pageSize < 0 || query.pageSize > 1000) return done(invalidArgument("page_size: must be 0 to 1000"));
+    size_t start = 0;
+    if (!query.pageToken.empty()) {
+      try {
+        start = std::stoul(query.pageToken);
+      } catch (...) {
+        return done(invalidArgument("page_token: not a token this server issued"));
+      }
+    }
+    const size_t pageSize = query.pageSize == 0 ? 100 : query.pageSize;
+    JobPage page;
+    size_t i = start;
+    for (; i < jobOrder_.size() && page.jobs.size() < pageSize; ++i) {
+      const JobRecord& job = jobs_.at(jobOrder_[i]);
+      if (query.states.empty() || query.states.count(job.state)) page.jobs.push_back(job);
+    }
+    if (i < jobOrder_.size()) page.nextPageToken = std::to_string(i);
+    done(page);
+  });
+}
+
+void PlannerCore::cancelJob(const std::string& jobId, std::string reason, JobCallback done) {
+  loop_->post([this, jobId, reason = std::move(reason), done = std::move(done)] {
+    JobRecord* job = findJob(jobId);
+    if (!job) return done(notFound("job {} does not exist", jobId));
+    auto effects = JobLifecycle::requestCancel(*job, reason, clock_->nowMs());
+    if (!effects.isOk()) return done(effects.status());
+    pendingLaunches_.erase(jobId);
+    commit(*job, *effects);
+    done(*job);
+  });
+}
+
+void PlannerCore::watchJob(const std::string& jobId, std::shared_ptr<JobWatcher> watcher) {
+  loop_->post([this, jobId, watcher = std::move(watcher)] {
+    const JobRecord* job = findJob(jobId);
+    if (!job) return watcher->onEnd(notFound("job {} does not exist", jobId));
+    auto events = store_->loadEvents(jobId);
+    auto metrics = store_->loadMetrics(jobId, kWatchMetricsBacklog);
+    if (!events.isOk()) return watcher->onEnd(events.status());
+    if (!metrics.isOk()) return watcher->onEnd(metrics.status());
+    if (!watcher->onUpdate(JobUpdate{*job, *events, *metrics})) return;
+    if (isFinal(job->state)) return watcher->onEnd(Status::ok());
+    watchers_.emplace(jobId, watcher);
+  });
+}
+
+void PlannerCore::commit(JobRecord& job, const LifecycleEffects& effects, std::vector<Metric> metrics) {
+  Status stored = store_->updateJob(job, effects.events);
+  if (stored.isOk() && !metrics.empty()) stored = store_->appendMetrics(job.id, metrics);
+  if (!stored.isOk()) spdlog::error("job {}: cannot persist its state: {}", job.id, stored.toString());
+  for (const auto& e : effects.events) spdlog::info("job {}: {}: {}", job.id, jobStateName(e.state), e.reason);
+  notifyWatchers(job, effects.events, metrics);
+  if (effects.stopAttempt) stopAttempt(job, effects.stopReason);
+  if (effects.attemptOver) releaseAttempt(job);
+  if (effects.needsPlacement || isFinal(job.state)) schedule();
+}
+
+void PlannerCore::notifyWatchers(const JobRecord& job, const std::vector<JobEvent>& events,
+                                 const std::vector<Metric>& metrics) {
+  auto [begin, end] = watchers_.equal_range(job.id);
+  for (auto it = begin; it != end;) {
+    bool keep = it->second->onUpdate(JobUpdate{job, events, metrics});
+    if (keep && isFinal(job.state)) {
+      it->second->onEnd(Status::ok());
+      keep = false;
+    }
+    it = keep ? std::next(it) : watchers_.erase(it);
+  }
+}
+
+void PlannerCore::stopAttempt(const JobRecord& job, const std::string& reason) {
+  pendingLaunches_.erase(job.id);
+  std::set<std::string> nodeIds;
+  for (const auto& r : job.ranks) nodeIds.insert(r.nodeId);
+  for (const auto& id : nodeIds) {
+    auto it = nodes_.find(id);
+    if (it == nodes_.end() || !it->second.link) continue;
+    it->second.link->kill(KillOrder{.jobId = job.id, .attempt = job.attempt, .gracePeriodMs = job.spec.gracePeriodMs,
+                                    .reason = reason});
+  }
+}
+
+void PlannerCore::releaseAttempt(const JobRecord& job) {
+  std::set<std::string> nodeIds;
+  for (const auto& r : job.ranks) nodeIds.insert(r.nodeId);
+  for (const auto& id : nodeIds) {
+    auto it = nodes_.find(id);
+    if (it != nodes_.end() && it->second.link) it->second.link->release({.jobId = job.id, .attempt = job.attempt});
+  }
+}
+
+// ---- placement --------------------------------------------------------------------------------
+
+void PlannerCore::schedule() {
+  for (const auto& id : jobOrder_) {
+    JobRecord& job = jobs_.at(id);
+    if (job.state != JobState::kPending) continue;
+    std::vector<NodeCapacity> capacity;
+    for (const auto& [nodeId, node] : nodes_) {
+      if (!node.link) continue;
+      capacity.push_back({.nodeId = nodeId, .freeSlots = node.view.slots - static_cast<int>(node.liveRanks.size())});
+    }
+    auto placement = placeGang(job.spec.ranks, capacity);
+    if (!placement.isOk()) {
+      std::string reason = capacity.empty() ? "waiting for a node to attach" : placement.status().message();
+      auto effects = JobLifecycle::markWaiting(job, reason, clock_->nowMs());
+      if (!effects.events.empty()) commit(job, effects);
+      continue;
+    }
+    launch(job, *placement);
+  }
+}
+
+void PlannerCore::launch(JobRecord& job, const Placement& placement) {
+  auto effects = JobLifecycle::markPlaced(job, placement, clock_->nowMs());
+  PendingLaunch pending{.attempt = job.attempt, .orders = {}};
+  LaunchOrder first;
+  for (const auto& nodeRanks : placement) {
+    Node& node = nodes_.at(nodeRanks.nodeId);
+    LaunchOrder order{.jobId = job.id, .attempt = job.attempt, .specJson = job.specJson, .ranks = {},
+                      .worldSize = job.spec.ranks, .localWorldSize = static_cast<int>(nodeRanks.ranks.size()),
+                      .masterAddr = "", .masterPort = 0, .pickMasterPort = false,
+                      .heartbeatTimeoutMs = job.spec.heartbeatTimeoutMs, .gracePeriodMs = job.spec.gracePeriodMs};
+    for (size_t i = 0; i < nodeRanks.ranks.size(); ++i) {
+      order.ranks.push_back({.rank = nodeRanks.ranks[i], .localRank = static_cast<int>(i)});
+      node.liveRanks.insert({job.id, job.attempt, nodeRanks.ranks[i]});
+    }
+    node.view.usedSlots = static_cast<int>(node.liveRanks.size());
+    bool holdsRankZero = !nodeRanks.ranks.empty() && nodeRanks.ranks.front() == 0;
+    if (holdsRankZero) {
+      // torchrun compatibility: MASTER_ADDR/MASTER_PORT are rank 0's node and a port it picks
+      // free; the other nodes launch once that port is known.
+      order.pickMasterPort = true;
+      order.masterAddr = node.view.address;
+      first = order;
+    } else {
+      pending.orders.push_back(std::move(order));
+    }
+  }
+  commit(job, effects);
+  nodes_.at(job.ranks[0].nodeId).link->launch(first);
+  if (!pending.orders.empty()) pendingLaunches_[job.id] = std::move(pending);
+}
+
+void PlannerCore::masterEndpointReported(const std::shared_ptr<NodeLink>& link, MasterEndpoint endpoint) {
+  loop_->post([this, endpoint = std::move(endpoint)] {
+    auto it = pendingLaunches_.find(endpoint.jobId);
+    if (it == pendingLaunches_.end() || it->second.attempt != endpoint.attempt) return;
+    for (auto& order : it->second.orders) {
+      order.masterAddr = endpoint.address;
+      order.masterPort = endpoint.port;
+      JobRecord* job = findJob(order.jobId);
+      const std::string& nodeId = job->ranks[order.ranks.front().rank].nodeId;
+      auto node = nodes_.find(nodeId);
+      if (node != nodes_.end() && node->second.link) node->second.link->launch(order);
+    }
+    pendingLaunches_.erase(it);
+  });
+}
+
+// ---- nodes ------------------------------------------------------------------------------------
+
+void PlannerCore::nodeRegistered(std::shared_ptr<NodeLink> link, NodeRegistration registration) {
+  loop_->post([this, link = std::move(link), registration = std::move(registration)] {
+    Node& node = nodes_[registration.nodeId];
+    if (node.link && node.link != link) node.link->close();  // the daemon reconnected: the old stream is stale
+    node.link = link;
+    node.view.nodeId = registration.nodeId;
+    node.view.hostname = registration.hostname;
+    node.view.address = registration.address;
+    node.view.slots = registration.slots;
+    node.view.connected = true;
+    node.view.lastSeenMs = clock_->nowMs();
+    node.detachedSinceMs = 0;
+    spdlog::info("node {} attached: {} slots, address {}, holding {} ranks", registration.nodeId, registration.slots,
+                 registration.address, registration.ranks.size());
+    reconcileNode(node, registration);
+    schedule();
+  });
+}
+
+// A node's registration lists every rank it holds. The planner brings its records up to date
+// with it, stops ranks that no longer belong to a live attempt, and fails ranks it expected on
+// that node that the node does not have.
+void PlannerCore::reconcileNode(Node& node, const NodeRegistration& registration) {
+  const std::string& nodeId = registration.nodeId;
+  node.liveRanks.clear();
+  std::set<std::tuple<std::string, int, int>> reported;
+  for (const auto& report : registration.ranks) {
+    reported.insert({report.jobId, report.attempt, report.rank});
+    if (rankHoldsSlot(report.event)) node.liveRanks.insert({report.jobId, report.attempt, report.rank});
+    applyReport(nodeId, report);
+    if (!rankHoldsSlot(report.event)) releaseIfOver(node, report);
+    const JobRecord* job = findJob(report.jobId);
+    bool wanted = job && job->attempt == report.attempt &&
+                  (job->state == JobState::kLaunching || job->state == JobState::kRunning);
+    if (!wanted && rankHoldsSlot(report.event)) {
+      node.link->kill({.jobId = report.jobId, .attempt = report.attempt,
+                       .gracePeriodMs = job ? job->spec.gracePeriodMs : 10'000,
+                       .reason = "its attempt is no longer running"});
+    }
+  }
+  for (auto& [id, job] : jobs_) {
+    if (!hasLiveAttempt(job.state)) continue;
+    for (const auto& rank : job.ranks) {
+      if (rank.nodeId != nodeId || reported.count({job.id, job.attempt, rank.rank})) continue;
+      if (rank.state != RankState::kLaunching && rank.state != RankState::kRunning) continue;
+      if (pendingLaunches_.count(job.id)) continue;  // not launched there yet
+      auto effects = JobLifecycle::markRankLost(job, rank.rank, "node " + nodeId + " re-registered without it",
+                                                clock_->nowMs());
+      commit(job, effects);
+    }
+  }
+  node.view.usedSlots = static_cast<int>(node.liveRanks.size());
+}
+
+void PlannerCore::nodeHeartbeat(const std::shared_ptr<NodeLink>& link) {
+  loop_->post([this, link] {
+    if (Node* node = nodeOfLink(link)) node->view.lastSeenMs = clock_->nowMs();
+  });
+}
+
+void PlannerCore::rankReported(const std::shared_ptr<NodeLink>& link, RankReport report) {
+  loop_->post([this, link, report = std::move(report)] {
+    Node* node = nodeOfLink(link);
+    if (!node) return;  // a report on a stream that never registered or was replaced
+    node->view.lastSeenMs = clock_->nowMs();
+    if (!rankHoldsSlot(report.event)) {
+      node->liveRanks.erase({report.jobId, report.attempt, report.rank});
+      node->view.usedSlots = static_cast<int>(node->liveRanks.size());
+    }
+    applyReport(node->view.nodeId, report);
+    if (!rankHoldsSlot(report.event)) {
+      releaseIfOver(*node, report);
+      schedule();
+    }
+  });
+}
+
+// A rank that ended after its attempt was already settled (a straggler stopped after the job
+// failed, or one a restarted node still held) is released on its own.
+void PlannerCore::releaseIfOver(Node& node, const RankReport& report) {
+  const JobRecord* job = findJob(report.jobId);
+  bool over = !job || job->attempt != report.attempt ||
+              std::all_of(job->ranks.begin(), job->ranks.end(), [](const RankStatus& r) {
+                return r.state == RankState::kSucceeded || r.state == RankState::kFailed;
+              });
+  if (over && node.link) node.link->release({.jobId = report.jobId, .attempt = report.attempt});
+}
+
+void PlannerCore::applyReport(const std::string& nodeId, const RankReport& report) {
+  JobRecord* job = findJob(report.jobId);
+  if (!job || report.attempt != job->attempt) return;
+  if (report.rank < 0 || report.rank >= static_cast<int>(job->ranks.size()) ||
+      job->ranks[report.rank].nodeId != nodeId) {
+    spdlog::warn("node {} reported rank {} of job {} attempt {}, which is not placed there", nodeId, report.rank,
+                 report.jobId, report.attempt);
+    return;
+  }
+  auto metrics = metricsOf(report, clock_->nowMs());
+  auto effects = JobLifecycle::applyRankReport(*job, report, clock_->nowMs());
+  commit(*job, effects, std::move(metrics));
+}
+
+void PlannerCore::nodeDetached(const std::shared_ptr<NodeLink>& link) {
+  loop_->post([this, link] {
+    Node* node = nodeOfLink(link);
+    if (!node) return;
+    spdlog::warn("node {} detached; its ranks are lost unless it re-attaches within {} ms", node->view.nodeId,
+                 options_.nodeTimeoutMs);
+    node->link.reset();
+    node->view.connected = false;
+    node->detachedSinceMs = clock_->steadyMs();
+    for (auto it = logStreams_.begin(); it != logStreams_.end();) {
+      if (it->second.waitingNodes.count(node->view.nodeId)) {
+        it->second.sink->onEnd(unavailable("node {} went away while sending logs", node->view.nodeId));
+        it = logStreams_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  });
+}
+
+void PlannerCore::expireNodes() {
+  const int64_t now = clock_->steadyMs();
+  const int64_t wallNow = clock_->nowMs();
+  for (auto& [nodeId, node] : nodes_) {
+    if (node.link && wallNow - node.view.lastSeenMs > options_.nodeTimeoutMs) {
+      spdlog::warn("node {} sent nothing for {} ms: dropping its stream", nodeId, wallNow - node.view.lastSeenMs);
+      node.link->close();
+      node.link.reset();
+      node.view.connected = false;
+      node.detachedSinceMs = now;
+    }
+    if (node.link || node.detachedSinceMs == 0 || now - node.detachedSinceMs < options_.nodeTimeoutMs) continue;
+    if (node.liveRanks.empty()) continue;
+    std::string why = fmt::format("node {} lost contact {} s ago", nodeId, (now - node.detachedSinceMs) / 1000);
+    auto lost = node.liveRanks;
+    node.liveRanks.clear();
+    node.view.usedSlots = 0;
+    for (const auto& [jobId, attempt, rank] : lost) {
+      JobRecord* job = findJob(jobId);
+      if (!job || job->attempt != attempt) continue;
+      auto effects = JobLifecycle::markRankLost(*job, rank, why, clock_->nowMs());
+      commit(*job, effects);
+    }
+  }
+}
+
+void PlannerCore::listNodes(std::function<void(std::vector<NodeView>)> done) {
+  loop_->post([this, done = std::move(done)] {
+    std::vector<NodeView> out;
+    for (const auto& [id, node] : nodes_) {
+      if (node.view.slots == 0 && !node.link) continue;  // known only from a recovered job
+      out.push_back(node.view);
+    }
+    done(std::move(out));
+  });
+}
+
+// ---- logs -------------------------------------------------------------------------------------
+
+void PlannerCore::streamLogs(LogQuery query, std::shared_ptr<LogSink> sink) {
+  loop_->post([this, query = std::move(query), sink = std::move(sink)]() mutable {
+    const JobRecord* job = findJob(query.jobId);
+    if (!job) return sink->onEnd(notFound("job {} does not exist", query.jobId));
+    if (job->attempt == 0) return sink->onEnd(failedPrecondition("job {} has not been launched yet", query.jobId));
+    if (query.attempt == 0) query.attempt = job->attempt;
+    if (query.attempt < 0 || query.attempt > job->attempt)
+      return sink->onEnd(invalidArgument("attempt: job {} has attempts 1 to {}", query.jobId, job->attempt));
+    for (int r : query.ranks) {
+      if (r < 0 || r >= job->spec.ranks)
+        return sink->onEnd(invalidArgument("rank: job {} has ranks 0 to {}", query.jobId, job->spec.ranks - 1));
+    }
+    // The current attempt's placement is known; an earlier attempt's logs are asked of every node.
+    std::set<std::string> nodeIds;
+    if (query.attempt == job->attempt) {
+      for (const auto& r : job->ranks) {
+        if (query.ranks.empty() || std::count(query.ranks.begin(), query.ranks.end(), r.rank)) nodeIds.insert(r.nodeId);
+      }
+    } else {
+      for (const auto& [id, node] : nodes_) nodeIds.insert(id);
+    }
+    LogStream stream{.sink = sink, .jobId = query.jobId, .attempt = query.attempt, .waitingNodes = {}};
+    query.requestId = nextLogRequestId_++;
+    for (const auto& id : nodeIds) {
+      auto it = nodes_.find(id);
+      if (it == nodes_.end() || !it->second.link) {
+        if (query.attempt == job->attempt)
+          return sink->onEnd(unavailable("node {} holding ranks of job {} is not connected", id, query.jobId));
+        continue;
+      }
+      stream.waitingNodes.insert(id);
+    }
+    if (stream.waitingNodes.empty()) return sink->onEnd(Status::ok());
+    for (const auto& id : stream.waitingNodes) nodes_.at(id).link->requestLogs(query);
+    logStreams_.emplace(query.requestId, std::move(stream));
+  });
+}
+
+void PlannerCore::stopLogs(const std::shared_ptr<LogSink>& sink) {
+  loop_->post([this, sink] {
+    for (auto it = logStreams_.begin(); it != logStreams_.end(); ++it) {
+      if (it->second.sink != sink) continue;
+      for (const auto& id : it->second.waitingNodes) {
+        auto node = nodes_.find(id);
+        if (node != nodes_.end() && node->second.link) node->second.link->cancelLogs(it->first);
+      }
+      logStreams_.erase(it);
+      return;
+    }
+  });
+}
+
+void PlannerCore::logDataReceived(const std::shared_ptr<NodeLink>& link, LogData data) {
+  loop_->post([this, link, data = std::move(data)]() mutable {
+    auto it = logStreams_.find(data.requestId);
+    Node* node = nodeOfLink(link);
+    if (it == logStreams_.end() || !node) return;
+    LogStream& stream = it->second;
+    if (!data.error.empty()) {
+      stream.sink->onEnd(unavailable("node {}: {}", node->view.nodeId, data.error));
+    } else if (!data.data.empty() && !stream.sink->onChunk(data.rank, stream.attempt, data.data)) {
+      data.done = true;  // the reader left: stop every node
+      for (const auto& id : stream.waitingNodes) {
+        if (id != node->view.nodeId && nodes_.count(id) && nodes_.at(id).link) nodes_.at(id).link->cancelLogs(it->first);
+      }
+      stream.waitingNodes.clear();
+    } else if (!data.done) {
+      return;
+    }
+    if (!data.error.empty()) {
+      logStreams_.erase(it);
+      return;
+    }
+    stream.waitingNodes.erase(node->view.nodeId);
+    if (stream.waitingNodes.empty()) {
+      stream.sink->onEnd(Status::ok());
+      logStreams_.erase(it);
+    }
+  });
+}
+
+}  // namespace loom::planner

@@ -1,0 +1,155 @@
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/event_loop.h"
+#include "common/status.h"
+#include "planner/job.h"
+#include "planner/job_lifecycle.h"
+#include "planner/node_link.h"
+#include "planner/state_store.h"
+
+namespace loom::planner {
+
+struct JobUpdate {
+  JobRecord job;
+  std::vector<JobEvent> events;  // new since the last update (all of them in the first)
+  std::vector<Metric> metrics;   // likewise
+};
+
+// Receives a job's updates; owned jointly by the core and the stream that feeds a client.
+class JobWatcher {
+ public:
+  virtual ~JobWatcher() = default;
+  // False when the watcher is gone (client left): the core drops it.
+  virtual bool onUpdate(const JobUpdate& update) = 0;
+  virtual void onEnd(const Status& status) = 0;
+};
+
+// Receives the chunks of one log request.
+class LogSink {
+ public:
+  virtual ~LogSink() = default;
+  virtual bool onChunk(int rank, int attempt, const std::string& data) = 0;
+  virtual void onEnd(const Status& status) = 0;
+};
+
+struct NodeView {
+  std::string nodeId;
+  std::string hostname;
+  std::string address;
+  int slots = 0;
+  int usedSlots = 0;
+  bool connected = false;
+  int64_t lastSeenMs = 0;
+};
+
+struct ListQuery {
+  int pageSize = 100;
+  std::string pageToken;
+  std::set<JobState> states;
+};
+
+struct JobPage {
+  std::vector<JobRecord> jobs;
+  std::string nextPageToken;
+};
+
+struct PlannerOptions {
+  std::string stateDir;
+  int64_t nodeTimeoutMs = 15'000;        // a node silent this long has lost its ranks
+  int64_t nodeHeartbeatIntervalMs = 1'000;
+
+  Status validate() const;
+};
+
+// The planner's state and decisions: the job registry (persisted), the node registry, gang
+// placement, the job state machine and restarts. All state belongs to one loop thread; every
+// public method is thread-safe, posts to that loop and answers through its callback, which runs
+// on the loop (so callbacks must not block).
+class PlannerCore {
+ public:
+  static StatusOr<std::unique_ptr<PlannerCore>> create(const PlannerOptions& options, const Clock* clock);
+  ~PlannerCore();
+
+  using JobCallback = std::function<void(const StatusOr<JobRecord>&)>;
+  void createJob(std::string specJson, std::string requestId,
+                 std::function<void(const StatusOr<JobRecord>&, bool created)> done);
+  void getJob(const std::string& jobId, JobCallback done);
+  void listJobs(ListQuery query, std::function<void(const StatusOr<JobPage>&)> done);
+  void cancelJob(const std::string& jobId, std::string reason, JobCallback done);
+  void watchJob(const std::string& jobId, std::shared_ptr<JobWatcher> watcher);
+  void streamLogs(LogQuery query, std::shared_ptr<LogSink> sink);
+  void stopLogs(const std::shared_ptr<LogSink>& sink);
+  void listNodes(std::function<void(std::vector<NodeView>)> done);
+
+  // The node side, called by the Attach streams. A link is registered by its first message.
+  void nodeRegistered(std::shared_ptr<NodeLink> link, NodeRegistration registration);
+  void nodeHeartbeat(const std::shared_ptr<NodeLink>& link);
+  void rankReported(const std::shared_ptr<NodeLink>& link, RankReport report);
+  void masterEndpointReported(const std::shared_ptr<NodeLink>& link, MasterEndpoint endpoint);
+  void logDataReceived(const std::shared_ptr<NodeLink>& link, LogData data);
+  void nodeDetached(const std::shared_ptr<NodeLink>& link);
+
+  int64_t nodeHeartbeatIntervalMs() const { return options_.nodeHeartbeatIntervalMs; }
+
+  // Stops the loop; pending callbacks are dropped.
+  void shutdown();
+
+ private:
+  struct Node {
+    NodeView view;
+    std::shared_ptr<NodeLink> link;  // null while detached
+    int64_t detachedSinceMs = 0;
+    std::set<std::tuple<std::string, int, int>> liveRanks;  // (job, attempt, rank) holding a slot
+  };
+  struct PendingLaunch {
+    int attempt = 0;
+    std::vector<LaunchOrder> orders;  // for the nodes without rank 0, sent once its port is known
+  };
+  struct LogStream {
+    std::shared_ptr<LogSink> sink;
+    std::string jobId;
+    int attempt = 0;
+    std::set<std::string> waitingNodes;
+  };
+
+  PlannerCore(const PlannerOptions& options, const Clock* clock, std::unique_ptr<StateStore> store);
+  Status recover();
+  JobRecord* findJob(const std::string& jobId);
+  Node* nodeOfLink(const std::shared_ptr<NodeLink>& link);
+  std::string newJobId(const std::string& name);
+
+  // Persists a step's events, notifies watchers and carries out its effects.
+  void commit(JobRecord& job, const LifecycleEffects& effects, std::vector<Metric> metrics = {});
+  void stopAttempt(const JobRecord& job, const std::string& reason);
+  void releaseAttempt(const JobRecord& job);
+  void schedule();
+  void launch(JobRecord& job, const Placement& placement);
+  void reconcileNode(Node& node, const NodeRegistration& registration);
+  void expireNodes();
+  void applyReport(const std::string& nodeId, const RankReport& report);
+  void releaseIfOver(Node& node, const RankReport& report);
+  void notifyWatchers(const JobRecord& job, const std::vector<JobEvent>& events, const std::vector<Metric>& metrics);
+
+  PlannerOptions options_;
+  const Clock* clock_;
+  std::unique_ptr<StateStore> store_;
+  std::map<std::string, JobRecord> jobs_;
+  std::vector<std::string> jobOrder_;  // creation order, for listing and FIFO placement
+  std::map<std::string, std::string> jobByRequestId_;
+  std::map<std::string, Node> nodes_;
+  std::map<std::string, PendingLaunch> pendingLaunches_;
+  std::multimap<std::string, std::shared_ptr<JobWatcher>> watchers_;
+  std::map<int64_t, LogStream> logStreams_;
+  int64_t nextLogRequestId_ = 1;
+  std::unique_ptr<EventLoop> loop_;  // last: destroyed (joined) first
+};
+
+}  // namespace loom::planner

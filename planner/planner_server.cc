@@ -1,0 +1,51 @@
+#include "planner/planner_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "planner/grpc_services.h"
+
+namespace loom::planner {
+
+StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::start(const PlannerServerOptions& options, const Clock* clock) {
+  std::unique_ptr<PlannerServer> server(new PlannerServer());
+  ASSIGN_OR_RETURN(server->core_, PlannerCore::create(options.planner, clock));
+  server->jobService_ = std::make_unique<JobServiceImpl>(server->core_.get());
+  server->nodeService_ = std::make_unique<NodeServiceImpl>(server->core_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listenAddress, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(server->jobService_.get());
+  builder.RegisterService(server->nodeService_.get());
+  // Daemons hold one stream for days: keepalives find a dead peer without waiting for TCP.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  server->server_ = builder.BuildAndStart();
+  if (!server->server_ || port == 0)
+    return unavailable("cannot listen on {} (in use, or not an address of this host)", options.listenAddress);
+  auto colon = options.listenAddress.rfind(':');
+  server->boundAddress_ = options.listenAddress.substr(0, colon) + ":" + std::to_string(port);
+  return server;
+}
+
+PlannerServer::~PlannerServer() { shutdown(); }
+
+std::shared_ptr<grpc::Channel> PlannerServer::inProcessChannel() {
+  return server_->InProcessChannel(grpc::ChannelArguments());
+}
+
+void PlannerServer::shutdown() {
+  if (!server_) return;
+  // The core ends its streams first, so the server's shutdown does not wait on them.
+  core_->shutdown();
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server_->Wait();
+  server_.reset();
+}
+
+}  // namespace loom::planner

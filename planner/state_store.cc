@@ -1,0 +1,310 @@
+#include "planner/state_store.h"
+
+#include <nlohmann/json.hpp>
+#include <sqlite3.h>
+
+namespace loom::planner {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  request_id TEXT UNIQUE,
+  spec_json TEXT NOT NULL,
+  state INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  restarts INTEGER NOT NULL,
+  create_time_ms INTEGER NOT NULL,
+  update_time_ms INTEGER NOT NULL,
+  ranks_json TEXT NOT NULL,
+  metrics_json TEXT NOT NULL,
+  last_event_seq INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+  job_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  time_ms INTEGER NOT NULL,
+  state INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  PRIMARY KEY (job_id, seq)
+);
+CREATE TABLE IF NOT EXISTS metrics (
+  job_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  value REAL NOT NULL,
+  time_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS metrics_by_job ON metrics (job_id);
+)sql";
+
+// A prepared statement that finalizes itself.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  bool prepared() const { return rc_ == SQLITE_OK; }
+  void bind(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
+  void bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  void bindNull(int i) { sqlite3_bind_null(stmt_, i); }
+  // The index of a named parameter (":id"), 0 when the statement does not use it.
+  int index(const char* name) { return sqlite3_bind_parameter_index(stmt_, name); }
+  int step() { return sqlite3_step(stmt_); }
+  void reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  std::string text(int i) {
+    const unsigned char* t = sqlite3_column_text(stmt_, i);
+    return t ? std::string(reinterpret_cast<const char*>(t), sqlite3_column_bytes(stmt_, i)) : std::string();
+  }
+  int64_t int64(int i) { return sqlite3_column_int64(stmt_, i); }
+  double real(int i) { return sqlite3_column_double(stmt_, i); }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+Status sqliteError(sqlite3* db, const std::string& what) {
+  int code = sqlite3_extended_errcode(db);
+  StatusCode sc = (code == SQLITE_CONSTRAINT_UNIQUE || code == SQLITE_CONSTRAINT_PRIMARYKEY)
+                      ? StatusCode::kAlreadyExists
+                      : StatusCode::kInternal;
+  return {sc, what + ": " + sqlite3_errmsg(db)};
+}
+
+json ranksToJson(const std::vector<RankStatus>& ranks) {
+  json out = json::array();
+  for (const auto& r : ranks) {
+    out.push_back({{"rank", r.rank}, {"node", r.nodeId}, {"pid", r.pid}, {"state", static_cast<int>(r.state)},
+                   {"exit_code", r.exitCode}, {"signal", r.signal}, {"detail", r.detail}, {"step", r.step}});
+  }
+  return out;
+}
+
+std::vector<RankStatus> ranksFromJson(const json& in) {
+  std::vector<RankStatus> out;
+  for (const auto& j : in) {
+    out.push_back(RankStatus{.rank = j.at("rank"), .nodeId = j.at("node"), .pid = j.at("pid"),
+                             .state = static_cast<RankState>(j.at("state").get<int>()), .exitCode = j.at("exit_code"),
+                             .signal = j.at("signal"), .detail = j.at("detail"), .step = j.at("step")});
+  }
+  return out;
+}
+
+// All-or-nothing: rolls back unless commit() was reached.
+class Transaction {
+ public:
+  explicit Transaction(sqlite3* db) : db_(db) { ok_ = sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK; }
+  ~Transaction() {
+    if (ok_ && !committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  Status commit() {
+    if (!ok_) return sqliteError(db_, "begin transaction");
+    if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) return sqliteError(db_, "commit");
+    committed_ = true;
+    return Status::ok();
+  }
+
+ private:
+  sqlite3* db_;
+  bool ok_ = false;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<StateStore>> StateStore::open(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
+      SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return Status(StatusCode::kInternal, "cannot open state database " + path + ": " + msg);
+  }
+  std::unique_ptr<StateStore> store(new StateStore(db));
+  sqlite3_busy_timeout(db, 5000);
+  RETURN_IF_ERROR(store->exec("PRAGMA journal_mode=WAL").withContext(path));
+  RETURN_IF_ERROR(store->exec("PRAGMA synchronous=NORMAL").withContext(path));
+  RETURN_IF_ERROR(store->exec(kSchema).withContext(path));
+  return store;
+}
+
+StateStore::~StateStore() { sqlite3_close(db_); }
+
+Status StateStore::exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return internalError("sqlite: {}", msg);
+  }
+  return Status::ok();
+}
+
+Status StateStore::writeJob(const char* sql, const JobRecord& job) {
+  Statement st(db_, sql);
+  if (!st.prepared()) return sqliteError(db_, "prepare");
+  // Named parameters: the INSERT and the UPDATE use different subsets of the same fields.
+  auto bindText = [&](const char* name, const std::string& v) {
+    if (int i = st.index(name)) st.bind(i, v);
+  };
+  auto bindInt = [&](const char* name, int64_t v) {
+    if (int i = st.index(name)) st.bind(i, v);
+  };
+  bindText(":id", job.id);
+  if (int i = st.index(":request_id")) {
+    if (job.requestId.empty()) {
+      st.bindNull(i);
+    } else {
+      st.bind(i, job.requestId);
+    }
+  }
+  bindText(":spec_json", job.specJson);
+  bindInt(":state", static_cast<int64_t>(job.state));
+  bindText(":reason", job.reason);
+  bindInt(":attempt", job.attempt);
+  bindInt(":restarts", job.restarts);
+  bindInt(":create_time_ms", job.createTimeMs);
+  bindInt(":update_time_ms", job.updateTimeMs);
+  bindText(":ranks_json", ranksToJson(job.ranks).dump());
+  bindText(":metrics_json", json(job.metrics).dump());
+  bindInt(":last_event_seq", job.lastEventSeq);
+  if (st.step() != SQLITE_DONE) return sqliteError(db_, "write job " + job.id);
+  return Status::ok();
+}
+
+Status StateStore::insertEvents(const std::string& jobId, const std::vector<JobEvent>& events) {
+  Statement st(db_, "INSERT INTO events (job_id, seq, time_ms, state, attempt, reason) VALUES (?,?,?,?,?,?)");
+  if (!st.prepared()) return sqliteError(db_, "prepare");
+  for (const auto& e : events) {
+    st.bind(1, jobId);
+    st.bind(2, e.seq);
+    st.bind(3, e.timeMs);
+    st.bind(4, static_cast<int64_t>(e.state));
+    st.bind(5, static_cast<int64_t>(e.attempt));
+    st.bind(6, e.reason);
+    if (st.step() != SQLITE_DONE) return sqliteError(db_, "insert event of " + jobId);
+    st.reset();
+  }
+  return Status::ok();
+}
+
+Status StateStore::insertJob(const JobRecord& job, const std::vector<JobEvent>& events) {
+  Transaction tx(db_);
+  RETURN_IF_ERROR(writeJob(
+      "INSERT INTO jobs (id, request_id, spec_json, state, reason, attempt, restarts, create_time_ms, "
+      "update_time_ms, ranks_json, metrics_json, last_event_seq) VALUES (:id, :request_id, :spec_json, :state, "
+      ":reason, :attempt, :restarts, :create_time_ms, :update_time_ms, :ranks_json, :metrics_json, :last_event_seq)",
+      job));
+  RETURN_IF_ERROR(insertEvents(job.id, events));
+  return tx.commit();
+}
+
+Status StateStore::updateJob(const JobRecord& job, const std::vector<JobEvent>& newEvents) {
+  Transaction tx(db_);
+  RETURN_IF_ERROR(writeJob(
+      "UPDATE jobs SET state=:state, reason=:reason, attempt=:attempt, restarts=:restarts, "
+      "update_time_ms=:update_time_ms, ranks_json=:ranks_json, metrics_json=:metrics_json, "
+      "last_event_seq=:last_event_seq WHERE id=:id",
+      job));
+  if (sqlite3_changes(db_) != 1) return notFound("job {} is not in the state database", job.id);
+  RETURN_IF_ERROR(insertEvents(job.id, newEvents));
+  return tx.commit();
+}
+
+Status StateStore::appendMetrics(const std::string& jobId, const std::vector<Metric>& metrics) {
+  if (metrics.empty()) return Status::ok();
+  Transaction tx(db_);
+  Statement st(db_, "INSERT INTO metrics (job_id, attempt, rank, step, name, value, time_ms) VALUES (?,?,?,?,?,?,?)");
+  if (!st.prepared()) return sqliteError(db_, "prepare");
+  for (const auto& m : metrics) {
+    st.bind(1, jobId);
+    st.bind(2, static_cast<int64_t>(m.attempt));
+    st.bind(3, static_cast<int64_t>(m.rank));
+    st.bind(4, m.step);
+    st.bind(5, m.name);
+    st.bind(6, m.value);
+    st.bind(7, m.timeMs);
+    if (st.step() != SQLITE_DONE) return sqliteError(db_, "insert metric of " + jobId);
+    st.reset();
+  }
+  return tx.commit();
+}
+
+StatusOr<std::vector<JobRecord>> StateStore::loadJobs() {
+  Statement st(db_,
+               "SELECT id, request_id, spec_json, state, reason, attempt, restarts, create_time_ms, update_time_ms, "
+               "ranks_json, metrics_json, last_event_seq FROM jobs ORDER BY seq");
+  if (!st.prepared()) return sqliteError(db_, "prepare");
+  std::vector<JobRecord> jobs;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    JobRecord job;
+    job.id = st.text(0);
+    job.requestId = st.text(1);
+    job.specJson = st.text(2);
+    job.state = static_cast<JobState>(st.int64(3));
+    job.reason = st.text(4);
+    job.attempt = static_cast<int>(st.int64(5));
+    job.restarts = static_cast<int>(st.int64(6));
+    job.createTimeMs = st.int64(7);
+    job.updateTimeMs = st.int64(8);
+    try {
+      job.ranks = ranksFromJson(json::parse(st.text(9)));
+      job.metrics = json::parse(st.text(10)).get<std::map<std::string, double>>();
+    } catch (const json::exception& e) {
+      return Status(StatusCode::kDataLoss, "job " + job.id + ": corrupt row in the state database: " + e.what());
+    }
+    job.lastEventSeq = st.int64(11);
+    auto spec = parseJobSpec(job.specJson);
+    if (!spec.isOk()) return spec.status().withContext("job " + job.id + ": stored spec");
+    job.spec = std::move(spec).value();
+    jobs.push_back(std::move(job));
+  }
+  if (rc != SQLITE_DONE) return sqliteError(db_, "load jobs");
+  return jobs;
+}
+
+StatusOr<std::vector<JobEvent>> StateStore::loadEvents(const std::string& jobId) {
+  Statement st(db_, "SELECT seq, time_ms, state, attempt, reason FROM events WHERE job_id=? ORDER BY seq");
+  if (!st.prepared()) return sqliteError(db_, "prepare");
+  st.bind(1, jobId);
+  std::vector<JobEvent> events;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    events.push_back(JobEvent{.seq = st.int64(0), .timeMs = st.int64(1), .state = static_cast<JobState>(st.int64(2)),
+                              .attempt = static_cast<int>(st.int64(3)), .reason = st.text(4)});
+  }
+  if (rc != SQLITE_DONE) return sqliteError(db_, "load events of " + jobId);
+  return events;
+}
+
+StatusOr<std::vector<Metric>> StateStore::loadMetrics(const std::string& jobId, int limit) {
+  Statement st(db_,
+               "SELECT attempt, rank, step, name, value, time_ms FROM (SELECT rowid, * FROM metrics WHERE job_id=? "
+               "ORDER BY rowid DESC LIMIT ?) ORDER BY rowid");
+  if (!st.prepared()) return sqliteError(db_, "prepare");
+  st.bind(1, jobId);
+  st.bind(2, static_cast<int64_t>(limit));
+  std::vector<Metric> metrics;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    metrics.push_back(Metric{.attempt = static_cast<int>(st.int64(0)), .rank = static_cast<int>(st.int64(1)),
+                             .step = st.int64(2), .name = st.text(3), .value = st.real(4), .timeMs = st.int64(5)});
+  }
+  if (rc != SQLITE_DONE) return sqliteError(db_, "load metrics of " + jobId);
+  return metrics;
+}
+
+}  // namespace loom::planner

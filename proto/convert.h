@@ -1,0 +1,34 @@
+#pragma once
+
+#include "common/node_messages.h"
+#include "loom/v1/node.pb.h"
+
+// Translation between the node protocol's wire messages and its plain structs: the one place
+// that knows both.
+namespace loom::convert {
+
+v1::RankReport toProto(const RankReport& in);
+RankReport fromProto(const v1::RankReport& in);
+
+v1::Register toProto(const NodeRegistration& in);
+NodeRegistration fromProto(const v1::Register& in);
+
+v1::MasterEndpoint toProto(const MasterEndpoint& in);
+MasterEndpoint fromProto(const v1::MasterEndpoint& in);
+
+v1::LogData toProto(const LogData& in);
+LogData fromProto(const v1::LogData& in);
+
+v1::Launch toProto(const LaunchOrder& in);
+LaunchOrder fromProto(const v1::Launch& in);
+
+v1::Kill toProto(const KillOrder& in);
+KillOrder fromProto(const v1::Kill& in);
+
+v1::Release toProto(const ReleaseOrder& in);
+ReleaseOrder fromProto(const v1::Release& in);
+
+v1::LogRequest toProto(const LogQuery& in);
+LogQuery fromProto(const v1::LogRequest& in);
+
+}  // namespace loom::convert

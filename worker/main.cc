@@ -1,0 +1,54 @@
+// loom-worker: one rank of a job. Started by loomd with the rank environment; runs its part of
+// the job and exits 0 on success. Its exit code is also written to LOOM_RANK_DIR/exit_status, so
+// a loomd that restarted meanwhile learns how it ended.
+#include <cstdio>
+
+#include "common/files.h"
+#include "planner/job_spec.h"
+#include "worker/probe_job.h"
+#include "worker/rank_context.h"
+#include "worker/report_client.h"
+#include "worker/torch_info.h"
+
+namespace {
+
+int finish(const loom::worker::RankContext* context, int code) {
+  if (context) (void)loom::files::writeFileAtomic(context->rankDir + "/exit_status", std::to_string(code) + "\n");
+  return code;
+}
+
+}  // namespace
+
+int main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  auto context = loom::worker::RankContext::fromEnvironment();
+  if (!context.isOk()) {
+    std::fprintf(stderr, "loom-worker: %s\n", context.status().message().c_str());
+    return 2;
+  }
+  const auto& ctx = *context;
+  auto fail = [&](const loom::Status& s) {
+    std::fprintf(stderr, "loom-worker: job %s rank %d: %s\n", ctx.jobId.c_str(), ctx.rank, s.toString().c_str());
+    return finish(&ctx, 1);
+  };
+
+  auto specText = loom::files::readFile(ctx.specPath);
+  if (!specText.isOk()) return fail(specText.status());
+  auto spec = loom::planner::parseJobSpec(*specText);
+  if (!spec.isOk()) return fail(spec.status().withContext(ctx.specPath));
+  auto reports = loom::worker::ReportClient::connect(ctx);
+  if (!reports.isOk()) return fail(reports.status());
+
+  std::printf("rank %d/%d (local %d) of job %s attempt %d on node %s: %s\n", ctx.rank, ctx.worldSize, ctx.localRank,
+              ctx.jobId.c_str(), ctx.attempt, ctx.nodeId.c_str(), loom::worker::torchInfo().c_str());
+  (*reports)->ready(loom::worker::torchInfo());
+
+  loom::Status result;
+  switch (spec->kind) {
+    case loom::planner::JobKind::kProbe:
+      result = loom::worker::runProbe(ctx, *spec, **reports);
+      break;
+  }
+  if (!result.isOk()) return fail(result);
+  return finish(&ctx, 0);
+}

@@ -1,0 +1,14 @@
+#pragma once
+
+#include "common/status.h"
+#include "planner/job_spec.h"
+#include "worker/rank_context.h"
+#include "worker/report_client.h"
+
+namespace loom::worker {
+
+// The probe job: proves that a rank starts, reports and ends on the allocation. It reports
+// ready, then `probe.ticks` progress reports `probe.tick_ms` apart, and returns.
+Status runProbe(const RankContext& context, const planner::JobSpec& spec, ReportClient& reports);
+
+}  // namespace loom::worker

@@ -1,0 +1,42 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+#include "worker/rank_context.h"
+
+namespace loom::worker {
+
+// The rank's voice to its node daemon: ready, progress with metrics, and a heartbeat from its own
+// thread every LOOM_HEARTBEAT_MS (so a rank that is stopped or wedged falls silent). If the
+// daemon stays unreachable for `orphanTimeoutMs` the rank is an orphan, and it exits rather than
+// run on unsupervised. Thread-safe.
+class ReportClient {
+ public:
+  static StatusOr<std::unique_ptr<ReportClient>> connect(const RankContext& context);
+  ~ReportClient();
+
+  void ready(const std::string& detail);
+  void progress(int64_t step, const std::map<std::string, double>& metrics);
+
+ private:
+  ReportClient(const RankContext& context, int fd);
+  bool send(const std::string& datagram);
+  void heartbeatLoop();
+
+  RankContext context_;
+  int fd_;
+  int64_t orphanTimeoutMs_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  int64_t lastDeliveredMs_;
+  std::thread heartbeat_;
+};
+
+}  // namespace loom::worker
