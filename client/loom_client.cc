@@ -1,5 +1,7 @@
 #include "client/loom_client.h"
 
+#include <thread>
+
 #include <grpcpp/health_check_service_interface.h>
 
 namespace loom::client {
@@ -116,21 +118,29 @@ Status LoomClient::streamLogs(const v1::GetJobLogsRequest& request,
 }
 
 StatusOr<v1::Job> LoomClient::awaitJob(const std::string& jobId, std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  const bool bounded = timeout.count() > 0;
+  const auto deadline = Clock::now() + timeout;
   v1::Job last;
-  Status s = watchJob(
-      jobId,
-      [&](const v1::JobUpdate& update) {
-        last = update.job();
-        return true;
-      },
-      timeout);
-  if (!s.isOk()) {
-    if (s.code() == StatusCode::kDeadlineExceeded)
+  // A planner that restarts drops the stream: watch again until the job ends or time runs out.
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (bounded && left.count() <= 0) left = std::chrono::milliseconds(1);
+    Status s = watchJob(
+        jobId,
+        [&](const v1::JobUpdate& update) {
+          last = update.job();
+          return true;
+        },
+        bounded ? left : std::chrono::milliseconds::zero());
+    if (s.isOk() && isFinalState(last.state())) return last;
+    const bool expired = bounded && Clock::now() >= deadline;
+    if (s.code() == StatusCode::kDeadlineExceeded || (expired && (s.isOk() || s.code() == StatusCode::kUnavailable)))
       return Status(StatusCode::kDeadlineExceeded,
                     "job " + jobId + " did not end within the timeout (now " + stateName(last.state()) + ")");
-    return s;
+    if (!s.isOk() && s.code() != StatusCode::kUnavailable) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  return last;
 }
 
 }  // namespace loom::client

@@ -1,0 +1,145 @@
+// The public API's contract: status codes, field names in errors, idempotency, paging.
+#include <condition_variable>
+
+#include <grpcpp/generic/generic_stub.h>
+
+#include "tests/catch.h"
+#include "tests/integration/cluster.h"
+
+using namespace loom;
+using namespace loom::testing;
+
+namespace {
+
+void expectRejected(client::LoomClient& client, const std::string& spec, const std::string& field) {
+  auto created = client.createJob(spec);
+  INFO("spec: " << spec << "\nstatus: " << created.status().toString());
+  REQUIRE_FALSE(created.isOk());
+  CHECK(created.status().code() == StatusCode::kInvalidArgument);
+  CHECK(created.status().message().find(field) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("malformed specs are INVALID_ARGUMENT naming the field, and nothing is stored", "[integration]") {
+  Standalone cluster(2);
+  client::LoomClient& client = *cluster.client;
+  expectRejected(client, "{not json", "not valid JSON");
+  expectRejected(client, "[1, 2]", "must be a JSON object");
+  expectRejected(client, probeSpec(2, 1, 1, {{"colour", "blue"}}), "colour: unknown key");
+  expectRejected(client, probeSpec(2, 1, 1, {{"probe", {{"tick_us", 3}}}}), "probe.tick_us: unknown key");
+  expectRejected(client, probeSpec(0, 1, 1), "resources.ranks");
+  expectRejected(client, probeSpec(-3, 1, 1), "resources.ranks");
+  expectRejected(client, probeSpec(2, 1, 1, {{"kind", nullptr}}), "kind: required field is missing");
+  expectRejected(client, probeSpec(2, 1, 1, {{"resources", {{"ranks", nullptr}}}}), "resources.ranks: required");
+  expectRejected(client, probeSpec(2, 1, 1, {{"resources", {{"device", "tpu"}}}}), "resources.device");
+  expectRejected(client, probeSpec(2, 1, 1, {{"kind", "bake"}}), "kind: \"bake\"");
+  expectRejected(client, probeSpec(2, 1, 1, {{"probe", {{"ticks", "many"}}}}), "probe.ticks: must be an integer");
+
+  auto list = client.listJobs(v1::ListJobsRequest());
+  REQUIRE(list.isOk());
+  CHECK(list->jobs_size() == 0);
+}
+
+TEST_CASE("CreateJob twice with one request_id creates one job", "[integration]") {
+  Standalone cluster(2);
+  auto first = cluster.client->createJob(probeSpec(1, 1, 1), "req-42");
+  auto second = cluster.client->createJob(probeSpec(1, 1, 1), "req-42");
+  REQUIRE(first.isOk());
+  REQUIRE(second.isOk());
+  CHECK(first->created());
+  CHECK_FALSE(second->created());
+  CHECK(first->job().id() == second->job().id());
+  auto other = cluster.client->createJob(probeSpec(1, 1, 1), "req-43");
+  REQUIRE(other.isOk());
+  CHECK(other->job().id() != first->job().id());
+  auto list = cluster.client->listJobs(v1::ListJobsRequest());
+  CHECK(list->jobs_size() == 2);
+}
+
+TEST_CASE("unknown jobs are NOT_FOUND; ListJobs pages and filters", "[integration]") {
+  Standalone cluster(4);
+  CHECK(cluster.client->getJob("nope").status().code() == StatusCode::kNotFound);
+  CHECK(cluster.client->cancelJob("nope").status().code() == StatusCode::kNotFound);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    auto created = cluster.client->createJob(probeSpec(1, 1, 1));
+    REQUIRE(created.isOk());
+    ids.push_back(created->job().id());
+  }
+  for (const auto& id : ids) awaitFinal(*cluster.client, id);
+
+  v1::ListJobsRequest request;
+  request.set_page_size(2);
+  std::vector<std::string> seen;
+  do {
+    auto page = cluster.client->listJobs(request);
+    REQUIRE(page.isOk());
+    CHECK(page->jobs_size() <= 2);
+    for (const auto& j : page->jobs()) seen.push_back(j.id());
+    request.set_page_token(page->next_page_token());
+  } while (!request.page_token().empty());
+  CHECK(seen == ids);
+
+  v1::ListJobsRequest running;
+  running.add_states(v1::RUNNING);
+  CHECK(cluster.client->listJobs(running)->jobs_size() == 0);
+  v1::ListJobsRequest bad;
+  bad.set_page_token("garbage");
+  CHECK(cluster.client->listJobs(bad).status().code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("WatchJob streams state changes with reasons and metrics, then ends", "[integration]") {
+  Standalone cluster(2);
+  auto created = cluster.client->createJob(probeSpec(2, 3, 20));
+  REQUIRE(created.isOk());
+  std::vector<v1::JobState> states;
+  int metrics = 0;
+  REQUIRE(cluster.client
+              ->watchJob(created->job().id(),
+                         [&](const v1::JobUpdate& update) {
+                           for (const auto& e : update.events()) {
+                             CHECK_FALSE(e.reason().empty());
+                             states.push_back(e.state());
+                           }
+                           metrics += update.metrics_size();
+                           return true;
+                         })
+              .isOk());
+  REQUIRE(!states.empty());
+  CHECK(states.front() == v1::PENDING);
+  CHECK(std::find(states.begin(), states.end(), v1::LAUNCHING) != states.end());
+  CHECK(std::find(states.begin(), states.end(), v1::RUNNING) != states.end());
+  CHECK(states.back() == v1::SUCCEEDED);
+  CHECK(metrics >= 2 * 3 * 3);  // 2 ranks x 3 ticks x 3 metrics
+}
+
+TEST_CASE("the standard health service answers", "[integration]") {
+  Standalone cluster(1);
+  auto channel = grpc::CreateChannel(cluster.address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  // grpc.health.v1.Health/Check with an empty request: SERVING is field 1 = 1.
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("", 0);
+  request = grpc::ByteBuffer(&empty, 1);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   std::lock_guard lock(mu);
+                   status = s;
+                   done = true;
+                   cv.notify_one();
+                 });
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return done; });
+  CHECK(status.ok());
+  std::vector<grpc::Slice> slices;
+  REQUIRE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  CHECK(bytes == std::string("\x08\x01", 2));
+}

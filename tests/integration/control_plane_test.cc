@@ -1,0 +1,119 @@
+// A job goes from the API through the planner and node daemons to real rank processes.
+#include <set>
+
+#include "tests/catch.h"
+#include "tests/integration/cluster.h"
+
+using namespace loom;
+using namespace loom::testing;
+
+TEST_CASE("a 4-rank probe job succeeds under loomd --standalone", "[integration]") {
+  Standalone cluster(/*slots=*/4);
+  auto created = cluster.client->createJob(probeSpec(4, 5, 50));
+  REQUIRE(created.isOk());
+  REQUIRE(created->created());
+  v1::Job job = awaitFinal(*cluster.client, created->job().id());
+  INFO(job.reason());
+  CHECK(job.state() == v1::SUCCEEDED);
+  CHECK(job.attempt() == 1);
+  REQUIRE(job.ranks_size() == 4);
+  for (const auto& r : job.ranks()) {
+    CHECK(r.state() == v1::RANK_SUCCEEDED);
+    CHECK(r.step() == 5);
+    CHECK(r.node_id() == "node-a");
+  }
+  CHECK(job.metrics().at("probe.tick") == 5);
+  CHECK(jobProcesses(job.id()).empty());
+}
+
+TEST_CASE("a 4-rank job splits over two daemons of 2 slots under a separate planner", "[integration]") {
+  PlannerProcess planner;
+  DaemonProcess a(planner.address, 2, "node-a");
+  DaemonProcess b(planner.address, 2, "node-b");
+  client::LoomClient client(planner.address);
+  REQUIRE(eventually(
+      [&] {
+        auto nodes = client.listNodes();
+        return nodes.isOk() && nodes->size() == 2 && (*nodes)[0].connected() && (*nodes)[1].connected();
+      },
+      std::chrono::seconds(20)));
+
+  auto created = client.createJob(probeSpec(4, 5, 50));
+  REQUIRE(created.isOk());
+  v1::Job job = awaitFinal(client, created->job().id());
+  INFO(job.reason());
+  CHECK(job.state() == v1::SUCCEEDED);
+  std::set<std::string> nodes;
+  for (const auto& r : job.ranks()) nodes.insert(r.node_id());
+  CHECK(nodes == std::set<std::string>{"node-a", "node-b"});
+  // Consecutive ranks share a node.
+  CHECK(job.ranks(0).node_id() == job.ranks(1).node_id());
+  CHECK(job.ranks(2).node_id() == job.ranks(3).node_id());
+}
+
+TEST_CASE("a job that does not fit stays PENDING with the reason, and runs once slots free up", "[integration]") {
+  Standalone cluster(/*slots=*/2);
+  auto big = cluster.client->createJob(probeSpec(3, 1, 10));
+  REQUIRE(big.isOk());
+  REQUIRE(eventually(
+      [&] {
+        auto job = cluster.client->getJob(big->job().id());
+        return job.isOk() && job->reason().find("waiting for 3 free slots: 2 free") != std::string::npos;
+      },
+      std::chrono::seconds(10)));
+  CHECK(cluster.client->getJob(big->job().id())->state() == v1::PENDING);
+
+  // Gang placement: a job that fits runs; the big one is never partly placed.
+  auto small = cluster.client->createJob(probeSpec(2, 2, 20));
+  REQUIRE(small.isOk());
+  CHECK(awaitFinal(*cluster.client, small->job().id()).state() == v1::SUCCEEDED);
+  auto stillPending = cluster.client->getJob(big->job().id());
+  CHECK(stillPending->state() == v1::PENDING);
+  CHECK(stillPending->attempt() == 0);
+  REQUIRE(cluster.client->cancelJob(big->job().id()).isOk());
+}
+
+TEST_CASE("logs: every rank's output, one rank, and the last N lines", "[integration]") {
+  Standalone cluster(2);
+  auto created = cluster.client->createJob(probeSpec(2, 4, 10));
+  REQUIRE(created.isOk());
+  const std::string id = created->job().id();
+  REQUIRE(awaitFinal(*cluster.client, id).state() == v1::SUCCEEDED);
+
+  auto collect = [&](std::vector<int> ranks, int tail) {
+    v1::GetJobLogsRequest request;
+    request.set_job_id(id);
+    for (int r : ranks) request.add_ranks(r);
+    request.set_tail_lines(tail);
+    std::map<int, std::string> out;
+    Status s = cluster.client->streamLogs(request, [&](const v1::LogChunk& c) {
+      out[c.rank()] += c.data();
+      return true;
+    });
+    REQUIRE(s.isOk());
+    return out;
+  };
+  auto all = collect({}, 0);
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].find("rank 0: tick 4/4") != std::string::npos);
+  CHECK(all[1].find("rank 1: tick 4/4") != std::string::npos);
+  auto one = collect({1}, 2);
+  REQUIRE(one.size() == 1);
+  CHECK(one[1] == "rank 1: tick 3/4\nrank 1: tick 4/4\n");
+}
+
+TEST_CASE("logs --follow streams until the ranks end", "[integration]") {
+  Standalone cluster(1);
+  auto created = cluster.client->createJob(probeSpec(1, 10, 50));
+  REQUIRE(created.isOk());
+  awaitRunning(*cluster.client, created->job().id());
+  v1::GetJobLogsRequest request;
+  request.set_job_id(created->job().id());
+  request.set_follow(true);
+  std::string out;
+  REQUIRE(cluster.client->streamLogs(request, [&](const v1::LogChunk& c) {
+                          out += c.data();
+                          return true;
+                        }).isOk());
+  CHECK(out.find("rank 0: tick 10/10") != std::string::npos);
+}

@@ -1,0 +1,69 @@
+#include "planner/job_spec.h"
+
+#include "tests/catch.h"
+
+using loom::StatusCode;
+using loom::planner::parseJobSpec;
+
+namespace {
+
+std::string errorOf(const std::string& spec) {
+  auto parsed = parseJobSpec(spec);
+  REQUIRE_FALSE(parsed.isOk());
+  CHECK(parsed.status().code() == StatusCode::kInvalidArgument);
+  return parsed.status().message();
+}
+
+}  // namespace
+
+TEST_CASE("a minimal spec gets every default", "[planner]") {
+  auto spec = parseJobSpec(R"({"name": "p", "kind": "probe", "resources": {"ranks": 4}})");
+  REQUIRE(spec.isOk());
+  CHECK(spec->ranks == 4);
+  CHECK(spec->device == loom::planner::DeviceKind::kCpu);
+  CHECK(spec->probe.ticks == 10);
+  CHECK(spec->probe.tickMs == 100);
+  CHECK(spec->maxRestarts == 0);
+  CHECK(spec->gracePeriodMs == 10'000);
+  CHECK(spec->heartbeatTimeoutMs == 30'000);
+  // The normalized form parses back to the same spec.
+  auto again = parseJobSpec(spec->toJson().dump());
+  REQUIRE(again.isOk());
+  CHECK(again->toJson() == spec->toJson());
+}
+
+TEST_CASE("every field of a full spec is read", "[planner]") {
+  auto spec = parseJobSpec(R"({"name": "p-1.x", "kind": "probe", "resources": {"ranks": 2, "device": "cuda"},
+    "probe": {"ticks": 3, "tick_ms": 7}, "restart": {"max_restarts": 2},
+    "timeouts": {"grace_period_s": 1.5, "heartbeat_timeout_s": 4}})");
+  REQUIRE(spec.isOk());
+  CHECK(spec->device == loom::planner::DeviceKind::kCuda);
+  CHECK(spec->probe.ticks == 3);
+  CHECK(spec->probe.tickMs == 7);
+  CHECK(spec->maxRestarts == 2);
+  CHECK(spec->gracePeriodMs == 1500);
+  CHECK(spec->heartbeatTimeoutMs == 4000);
+}
+
+TEST_CASE("bad specs name the field", "[planner]") {
+  CHECK(errorOf("{").find("not valid JSON") != std::string::npos);
+  CHECK(errorOf("3").find("must be a JSON object") != std::string::npos);
+  CHECK(errorOf(R"({"kind": "probe", "resources": {"ranks": 1}})") == "name: required field is missing");
+  CHECK(errorOf(R"({"name": "p", "resources": {"ranks": 1}})") == "kind: required field is missing");
+  CHECK(errorOf(R"({"name": "p", "kind": "probe"})") == "resources: required field is missing");
+  CHECK(errorOf(R"({"name": "p", "kind": "probe", "resources": {}})") == "resources.ranks: required field is missing");
+  CHECK(errorOf(R"({"name": "p", "kind": "probe", "resources": {"ranks": 0}})") ==
+        "resources.ranks: must be between 1 and 65536, got 0");
+  CHECK(errorOf(R"({"name": "p", "kind": "probe", "resources": {"ranks": 1.5}})") ==
+        "resources.ranks: must be an integer, got number");
+  CHECK(errorOf(R"({"name": "p", "kind": "probe", "resources": "4"})") == "resources: must be an object, got string");
+  CHECK(errorOf(R"({"name": "p", "kind": "probe", "resources": {"ranks": 1}, "extra": 1})") == "extra: unknown key");
+  CHECK(errorOf(R"({"name": "p", "kind": "probe", "resources": {"ranks": 1, "gpu": 1}})") ==
+        "resources.gpu: unknown key");
+  CHECK(errorOf(R"({"name": "p", "kind": "probe", "resources": {"ranks": 1}, "restart": {"max_restarts": -1}})")
+            .find("restart.max_restarts") == 0);
+  CHECK(errorOf(R"({"name": "p", "kind": "probe", "resources": {"ranks": 1}, "timeouts": {"grace_period_s": "x"}})")
+            .find("timeouts.grace_period_s") == 0);
+  CHECK(errorOf(R"({"name": "a b", "kind": "probe", "resources": {"ranks": 1}})").find("name:") == 0);
+  CHECK(errorOf(R"({"name": "p", "kind": "train", "resources": {"ranks": 1}})").find("kind: \"train\"") == 0);
+}

@@ -1,0 +1,31 @@
+#include "planner/placement.h"
+
+#include "tests/catch.h"
+
+using namespace loom::planner;
+
+TEST_CASE("a gang that fits one node goes to the smallest such node", "[planner]") {
+  auto p = placeGang(2, {{"big", 8}, {"small", 2}, {"mid", 4}});
+  REQUIRE(p.isOk());
+  REQUIRE(p->size() == 1);
+  CHECK((*p)[0].nodeId == "small");
+  CHECK((*p)[0].ranks == std::vector<int>{0, 1});
+}
+
+TEST_CASE("a gang larger than any node spreads over the largest, consecutive ranks together", "[planner]") {
+  auto p = placeGang(5, {{"a", 2}, {"b", 3}, {"c", 1}});
+  REQUIRE(p.isOk());
+  REQUIRE(p->size() == 2);
+  CHECK((*p)[0].nodeId == "b");
+  CHECK((*p)[0].ranks == std::vector<int>{0, 1, 2});
+  CHECK((*p)[1].nodeId == "a");
+  CHECK((*p)[1].ranks == std::vector<int>{3, 4});
+}
+
+TEST_CASE("a gang that does not fit is not placed at all, and the reason says why", "[planner]") {
+  auto p = placeGang(4, {{"a", 2}, {"b", 1}});
+  REQUIRE_FALSE(p.isOk());
+  CHECK(p.status().code() == loom::StatusCode::kResourceExhausted);
+  CHECK(p.status().message() == "waiting for 4 free slots: 3 free on 2 nodes (a 2, b 1)");
+  CHECK_FALSE(placeGang(1, {}).isOk());
+}
