@@ -9,13 +9,15 @@ if(NOT torch_found EQUAL 0 OR NOT EXISTS "${LOOM_TORCH_DIR}/lib/libtorch_cpu.so"
   message(FATAL_ERROR "torch (the wheel) is not importable by python3: run scripts/setup")
 endif()
 
-add_library(loom_torch INTERFACE)
-target_include_directories(loom_torch SYSTEM INTERFACE
+add_library(loom_torch_libs INTERFACE)
+target_include_directories(loom_torch_libs SYSTEM INTERFACE
   ${LOOM_TORCH_DIR}/include
   ${LOOM_TORCH_DIR}/include/torch/csrc/api/include)
-target_compile_definitions(loom_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1)
-target_link_libraries(loom_torch INTERFACE
+# The wheel ships fmt headers (v12) that shadow Debian's fmt 9 on this include path: torch-facing
+# code uses them header-only, so no fmt library of either version needs to match.
+target_compile_definitions(loom_torch_libs INTERFACE _GLIBCXX_USE_CXX11_ABI=1 FMT_HEADER_ONLY)
+target_link_libraries(loom_torch_libs INTERFACE
   ${LOOM_TORCH_DIR}/lib/libtorch_cpu.so
   ${LOOM_TORCH_DIR}/lib/libc10.so)
-target_link_options(loom_torch INTERFACE "-Wl,-rpath,${LOOM_TORCH_DIR}/lib")
+target_link_options(loom_torch_libs INTERFACE "-Wl,-rpath,${LOOM_TORCH_DIR}/lib")
 message(STATUS "libtorch: ${LOOM_TORCH_DIR}")

@@ -2,24 +2,39 @@
 // the job and exits 0 on success. Its exit code is also written to LOOM_RANK_DIR/exit_status, so
 // a loomd that restarted meanwhile learns how it ended.
 #include <cstdio>
+#include <cstring>
 
 #include "common/files.h"
 #include "planner/job_spec.h"
 #include "worker/probe_job.h"
 #include "worker/rank_context.h"
 #include "worker/report_client.h"
-#include "worker/torch_info.h"
+#include "worker/torch_runtime.h"
 
 namespace {
 
-int finish(const loom::worker::RankContext* context, int code) {
-  if (context) (void)loom::files::writeFileAtomic(context->rankDir + "/exit_status", std::to_string(code) + "\n");
+constexpr const char* kVersion = "0.1.0";
+
+int finish(const loom::worker::RankContext& context, int code) {
+  (void)loom::files::writeFileAtomic(context.rankDir + "/exit_status", std::to_string(code) + "\n");
   return code;
+}
+
+// `loom-worker --version`: this build and the libtorch it loads.
+int printVersion() {
+  auto torch = loom::worker::loadTorchRuntime();
+  if (!torch.isOk()) {
+    std::fprintf(stderr, "loom-worker %s: %s\n", kVersion, torch.status().message().c_str());
+    return 1;
+  }
+  std::printf("loom-worker %s, %s\n", kVersion, (*torch)->describe().c_str());
+  return 0;
 }
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--version") == 0) return printVersion();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   auto context = loom::worker::RankContext::fromEnvironment();
   if (!context.isOk()) {
@@ -29,7 +44,7 @@ int main() {
   const auto& ctx = *context;
   auto fail = [&](const loom::Status& s) {
     std::fprintf(stderr, "loom-worker: job %s rank %d: %s\n", ctx.jobId.c_str(), ctx.rank, s.toString().c_str());
-    return finish(&ctx, 1);
+    return finish(ctx, 1);
   };
 
   auto specText = loom::files::readFile(ctx.specPath);
@@ -39,9 +54,10 @@ int main() {
   auto reports = loom::worker::ReportClient::connect(ctx);
   if (!reports.isOk()) return fail(reports.status());
 
-  std::printf("rank %d/%d (local %d) of job %s attempt %d on node %s: %s\n", ctx.rank, ctx.worldSize, ctx.localRank,
-              ctx.jobId.c_str(), ctx.attempt, ctx.nodeId.c_str(), loom::worker::torchInfo().c_str());
-  (*reports)->ready(loom::worker::torchInfo());
+  std::printf("rank %d/%d (local %d) of job %s attempt %d on node %s, master %s:%d\n", ctx.rank, ctx.worldSize,
+              ctx.localRank, ctx.jobId.c_str(), ctx.attempt, ctx.nodeId.c_str(), ctx.masterAddr.c_str(),
+              ctx.masterPort);
+  (*reports)->ready("");
 
   loom::Status result;
   switch (spec->kind) {
@@ -50,5 +66,5 @@ int main() {
       break;
   }
   if (!result.isOk()) return fail(result);
-  return finish(&ctx, 0);
+  return finish(ctx, 0);
 }

@@ -21,7 +21,7 @@ void expectRejected(client::LoomClient& client, const std::string& spec, const s
 
 }  // namespace
 
-TEST_CASE("malformed specs are INVALID_ARGUMENT naming the field, and nothing is stored", "[integration]") {
+TEST_CASE("malformed specs are INVALID_ARGUMENT naming the field - and nothing is stored", "[integration]") {
   Standalone cluster(2);
   client::LoomClient& client = *cluster.client;
   expectRejected(client, "{not json", "not valid JSON");
@@ -57,7 +57,7 @@ TEST_CASE("CreateJob twice with one request_id creates one job", "[integration]"
   CHECK(list->jobs_size() == 2);
 }
 
-TEST_CASE("unknown jobs are NOT_FOUND; ListJobs pages and filters", "[integration]") {
+TEST_CASE("unknown jobs are NOT_FOUND - ListJobs pages and filters", "[integration]") {
   Standalone cluster(4);
   CHECK(cluster.client->getJob("nope").status().code() == StatusCode::kNotFound);
   CHECK(cluster.client->cancelJob("nope").status().code() == StatusCode::kNotFound);
@@ -89,7 +89,7 @@ TEST_CASE("unknown jobs are NOT_FOUND; ListJobs pages and filters", "[integratio
   CHECK(cluster.client->listJobs(bad).status().code() == StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("WatchJob streams state changes with reasons and metrics, then ends", "[integration]") {
+TEST_CASE("WatchJob streams state changes with reasons and metrics - then ends", "[integration]") {
   Standalone cluster(2);
   auto created = cluster.client->createJob(probeSpec(2, 3, 20));
   REQUIRE(created.isOk());

@@ -51,7 +51,7 @@ TEST_CASE("a 4-rank job splits over two daemons of 2 slots under a separate plan
   CHECK(job.ranks(2).node_id() == job.ranks(3).node_id());
 }
 
-TEST_CASE("a job that does not fit stays PENDING with the reason, and runs once slots free up", "[integration]") {
+TEST_CASE("a job that does not fit stays PENDING with the reason - and runs once slots free up", "[integration]") {
   Standalone cluster(/*slots=*/2);
   auto big = cluster.client->createJob(probeSpec(3, 1, 10));
   REQUIRE(big.isOk());
@@ -73,7 +73,7 @@ TEST_CASE("a job that does not fit stays PENDING with the reason, and runs once 
   REQUIRE(cluster.client->cancelJob(big->job().id()).isOk());
 }
 
-TEST_CASE("logs: every rank's output, one rank, and the last N lines", "[integration]") {
+TEST_CASE("logs: every rank's output - one rank - and the last N lines", "[integration]") {
   Standalone cluster(2);
   auto created = cluster.client->createJob(probeSpec(2, 4, 10));
   REQUIRE(created.isOk());

@@ -7,7 +7,7 @@
 using namespace loom;
 using namespace loom::testing;
 
-TEST_CASE("kill -9 of a rank with max_restarts 1: one restart, then SUCCEEDED", "[integration]") {
+TEST_CASE("kill -9 of a rank with max_restarts 1: one restart - then SUCCEEDED", "[integration]") {
   Standalone cluster(4);
   auto created = cluster.client->createJob(probeSpec(4, 20, 50, {{"restart", {{"max_restarts", 1}}}}));
   REQUIRE(created.isOk());
@@ -22,7 +22,7 @@ TEST_CASE("kill -9 of a rank with max_restarts 1: one restart, then SUCCEEDED", 
   CHECK(jobProcesses(job.id()).empty());
 }
 
-TEST_CASE("kill -9 of a rank with max_restarts 0: FAILED, naming the rank and its signal", "[integration]") {
+TEST_CASE("kill -9 of a rank with max_restarts 0: FAILED - naming the rank and its signal", "[integration]") {
   Standalone cluster(4);
   auto created = cluster.client->createJob(probeSpec(4, 100, 50));
   REQUIRE(created.isOk());
@@ -40,7 +40,7 @@ TEST_CASE("kill -9 of a rank with max_restarts 0: FAILED, naming the rank and it
   CHECK(eventually([&] { return jobProcesses(job.id()).empty(); }, std::chrono::seconds(10)));
 }
 
-TEST_CASE("a rank that dies of SIGTERM fails the job, naming the signal", "[integration]") {
+TEST_CASE("a rank that dies of SIGTERM fails the job - naming the signal", "[integration]") {
   Standalone cluster(2);
   auto created = cluster.client->createJob(probeSpec(2, 100, 50));
   REQUIRE(created.isOk());

@@ -41,7 +41,7 @@ std::string writeSpec(const TempDir& dir, const std::string& name, const std::st
 
 }  // namespace
 
-TEST_CASE("loomctl run: embedded control plane, exit code = job result", "[integration]") {
+TEST_CASE("loomctl run: embedded control plane - exit code = job result", "[integration]") {
   TempDir dir;
   std::string spec = writeSpec(dir, "ok.json", probeSpec(2, 3, 10));
   Result ok = loomctl("run " + spec + " --state-dir " + dir.path() + "/state", dir.path());
@@ -51,7 +51,7 @@ TEST_CASE("loomctl run: embedded control plane, exit code = job result", "[integ
   CHECK(ok.err.find("all 2 ranks exited 0") != std::string::npos);
 }
 
-TEST_CASE("loomctl validate names the field; submit prints the id alone; wait and get", "[integration]") {
+TEST_CASE("loomctl validate names the field - submit prints the id alone - wait and get", "[integration]") {
   TempDir dir;
   Result missing = loomctl("validate " + dir.path() + "/absent.json", dir.path());
   CHECK(missing.exitCode == 2);
@@ -92,7 +92,7 @@ TEST_CASE("loomctl validate names the field; submit prints the id alone; wait an
   CHECK(unknown.err.find("NOT_FOUND") != std::string::npos);
 }
 
-TEST_CASE("loomctl cancel, then wait exits 3 for the cancelled job", "[integration]") {
+TEST_CASE("loomctl cancel - then wait exits 3 for the cancelled job", "[integration]") {
   TempDir dir;
   Standalone cluster(1);
   std::string spec = writeSpec(dir, "long.json", probeSpec(1, 1000, 50));
@@ -104,4 +104,17 @@ TEST_CASE("loomctl cancel, then wait exits 3 for the cancelled job", "[integrati
   Result waited = loomctl("--server " + cluster.address + " wait " + id, dir.path());
   CHECK(waited.exitCode == 3);
   CHECK(waited.out.find("CANCELLED") != std::string::npos);
+}
+
+TEST_CASE("loom-worker --version loads its libtorch runtime - a wrong path is named", "[integration]") {
+  TempDir dir;
+  std::string out = dir.path() + "/out";
+  int rc = std::system((binary("loom-worker") + " --version >" + out + " 2>&1").c_str());
+  CHECK(WEXITSTATUS(rc) == 0);
+  CHECK(files::readFile(out).value().find("torch 2.11.0") != std::string::npos);
+  rc = std::system(("LOOM_TORCH_RUNTIME=/nowhere/libloom_torch.so " + binary("loom-worker") + " --version >" + out +
+                    " 2>&1")
+                       .c_str());
+  CHECK(WEXITSTATUS(rc) == 1);
+  CHECK(files::readFile(out).value().find("/nowhere/libloom_torch.so") != std::string::npos);
 }

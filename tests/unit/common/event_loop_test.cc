@@ -18,7 +18,7 @@ TEST_CASE("posted tasks run in order on the loop thread", "[common]") {
   for (int i = 0; i < 100; ++i) CHECK(order[i] == i);
 }
 
-TEST_CASE("timers run after their delay; a stopped loop refuses work", "[common]") {
+TEST_CASE("timers run after their delay - a stopped loop refuses work", "[common]") {
   EventLoop loop("test");
   std::promise<void> fired;
   loop.runAfter(std::chrono::milliseconds(1), [&] { fired.set_value(); });

@@ -21,7 +21,7 @@ process::ExitInfo waitFor(int pid) {
 
 }  // namespace
 
-TEST_CASE("spawn: environment, log file and exit code", "[common]") {
+TEST_CASE("spawn: environment - log file and exit code", "[common]") {
   testing::TempDir dir;
   std::string log = dir.path() + "/out.log";
   auto pid = process::spawn({.executable = "/bin/sh", .args = {"-c", "echo \"$LOOM_X\"; echo err >&2; exit 3"},
@@ -33,7 +33,7 @@ TEST_CASE("spawn: environment, log file and exit code", "[common]") {
   CHECK(files::readFile(log).value() == "hello\nerr\n");
 }
 
-TEST_CASE("spawn: a missing executable is an error, not a process exiting 127", "[common]") {
+TEST_CASE("spawn: a missing executable is an error - not a process exiting 127", "[common]") {
   auto pid = process::spawn({.executable = "/no/such/binary", .args = {}, .env = {}, .logPath = "", .workingDir = "",
                              .newSession = true});
   REQUIRE_FALSE(pid.isOk());

@@ -35,7 +35,7 @@ struct Collector {
 
 }  // namespace
 
-TEST_CASE("the last N lines of every rank, or of the ranks asked for", "[daemon]") {
+TEST_CASE("the last N lines of every rank - or of the ranks asked for", "[daemon]") {
   testing::TempDir dir;
   REQUIRE(files::makeDirs(dir.path() + "/j/attempt-1").isOk());
   REQUIRE(files::writeFileAtomic(LogServer::logPath(dir.path(), "j", 1, 0), "a\nb\nc\n").isOk());

@@ -59,7 +59,7 @@ TEST_CASE("placed -> running -> succeeded", "[planner]") {
   CHECK(last.attemptOver);
 }
 
-TEST_CASE("a killed rank with restarts left: RESTARTING, every rank stopped, then PENDING", "[planner]") {
+TEST_CASE("a killed rank with restarts left: RESTARTING - every rank stopped - then PENDING", "[planner]") {
   JobRecord job = newJob(2, 1);
   JobLifecycle::markPlaced(job, onOneNode(2), 1);
   allReady(job);
@@ -108,7 +108,7 @@ TEST_CASE("a rank lost with its node fails the attempt", "[planner]") {
   CHECK(job.reason.find("node n lost contact") != std::string::npos);
 }
 
-TEST_CASE("cancel: PENDING ends at once; a running job waits for its ranks", "[planner]") {
+TEST_CASE("cancel: PENDING ends at once - a running job waits for its ranks", "[planner]") {
   JobRecord pending = newJob(1, 0);
   auto effects = JobLifecycle::requestCancel(pending, "", 1);
   REQUIRE(effects.isOk());

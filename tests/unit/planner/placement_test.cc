@@ -12,7 +12,7 @@ TEST_CASE("a gang that fits one node goes to the smallest such node", "[planner]
   CHECK((*p)[0].ranks == std::vector<int>{0, 1});
 }
 
-TEST_CASE("a gang larger than any node spreads over the largest, consecutive ranks together", "[planner]") {
+TEST_CASE("a gang larger than any node spreads over the largest - consecutive ranks together", "[planner]") {
   auto p = placeGang(5, {{"a", 2}, {"b", 3}, {"c", 1}});
   REQUIRE(p.isOk());
   REQUIRE(p->size() == 2);
@@ -22,7 +22,7 @@ TEST_CASE("a gang larger than any node spreads over the largest, consecutive ran
   CHECK((*p)[1].ranks == std::vector<int>{3, 4});
 }
 
-TEST_CASE("a gang that does not fit is not placed at all, and the reason says why", "[planner]") {
+TEST_CASE("a gang that does not fit is not placed at all - and the reason says why", "[planner]") {
   auto p = placeGang(4, {{"a", 2}, {"b", 1}});
   REQUIRE_FALSE(p.isOk());
   CHECK(p.status().code() == loom::StatusCode::kResourceExhausted);

@@ -28,7 +28,7 @@ JobRecord sampleJob(const std::string& id, const std::string& requestId) {
 
 }  // namespace
 
-TEST_CASE("jobs, events and metrics survive reopening the database", "[planner]") {
+TEST_CASE("jobs - events and metrics survive reopening the database", "[planner]") {
   loom::testing::TempDir dir;
   const std::string path = dir.path() + "/planner.db";
   {

@@ -1,0 +1,24 @@
+// libloom_torch.so: the worker's libtorch side. Torch-facing files never include generated
+// protobuf headers: the torch wheel ships protobuf headers of another version.
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+
+#include "worker/torch_runtime.h"
+
+namespace loom::worker {
+namespace {
+
+class LibTorchRuntime final : public TorchRuntime {
+ public:
+  std::string describe() const override {
+    return std::string("torch ") + TORCH_VERSION + ", " + std::to_string(at::get_num_threads()) + " threads";
+  }
+};
+
+}  // namespace
+}  // namespace loom::worker
+
+extern "C" loom::worker::TorchRuntime* loom_torch_runtime() {
+  static loom::worker::LibTorchRuntime runtime;
+  return &runtime;
+}

@@ -1,0 +1,28 @@
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace loom::worker {
+
+// The part of the worker that needs libtorch lives in libloom_torch.so, loaded on first use:
+// libtorch takes a quarter of a second to load, which a rank that never touches a tensor (the
+// probe) should not pay, eight times over, at every launch. Same build, same compiler: the
+// library hands out C++ objects through one extern "C" entry point.
+class TorchRuntime {
+ public:
+  virtual ~TorchRuntime() = default;
+  // "torch 2.11.0, 8 threads"
+  virtual std::string describe() const = 0;
+};
+
+// Loads the runtime once per process (later calls return the same one). The library is found
+// at $LOOM_TORCH_RUNTIME, else ../lib/libloom_torch.so beside the worker binary; the error names
+// the path tried and dlopen's reason.
+StatusOr<TorchRuntime*> loadTorchRuntime();
+
+}  // namespace loom::worker
+
+// Exported by libloom_torch.so.
+extern "C" loom::worker::TorchRuntime* loom_torch_runtime();
