@@ -32,6 +32,7 @@ struct NodeRegistration {
   std::string address;
   int slots = 0;
   std::vector<RankReport> ranks;  // the latest report of every rank the daemon holds
+  std::string instanceId;         // new for every daemon process
 };
 
 struct MasterEndpoint {
@@ -66,6 +67,7 @@ struct LaunchOrder {
   bool pickMasterPort = false;
   int64_t heartbeatTimeoutMs = 0;
   int64_t gracePeriodMs = 0;
+  int groupRank = 0;  // this node's index among the attempt's nodes
 };
 
 struct KillOrder {

@@ -129,8 +129,9 @@ bool isAlive(int pid, uint64_t expectedStart) {
 }
 
 void signalGroup(int pid, int sig) {
-  if (pid <= 0) return;
-  if (::kill(-pid, sig) != 0 && errno == ESRCH) ::kill(pid, sig);
+  // Only the group: a rank leads its own, so a bare-pid fallback could only reach a stranger
+  // that reused the pid.
+  if (pid > 0) ::kill(-pid, sig);
 }
 
 ExitInfo decodeWaitStatus(int status) {

@@ -2,6 +2,7 @@
 
 #include <csignal>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include <fmt/format.h>
@@ -66,6 +67,8 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options, st
   RETURN_IF_ERROR(files::makeDirs(options.stateDir + "/jobs"));
   std::unique_ptr<Daemon> d(new Daemon(options, clock));
   Daemon* self = d.get();
+  // The link exists (not yet started) before recovery, which reports how re-found ranks ended.
+  d->link_ = std::make_unique<PlannerLink>(std::move(planner), self);
   Status recovered;
   d->loop_->runSync([&] { recovered = self->recoverRecords(); });
   RETURN_IF_ERROR(recovered);
@@ -83,7 +86,6 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options, st
         return live;
       },
       [self](const LogData& data) { self->link_->sendLogData(data); });
-  d->link_ = std::make_unique<PlannerLink>(std::move(planner), self);
   d->loop_->runEvery(std::chrono::milliseconds(options.tickMs), [self] { self->tick(); });
   d->link_->start();
   spdlog::info("node {}: {} slots, state in {}", options.nodeId, options.slots, options.stateDir);
@@ -91,7 +93,10 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options, st
 }
 
 Daemon::Daemon(const DaemonOptions& options, const Clock* clock)
-    : options_(options), clock_(clock), loop_(std::make_unique<EventLoop>("loomd")) {}
+    : options_(options), clock_(clock), loop_(std::make_unique<EventLoop>("loomd")) {
+  std::random_device random;
+  instanceId_ = fmt::format("{}-{:08x}", ::getpid(), random());
+}
 
 Daemon::~Daemon() { shutdown(); }
 
@@ -159,7 +164,7 @@ Status Daemon::recoverRecords() {
 
 NodeRegistration Daemon::registration() {
   NodeRegistration reg{.nodeId = options_.nodeId, .hostname = "", .address = options_.address,
-                       .slots = options_.slots, .ranks = {}};
+                       .slots = options_.slots, .ranks = {}, .instanceId = instanceId_};
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   reg.hostname = host;
@@ -191,7 +196,7 @@ void Daemon::onLaunch(LaunchOrder order) {
       auto port = pickFreePort();
       if (port.isOk()) {
         order.masterPort = *port;
-        if (order.masterAddr.empty()) order.masterAddr = options_.address;
+        if (order.masterAddr.empty()) order.masterAddr = options_.address.empty() ? "127.0.0.1" : options_.address;
         link_->sendMasterEndpoint({.jobId = order.jobId, .attempt = order.attempt, .address = order.masterAddr,
                                    .port = order.masterPort});
       } else {
@@ -236,7 +241,7 @@ void Daemon::launchRank(const LaunchOrder& order, const RankAssignment& assignme
               {"LOCAL_RANK", std::to_string(assignment.localRank)},
               {"WORLD_SIZE", std::to_string(order.worldSize)},
               {"LOCAL_WORLD_SIZE", std::to_string(order.localWorldSize)},
-              {"GROUP_RANK", "0"},
+              {"GROUP_RANK", std::to_string(order.groupRank)},
               {"MASTER_ADDR", order.masterAddr},
               {"MASTER_PORT", std::to_string(order.masterPort)},
               {"TORCHELASTIC_RESTART_COUNT", std::to_string(order.attempt - 1)}},
@@ -282,8 +287,6 @@ void Daemon::markExited(RankRecord& r, int exitCode, int signal, const std::stri
   r.exited = true;
   r.lastReport.exitCode = exitCode;
   r.lastReport.signal = signal;
-  // Whatever the rank started in its process group goes with it.
-  if (r.pid > 0) process::signalGroup(r.pid, SIGKILL);
   process::ExitInfo exit{.exitCode = exitCode, .signal = signal};
   spdlog::info("job {} attempt {}: rank {} (pid {}) ended: {}", r.jobId, r.attempt, r.rank, r.pid,
                process::describeExit(exit));
@@ -291,9 +294,15 @@ void Daemon::markExited(RankRecord& r, int exitCode, int signal, const std::stri
 }
 
 void Daemon::tick() {
-  int status = 0;
-  pid_t pid;
-  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+  for (;;) {
+    // Peek first (WNOWAIT): while the rank is an unreaped zombie its pid, and so its process
+    // group, cannot be reused, and whatever it left running in the group is stopped with it.
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
+    const pid_t pid = info.si_pid;
+    process::signalGroup(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
     for (auto& [key, r] : ranks_) {
       if (r.child && r.pid == pid && !r.exited) {
         auto exit = process::decodeWaitStatus(status);
@@ -315,7 +324,7 @@ void Daemon::tick() {
       process::signalGroup(r.pid, SIGKILL);
       r.killDeadlineMs = 0;
     }
-    if (!r.heartbeatLost && r.killDeadlineMs == 0 && r.heartbeatTimeoutMs > 0 &&
+    if (!r.heartbeatLost && !r.stopping && r.heartbeatTimeoutMs > 0 &&
         now - r.lastHeartbeatMs > r.heartbeatTimeoutMs) {
       r.heartbeatLost = true;
       std::string detail = fmt::format("no heartbeat for {:.1f} s (timeout {:.1f} s); killed",
@@ -332,9 +341,10 @@ void Daemon::onKill(KillOrder order) {
     const int64_t now = clock_->steadyMs();
     for (auto& [key, r] : ranks_) {
       if (r.jobId != order.jobId || r.attempt != order.attempt || r.exited) continue;
+      r.stopping = true;
       if (order.gracePeriodMs <= 0) {
         process::signalGroup(r.pid, SIGKILL);
-      } else if (r.killDeadlineMs == 0) {
+      } else if (r.killDeadlineMs == 0 && !r.heartbeatLost) {
         spdlog::info("job {} rank {} (pid {}): SIGTERM ({})", r.jobId, r.rank, r.pid, order.reason);
         process::signalGroup(r.pid, SIGTERM);
         // A stopped process keeps SIGTERM pending; SIGCONT lets it act on it.
@@ -362,5 +372,9 @@ void Daemon::onRelease(ReleaseOrder order) {
 void Daemon::onLogRequest(LogQuery query) { logs_->serve(query); }
 
 void Daemon::onLogCancel(int64_t requestId) { logs_->cancel(requestId); }
+
+void Daemon::onDisconnected() {
+  if (logs_) logs_->cancelAll();
+}
 
 }  // namespace loom::daemon

@@ -17,7 +17,8 @@ namespace loom::daemon {
 struct DaemonOptions {
   std::string stateDir;
   std::string nodeId;           // default: the host name
-  std::string address;          // where other nodes reach this one; default: 127.0.0.1
+  std::string address;          // where other nodes reach this one; empty: the address the
+                                // planner sees this daemon's stream come from
   int slots = 0;                // ranks this node runs at once
   std::string workerPath;       // the loom-worker binary
   int64_t tickMs = 100;         // how often ranks are checked (exits, heartbeats, kill deadlines)
@@ -47,6 +48,7 @@ class Daemon final : public PlannerOrders {
   void onRelease(ReleaseOrder order) override;
   void onLogRequest(LogQuery query) override;
   void onLogCancel(int64_t requestId) override;
+  void onDisconnected() override;
 
  private:
   Daemon(const DaemonOptions& options, const Clock* clock);
@@ -62,6 +64,7 @@ class Daemon final : public PlannerOrders {
 
   DaemonOptions options_;
   const Clock* clock_;
+  std::string instanceId_;
   std::map<std::string, RankRecord> ranks_;  // by RankRecord::key()
   std::unique_ptr<ReportSocket> reports_;
   std::unique_ptr<LogServer> logs_;

@@ -67,6 +67,21 @@ std::string LogServer::logPath(const std::string& jobsDir, const std::string& jo
 
 void LogServer::serve(const LogQuery& query) {
   reapFinished();
+  std::unique_ptr<Request> replaced;
+  {
+    std::lock_guard lock(mu_);
+    auto it = requests_.find(query.requestId);
+    if (it != requests_.end()) {
+      // A planner that restarted numbers its requests anew: the old one with this id is void.
+      it->second->cancelled = true;
+      replaced = std::move(it->second);
+      requests_.erase(it);
+    }
+  }
+  if (replaced) {
+    cv_.notify_all();
+    replaced->thread.join();
+  }
   std::lock_guard lock(mu_);
   auto request = std::make_unique<Request>();
   Request* raw = request.get();
@@ -79,6 +94,14 @@ void LogServer::cancel(int64_t requestId) {
     std::lock_guard lock(mu_);
     auto it = requests_.find(requestId);
     if (it != requests_.end()) it->second->cancelled = true;
+  }
+  cv_.notify_all();
+}
+
+void LogServer::cancelAll() {
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, r] : requests_) r->cancelled = true;
   }
   cv_.notify_all();
 }

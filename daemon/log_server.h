@@ -26,6 +26,7 @@ class LogServer {
 
   void serve(const LogQuery& query);
   void cancel(int64_t requestId);
+  void cancelAll();
 
   static std::string logPath(const std::string& jobsDir, const std::string& jobId, int attempt, int rank);
 

@@ -30,7 +30,6 @@ int main(int argc, char** argv) {
   double nodeTimeoutS = 15;
   options.slots = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.nodeId = hostName();
-  options.address = "127.0.0.1";
   options.workerPath = loom::files::selfDir() + "/loom-worker";
 
   auto* plannerOpt = app.add_option("--planner", plannerAddress, "the planner's address (host:port)");
@@ -42,7 +41,8 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--slots", options.slots, "ranks this node runs at once")->capture_default_str();
   app.add_option("--node-id", options.nodeId, "this node's name")->capture_default_str();
-  app.add_option("--address", options.address, "the address other nodes reach this one at")->capture_default_str();
+  app.add_option("--address", options.address,
+                 "the address other nodes reach this one at (default: as the planner sees it; standalone: 127.0.0.1)");
   app.add_option("--worker", options.workerPath, "the loom-worker binary")->capture_default_str();
   app.add_option("--node-timeout", nodeTimeoutS, "with --standalone: seconds before a silent node's ranks are lost")
       ->capture_default_str();
@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<loom::planner::PlannerServer> planner;
   std::shared_ptr<grpc::Channel> channel;
   if (standalone) {
+    if (options.address.empty()) options.address = "127.0.0.1";
     loom::planner::PlannerServerOptions plannerOptions;
     plannerOptions.listenAddress = listenAddress;
     plannerOptions.planner.stateDir = options.stateDir + "/planner";

@@ -53,6 +53,9 @@ void PlannerLink::run() {
 void PlannerLink::runStream() {
   {
     std::lock_guard lock(mu_);
+    // Checked under the lock stop() takes to cancel: a stop between the loop's check and here
+    // would otherwise cancel the previous context and leave this one waiting forever.
+    if (stopping_) return;
     context_ = std::make_unique<grpc::ClientContext>();
     context_->set_wait_for_ready(true);
     stream_ = stub_->Attach(context_.get());
@@ -61,7 +64,6 @@ void PlannerLink::runStream() {
   *hello.mutable_register_() = convert::toProto(orders_->registration());
   if (!write(hello)) {
     std::lock_guard lock(mu_);
-    stream_->WritesDone();
     stream_->Finish();
     stream_.reset();
     return;
@@ -73,6 +75,9 @@ void PlannerLink::runStream() {
         heartbeatIntervalMs_ = std::max<int64_t>(100, in.registered().heartbeat_interval_ms());
         if (!connected_.exchange(true)) spdlog::info("attached to the planner");
         cv_.notify_all();
+        // Reports made between the registration's snapshot and now were dropped (not yet
+        // connected): send every rank's latest state once more. The planner ignores repeats.
+        for (const auto& report : orders_->registration().ranks) sendRankReport(report);
         break;
       case v1::PlannerMessage::kLaunch:
         orders_->onLaunch(convert::fromProto(in.launch()));
@@ -94,14 +99,16 @@ void PlannerLink::runStream() {
     }
   }
   bool wasConnected = connected_.exchange(false);
+  orders_->onDisconnected();
   grpc::Status status;
   {
     std::lock_guard lock(mu_);
     status = stream_->Finish();
     stream_.reset();
   }
-  if (wasConnected && !stopping_)
-    spdlog::warn("lost the planner ({}); reconnecting", status.ok() ? "stream closed" : status.error_message());
+  if (!stopping_ && (wasConnected || !status.ok()))
+    spdlog::warn("{} ({}); reconnecting", wasConnected ? "lost the planner" : "the planner refused this node",
+                 status.ok() ? "stream closed" : status.error_message());
 }
 
 bool PlannerLink::write(const v1::NodeMessage& message) {

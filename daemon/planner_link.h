@@ -25,6 +25,8 @@ class PlannerOrders {
   virtual void onRelease(ReleaseOrder order) = 0;
   virtual void onLogRequest(LogQuery query) = 0;
   virtual void onLogCancel(int64_t requestId) = 0;
+  // The stream broke: requests that were answered on it are void.
+  virtual void onDisconnected() = 0;
 };
 
 // The daemon's end of the Attach stream. It dials out, registers, then reads orders; when the

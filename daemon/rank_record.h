@@ -27,7 +27,8 @@ struct RankRecord {
   // Volatile: not persisted.
   bool child = true;             // false for re-adopted ranks (not our children: polled via /proc)
   int64_t lastHeartbeatMs = 0;   // steady clock
-  int64_t killDeadlineMs = 0;    // SIGKILL after this (steady clock); 0: no kill in progress
+  int64_t killDeadlineMs = 0;    // SIGKILL after this (steady clock); 0: none pending
+  bool stopping = false;         // a kill was ordered: silence is expected, not a lost heartbeat
   bool heartbeatLost = false;
 
   std::string key() const { return jobId + "." + std::to_string(attempt) + "." + std::to_string(rank); }

@@ -76,7 +76,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
                                                    v1::ListJobsResponse* response) {
   auto* reactor = ctx->DefaultReactor();
   ListQuery query{.pageSize = request->page_size(), .pageToken = request->page_token(), .states = {}};
-  for (int s : request->states()) query.states.insert(fromProto(static_cast<v1::JobState>(s)));
+  for (int s : request->states()) {
+    if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                   "states: " + std::to_string(s) + " is not a job state"));
+      return reactor;
+    }
+    query.states.insert(fromProto(static_cast<v1::JobState>(s)));
+  }
   core_->listJobs(std::move(query), [reactor, response](const StatusOr<JobPage>& page) {
     if (page.isOk()) {
       for (const auto& job : page->jobs) toProto(job, response->add_jobs());
@@ -257,16 +264,27 @@ class GrpcNodeLink final : public NodeLink {
     m.mutable_registered()->set_heartbeat_interval_ms(heartbeatIntervalMs);
     queue_->push(std::move(m));
   }
-  void close() override { queue_->finish(grpc::Status::OK); }
+  void close(const Status& why) override { queue_->finish(toGrpc(why)); }
 
  private:
   std::shared_ptr<AttachQueue> queue_;
 };
 
+// The host part of a gRPC peer string ("ipv4:10.0.0.5:41234", "ipv6:[fd00::1]:41234"), or
+// 127.0.0.1 for an in-process peer.
+std::string peerHost(const std::string& peer) {
+  if (peer.rfind("ipv4:", 0) == 0) return peer.substr(5, peer.rfind(':') - 5);
+  if (peer.rfind("ipv6:[", 0) == 0) return peer.substr(6, peer.find(']') - 6);
+  return "127.0.0.1";
+}
+
 class AttachReactor final : public AttachBase {
  public:
-  explicit AttachReactor(PlannerCore* core)
-      : core_(core), queue_(std::make_shared<AttachQueue>(this)), link_(std::make_shared<GrpcNodeLink>(queue_)) {
+  AttachReactor(PlannerCore* core, std::string peer)
+      : core_(core),
+        peer_(std::move(peer)),
+        queue_(std::make_shared<AttachQueue>(this)),
+        link_(std::make_shared<GrpcNodeLink>(queue_)) {
     StartRead(&in_);
   }
 
@@ -293,10 +311,14 @@ class AttachReactor final : public AttachBase {
           queue_->finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "register.node_id: required"));
           return;
         }
+      {
         registered_ = true;
         link_->registered(core_->nodeHeartbeatIntervalMs());
-        core_->nodeRegistered(link_, convert::fromProto(in_.register_()));
+        NodeRegistration registration = convert::fromProto(in_.register_());
+        if (registration.address.empty()) registration.address = peerHost(peer_);
+        core_->nodeRegistered(link_, std::move(registration));
         return;
+      }
       case v1::NodeMessage::kHeartbeat:
         core_->nodeHeartbeat(link_);
         return;
@@ -315,6 +337,7 @@ class AttachReactor final : public AttachBase {
   }
 
   PlannerCore* core_;
+  std::string peer_;
   v1::NodeMessage in_;
   std::shared_ptr<AttachQueue> queue_;
   std::shared_ptr<GrpcNodeLink> link_;
@@ -323,8 +346,8 @@ class AttachReactor final : public AttachBase {
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::NodeMessage, v1::PlannerMessage>* NodeServiceImpl::Attach(grpc::CallbackServerContext*) {
-  return new AttachReactor(core_);
+grpc::ServerBidiReactor<v1::NodeMessage, v1::PlannerMessage>* NodeServiceImpl::Attach(grpc::CallbackServerContext* ctx) {
+  return new AttachReactor(core_, ctx->peer());
 }
 
 grpc::ServerUnaryReactor* NodeServiceImpl::ListNodes(grpc::CallbackServerContext* ctx, const v1::ListNodesRequest*,

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "common/node_messages.h"
+#include "common/status.h"
 
 namespace loom::planner {
 
@@ -15,8 +16,8 @@ class NodeLink {
   virtual void release(const ReleaseOrder& order) = 0;
   virtual void requestLogs(const LogQuery& query) = 0;
   virtual void cancelLogs(int64_t requestId) = 0;
-  // Ends the stream (the node is considered gone).
-  virtual void close() = 0;
+  // Ends the stream with `why` (OK: the node is considered gone; an error: it is refused).
+  virtual void close(const Status& why) = 0;
 };
 
 }  // namespace loom::planner

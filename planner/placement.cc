@@ -10,8 +10,16 @@ StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes) {
   std::sort(nodes.begin(), nodes.end(), [](const NodeCapacity& a, const NodeCapacity& b) {
     return a.freeSlots != b.freeSlots ? a.freeSlots > b.freeSlots : a.nodeId < b.nodeId;
   });
-  int free = 0;
-  for (const auto& n : nodes) free += std::max(0, n.freeSlots);
+  int free = 0, total = 0;
+  for (const auto& n : nodes) {
+    free += std::max(0, n.freeSlots);
+    total += n.totalSlots;
+  }
+  if (total < ranks) {
+    return Status(StatusCode::kResourceExhausted,
+                  fmt::format("waiting for nodes: needs {} slots, the {} attached node{} {} {} in all", ranks,
+                              nodes.size(), nodes.size() == 1 ? "" : "s", nodes.size() == 1 ? "has" : "have", total));
+  }
   if (free < ranks) {
     std::string detail;
     for (const auto& n : nodes) {

@@ -11,6 +11,7 @@ namespace loom::planner {
 struct NodeCapacity {
   std::string nodeId;
   int freeSlots = 0;
+  int totalSlots = 0;
 };
 
 // Gang placement: all `ranks` get a slot or none does. Ranks are packed onto as few nodes as

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <random>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -39,8 +43,21 @@ Status PlannerOptions::validate() const {
 StatusOr<std::unique_ptr<PlannerCore>> PlannerCore::create(const PlannerOptions& options, const Clock* clock) {
   RETURN_IF_ERROR(options.validate());
   RETURN_IF_ERROR(files::makeDirs(options.stateDir));
-  ASSIGN_OR_RETURN(auto store, StateStore::open(options.stateDir + "/planner.db"));
-  std::unique_ptr<PlannerCore> core(new PlannerCore(options, clock, std::move(store)));
+  // Two planners on one database would each believe they own the jobs.
+  const std::string lockPath = options.stateDir + "/planner.lock";
+  int lockFd = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lockFd < 0) return errnoStatus("cannot open " + lockPath);
+  if (::flock(lockFd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lockFd);
+    return failedPrecondition("another loom-planner is using the state directory {} (it holds {})", options.stateDir,
+                              lockPath);
+  }
+  auto store = StateStore::open(options.stateDir + "/planner.db");
+  if (!store.isOk()) {
+    ::close(lockFd);
+    return store.status();
+  }
+  std::unique_ptr<PlannerCore> core(new PlannerCore(options, clock, std::move(store).value(), lockFd));
   Status recovered;
   core->loop_->runSync([&] { recovered = core->recover(); });
   RETURN_IF_ERROR(recovered);
@@ -49,22 +66,34 @@ StatusOr<std::unique_ptr<PlannerCore>> PlannerCore::create(const PlannerOptions&
   return core;
 }
 
-PlannerCore::PlannerCore(const PlannerOptions& options, const Clock* clock, std::unique_ptr<StateStore> store)
-    : options_(options), clock_(clock), store_(std::move(store)), loop_(std::make_unique<EventLoop>("planner")) {}
+PlannerCore::PlannerCore(const PlannerOptions& options, const Clock* clock, std::unique_ptr<StateStore> store,
+                         int lockFd)
+    : options_(options),
+      clock_(clock),
+      store_(std::move(store)),
+      nextLogRequestId_(clock->nowMs() << 16),
+      lockFd_(lockFd),
+      loop_(std::make_unique<EventLoop>("planner")) {}
 
-PlannerCore::~PlannerCore() { shutdown(); }
+PlannerCore::~PlannerCore() {
+  shutdown();
+  ::close(lockFd_);
+}
 
-void PlannerCore::shutdown() {
-  // Stopped loops refuse posts, so calls that arrive afterwards (streams closing) are dropped.
+void PlannerCore::closeStreams() {
   loop_->runSync([this] {
     for (auto& [id, watcher] : watchers_) watcher->onEnd(unavailable("the planner is shutting down"));
     watchers_.clear();
     for (auto& [id, stream] : logStreams_) stream.sink->onEnd(unavailable("the planner is shutting down"));
     logStreams_.clear();
     for (auto& [id, node] : nodes_) {
-      if (node.link) node.link->close();
+      if (node.link) node.link->close(Status::ok());
     }
   });
+}
+
+void PlannerCore::shutdown() {
+  closeStreams();
   loop_->stop();
 }
 
@@ -117,12 +146,20 @@ std::string PlannerCore::newJobId(const std::string& name) {
 void PlannerCore::createJob(std::string specJson, std::string requestId,
                             std::function<void(const StatusOr<JobRecord>&, bool)> done) {
   loop_->post([this, specJson = std::move(specJson), requestId = std::move(requestId), done = std::move(done)] {
-    if (!requestId.empty()) {
-      auto it = jobByRequestId_.find(requestId);
-      if (it != jobByRequestId_.end()) return done(jobs_.at(it->second), false);
-    }
     auto spec = parseJobSpec(specJson);
     if (!spec.isOk()) return done(spec.status(), false);
+    if (!requestId.empty()) {
+      auto it = jobByRequestId_.find(requestId);
+      if (it != jobByRequestId_.end()) {
+        const JobRecord& earlier = jobs_.at(it->second);
+        if (earlier.specJson != spec->toJson().dump())
+          return done(Status(StatusCode::kAlreadyExists,
+                             fmt::format("request_id \"{}\" already created job {} from a different spec", requestId,
+                                         earlier.id)),
+                      false);
+        return done(earlier, false);
+      }
+    }
     JobRecord job;
     job.id = newJobId(spec->name);
     job.requestId = requestId;
@@ -181,7 +218,6 @@ void PlannerCore::cancelJob(const std::string& jobId, std::string reason, JobCal
     if (!job) return done(notFound("job {} does not exist", jobId));
     auto effects = JobLifecycle::requestCancel(*job, reason, clock_->nowMs());
     if (!effects.isOk()) return done(effects.status());
-    pendingLaunches_.erase(jobId);
     commit(*job, *effects);
     done(*job);
   });
@@ -207,8 +243,8 @@ void PlannerCore::commit(JobRecord& job, const LifecycleEffects& effects, std::v
   if (!stored.isOk()) spdlog::error("job {}: cannot persist its state: {}", job.id, stored.toString());
   for (const auto& e : effects.events) spdlog::info("job {}: {}: {}", job.id, jobStateName(e.state), e.reason);
   notifyWatchers(job, effects.events, metrics);
-  if (effects.stopAttempt) stopAttempt(job, effects.stopReason);
   if (effects.attemptOver) releaseAttempt(job);
+  if (effects.stopAttempt) stopAttempt(job, effects.stopReason);
   if (effects.needsPlacement || isFinal(job.state)) schedule();
 }
 
@@ -225,8 +261,7 @@ void PlannerCore::notifyWatchers(const JobRecord& job, const std::vector<JobEven
   }
 }
 
-void PlannerCore::stopAttempt(const JobRecord& job, const std::string& reason) {
-  pendingLaunches_.erase(job.id);
+void PlannerCore::stopAttempt(JobRecord& job, const std::string& reason) {
   std::set<std::string> nodeIds;
   for (const auto& r : job.ranks) nodeIds.insert(r.nodeId);
   for (const auto& id : nodeIds) {
@@ -234,6 +269,28 @@ void PlannerCore::stopAttempt(const JobRecord& job, const std::string& reason) {
     if (it == nodes_.end() || !it->second.link) continue;
     it->second.link->kill(KillOrder{.jobId = job.id, .attempt = job.attempt, .gracePeriodMs = job.spec.gracePeriodMs,
                                     .reason = reason});
+  }
+  abandonPendingLaunch(job);  // last: settling those ranks may end the attempt and relaunch the job
+}
+
+// Orders still waiting for rank 0's port were never sent: their ranks end here, without a
+// process, and give their slots back.
+void PlannerCore::abandonPendingLaunch(JobRecord& job) {
+  auto it = pendingLaunches_.find(job.id);
+  if (it == pendingLaunches_.end()) return;
+  PendingLaunch pending = std::move(it->second);
+  pendingLaunches_.erase(it);
+  if (pending.attempt != job.attempt) return;
+  for (const auto& order : pending.orders) {
+    for (const auto& assignment : order.ranks) {
+      const std::string& nodeId = job.ranks[assignment.rank].nodeId;
+      if (auto node = nodes_.find(nodeId); node != nodes_.end()) {
+        node->second.liveRanks.erase({job.id, job.attempt, assignment.rank});
+        node->second.view.usedSlots = static_cast<int>(node->second.liveRanks.size());
+      }
+      commit(job, JobLifecycle::markRankLost(job, assignment.rank, "not launched: the attempt ended first",
+                                             clock_->nowMs()));
+    }
   }
 }
 
@@ -255,7 +312,8 @@ void PlannerCore::schedule() {
     std::vector<NodeCapacity> capacity;
     for (const auto& [nodeId, node] : nodes_) {
       if (!node.link) continue;
-      capacity.push_back({.nodeId = nodeId, .freeSlots = node.view.slots - static_cast<int>(node.liveRanks.size())});
+      capacity.push_back({.nodeId = nodeId, .freeSlots = node.view.slots - static_cast<int>(node.liveRanks.size()),
+                          .totalSlots = node.view.slots});
     }
     auto placement = placeGang(job.spec.ranks, capacity);
     if (!placement.isOk()) {
@@ -272,12 +330,14 @@ void PlannerCore::launch(JobRecord& job, const Placement& placement) {
   auto effects = JobLifecycle::markPlaced(job, placement, clock_->nowMs());
   PendingLaunch pending{.attempt = job.attempt, .orders = {}};
   LaunchOrder first;
+  int groupRank = 0;
   for (const auto& nodeRanks : placement) {
     Node& node = nodes_.at(nodeRanks.nodeId);
     LaunchOrder order{.jobId = job.id, .attempt = job.attempt, .specJson = job.specJson, .ranks = {},
                       .worldSize = job.spec.ranks, .localWorldSize = static_cast<int>(nodeRanks.ranks.size()),
                       .masterAddr = "", .masterPort = 0, .pickMasterPort = false,
-                      .heartbeatTimeoutMs = job.spec.heartbeatTimeoutMs, .gracePeriodMs = job.spec.gracePeriodMs};
+                      .heartbeatTimeoutMs = job.spec.heartbeatTimeoutMs, .gracePeriodMs = job.spec.gracePeriodMs,
+                      .groupRank = groupRank++};
     for (size_t i = 0; i < nodeRanks.ranks.size(); ++i) {
       order.ranks.push_back({.rank = nodeRanks.ranks[i], .localRank = static_cast<int>(i)});
       node.liveRanks.insert({job.id, job.attempt, nodeRanks.ranks[i]});
@@ -320,8 +380,23 @@ void PlannerCore::masterEndpointReported(const std::shared_ptr<NodeLink>& link, 
 void PlannerCore::nodeRegistered(std::shared_ptr<NodeLink> link, NodeRegistration registration) {
   loop_->post([this, link = std::move(link), registration = std::move(registration)] {
     Node& node = nodes_[registration.nodeId];
-    if (node.link && node.link != link) node.link->close();  // the daemon reconnected: the old stream is stale
+    const int64_t now = clock_->steadyMs();
+    if (node.link && node.link != link) {
+      // Another daemon process with this node id. A restarted one replaces its stale stream; a
+      // second live one (a node id given twice) is refused until the first goes quiet.
+      bool firstIsAlive = node.instanceId != registration.instanceId &&
+                          now - node.lastSeenSteadyMs < 3 * options_.nodeHeartbeatIntervalMs;
+      if (firstIsAlive) {
+        link->close(Status(StatusCode::kAlreadyExists,
+                           fmt::format("node id {} is attached already (from {}); give each loomd its own --node-id",
+                                       registration.nodeId, node.view.address)));
+        return;
+      }
+      node.link->close(Status::ok());
+    }
     node.link = link;
+    node.instanceId = registration.instanceId;
+    node.lastSeenSteadyMs = now;
     node.view.nodeId = registration.nodeId;
     node.view.hostname = registration.hostname;
     node.view.address = registration.address;
@@ -341,11 +416,16 @@ void PlannerCore::nodeRegistered(std::shared_ptr<NodeLink> link, NodeRegistratio
 // that node that the node does not have.
 void PlannerCore::reconcileNode(Node& node, const NodeRegistration& registration) {
   const std::string& nodeId = registration.nodeId;
+  // The slots first, from the whole registration: applying a report may end a job and place
+  // another, which must see this node as it really is.
   node.liveRanks.clear();
   std::set<std::tuple<std::string, int, int>> reported;
   for (const auto& report : registration.ranks) {
     reported.insert({report.jobId, report.attempt, report.rank});
     if (rankHoldsSlot(report.event)) node.liveRanks.insert({report.jobId, report.attempt, report.rank});
+  }
+  node.view.usedSlots = static_cast<int>(node.liveRanks.size());
+  for (const auto& report : registration.ranks) {
     applyReport(nodeId, report);
     if (!rankHoldsSlot(report.event)) releaseIfOver(node, report);
     const JobRecord* job = findJob(report.jobId);
@@ -373,7 +453,10 @@ void PlannerCore::reconcileNode(Node& node, const NodeRegistration& registration
 
 void PlannerCore::nodeHeartbeat(const std::shared_ptr<NodeLink>& link) {
   loop_->post([this, link] {
-    if (Node* node = nodeOfLink(link)) node->view.lastSeenMs = clock_->nowMs();
+    if (Node* node = nodeOfLink(link)) {
+      node->view.lastSeenMs = clock_->nowMs();
+      node->lastSeenSteadyMs = clock_->steadyMs();
+    }
   });
 }
 
@@ -382,6 +465,7 @@ void PlannerCore::rankReported(const std::shared_ptr<NodeLink>& link, RankReport
     Node* node = nodeOfLink(link);
     if (!node) return;  // a report on a stream that never registered or was replaced
     node->view.lastSeenMs = clock_->nowMs();
+    node->lastSeenSteadyMs = clock_->steadyMs();
     if (!rankHoldsSlot(report.event)) {
       node->liveRanks.erase({report.jobId, report.attempt, report.rank});
       node->view.usedSlots = static_cast<int>(node->liveRanks.size());
@@ -441,11 +525,10 @@ void PlannerCore::nodeDetached(const std::shared_ptr<NodeLink>& link) {
 
 void PlannerCore::expireNodes() {
   const int64_t now = clock_->steadyMs();
-  const int64_t wallNow = clock_->nowMs();
   for (auto& [nodeId, node] : nodes_) {
-    if (node.link && wallNow - node.view.lastSeenMs > options_.nodeTimeoutMs) {
-      spdlog::warn("node {} sent nothing for {} ms: dropping its stream", nodeId, wallNow - node.view.lastSeenMs);
-      node.link->close();
+    if (node.link && now - node.lastSeenSteadyMs > options_.nodeTimeoutMs) {
+      spdlog::warn("node {} sent nothing for {} ms: dropping its stream", nodeId, now - node.lastSeenSteadyMs);
+      node.link->close(Status::ok());
       node.link.reset();
       node.view.connected = false;
       node.detachedSinceMs = now;
@@ -539,9 +622,9 @@ void PlannerCore::logDataReceived(const std::shared_ptr<NodeLink>& link, LogData
     if (!data.error.empty()) {
       stream.sink->onEnd(unavailable("node {}: {}", node->view.nodeId, data.error));
     } else if (!data.data.empty() && !stream.sink->onChunk(data.rank, stream.attempt, data.data)) {
-      data.done = true;  // the reader left: stop every node
+      data.done = true;  // the reader left: stop every node, this one too
       for (const auto& id : stream.waitingNodes) {
-        if (id != node->view.nodeId && nodes_.count(id) && nodes_.at(id).link) nodes_.at(id).link->cancelLogs(it->first);
+        if (nodes_.count(id) && nodes_.at(id).link) nodes_.at(id).link->cancelLogs(it->first);
       }
       stream.waitingNodes.clear();
     } else if (!data.done) {

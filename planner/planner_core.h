@@ -99,13 +99,17 @@ class PlannerCore {
 
   int64_t nodeHeartbeatIntervalMs() const { return options_.nodeHeartbeatIntervalMs; }
 
-  // Stops the loop; pending callbacks are dropped.
+  // Ends every stream (watchers, log readers, node links) so that the gRPC server can stop.
+  void closeStreams();
+  // Stops the loop; calls after this are answered UNAVAILABLE or dropped.
   void shutdown();
 
  private:
   struct Node {
     NodeView view;
     std::shared_ptr<NodeLink> link;  // null while detached
+    std::string instanceId;
+    int64_t lastSeenSteadyMs = 0;
     int64_t detachedSinceMs = 0;
     std::set<std::tuple<std::string, int, int>> liveRanks;  // (job, attempt, rank) holding a slot
   };
@@ -120,7 +124,7 @@ class PlannerCore {
     std::set<std::string> waitingNodes;
   };
 
-  PlannerCore(const PlannerOptions& options, const Clock* clock, std::unique_ptr<StateStore> store);
+  PlannerCore(const PlannerOptions& options, const Clock* clock, std::unique_ptr<StateStore> store, int lockFd);
   Status recover();
   JobRecord* findJob(const std::string& jobId);
   Node* nodeOfLink(const std::shared_ptr<NodeLink>& link);
@@ -128,7 +132,8 @@ class PlannerCore {
 
   // Persists a step's events, notifies watchers and carries out its effects.
   void commit(JobRecord& job, const LifecycleEffects& effects, std::vector<Metric> metrics = {});
-  void stopAttempt(const JobRecord& job, const std::string& reason);
+  void stopAttempt(JobRecord& job, const std::string& reason);
+  void abandonPendingLaunch(JobRecord& job);
   void releaseAttempt(const JobRecord& job);
   void schedule();
   void launch(JobRecord& job, const Placement& placement);
@@ -148,7 +153,8 @@ class PlannerCore {
   std::map<std::string, PendingLaunch> pendingLaunches_;
   std::multimap<std::string, std::shared_ptr<JobWatcher>> watchers_;
   std::map<int64_t, LogStream> logStreams_;
-  int64_t nextLogRequestId_ = 1;
+  int64_t nextLogRequestId_;  // starts from the time: ids of an earlier planner run are not reused
+  int lockFd_;                // flock on <state-dir>/planner.lock: one planner per state dir
   std::unique_ptr<EventLoop> loop_;  // last: destroyed (joined) first
 };
 

@@ -41,11 +41,13 @@ std::shared_ptr<grpc::Channel> PlannerServer::inProcessChannel() {
 
 void PlannerServer::shutdown() {
   if (!server_) return;
-  // The core ends its streams first, so the server's shutdown does not wait on them.
-  core_->shutdown();
+  // Streams end first, so the server's shutdown does not wait on them; the core's loop stops
+  // last, so that calls still in flight get their answers.
+  core_->closeStreams();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();
   server_.reset();
+  core_->shutdown();
 }
 
 }  // namespace loom::planner

@@ -106,6 +106,8 @@ std::vector<RankStatus> ranksFromJson(const json& in) {
 class Transaction {
  public:
   explicit Transaction(sqlite3* db) : db_(db) { ok_ = sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK; }
+  // Checked before writing: a write outside a transaction would commit on its own.
+  Status began() const { return ok_ ? Status::ok() : sqliteError(db_, "begin transaction"); }
   ~Transaction() {
     if (ok_ && !committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
   }
@@ -202,6 +204,7 @@ Status StateStore::insertEvents(const std::string& jobId, const std::vector<JobE
 
 Status StateStore::insertJob(const JobRecord& job, const std::vector<JobEvent>& events) {
   Transaction tx(db_);
+  RETURN_IF_ERROR(tx.began());
   RETURN_IF_ERROR(writeJob(
       "INSERT INTO jobs (id, request_id, spec_json, state, reason, attempt, restarts, create_time_ms, "
       "update_time_ms, ranks_json, metrics_json, last_event_seq) VALUES (:id, :request_id, :spec_json, :state, "
@@ -213,6 +216,7 @@ Status StateStore::insertJob(const JobRecord& job, const std::vector<JobEvent>& 
 
 Status StateStore::updateJob(const JobRecord& job, const std::vector<JobEvent>& newEvents) {
   Transaction tx(db_);
+  RETURN_IF_ERROR(tx.began());
   RETURN_IF_ERROR(writeJob(
       "UPDATE jobs SET state=:state, reason=:reason, attempt=:attempt, restarts=:restarts, "
       "update_time_ms=:update_time_ms, ranks_json=:ranks_json, metrics_json=:metrics_json, "
@@ -226,6 +230,7 @@ Status StateStore::updateJob(const JobRecord& job, const std::vector<JobEvent>& 
 Status StateStore::appendMetrics(const std::string& jobId, const std::vector<Metric>& metrics) {
   if (metrics.empty()) return Status::ok();
   Transaction tx(db_);
+  RETURN_IF_ERROR(tx.began());
   Statement st(db_, "INSERT INTO metrics (job_id, attempt, rank, step, name, value, time_ms) VALUES (?,?,?,?,?,?,?)");
   if (!st.prepared()) return sqliteError(db_, "prepare");
   for (const auto& m : metrics) {

@@ -60,12 +60,13 @@ v1::Register toProto(const NodeRegistration& in) {
   out.set_address(in.address);
   out.set_slots(in.slots);
   for (const auto& r : in.ranks) *out.add_ranks() = toProto(r);
+  out.set_instance_id(in.instanceId);
   return out;
 }
 
 NodeRegistration fromProto(const v1::Register& in) {
   NodeRegistration out{.nodeId = in.node_id(), .hostname = in.hostname(), .address = in.address(), .slots = in.slots(),
-                       .ranks = {}};
+                       .ranks = {}, .instanceId = in.instance_id()};
   for (const auto& r : in.ranks()) out.ranks.push_back(fromProto(r));
   return out;
 }
@@ -114,6 +115,7 @@ v1::Launch toProto(const LaunchOrder& in) {
   out.set_pick_master_port(in.pickMasterPort);
   out.set_heartbeat_timeout_ms(in.heartbeatTimeoutMs);
   out.set_grace_period_ms(in.gracePeriodMs);
+  out.set_group_rank(in.groupRank);
   return out;
 }
 
@@ -122,7 +124,7 @@ LaunchOrder fromProto(const v1::Launch& in) {
                   .worldSize = in.world_size(), .localWorldSize = in.local_world_size(),
                   .masterAddr = in.master_addr(), .masterPort = in.master_port(),
                   .pickMasterPort = in.pick_master_port(), .heartbeatTimeoutMs = in.heartbeat_timeout_ms(),
-                  .gracePeriodMs = in.grace_period_ms()};
+                  .gracePeriodMs = in.grace_period_ms(), .groupRank = in.group_rank()};
   for (const auto& r : in.ranks()) out.ranks.push_back({.rank = r.rank(), .localRank = r.local_rank()});
   return out;
 }

@@ -74,6 +74,8 @@ std::string describeEvent(const v1::JobEvent& event) {
 
 int reportError(const Status& status) {
   std::fprintf(stderr, "loomctl: %s\n", status.toString().c_str());
+  if (status.code() == StatusCode::kUnavailable)
+    std::fprintf(stderr, "loomctl: is loom-planner (or loomd --standalone) running there? Set --server or LOOM_SERVER.\n");
   switch (status.code()) {
     case StatusCode::kInvalidArgument: return 2;
     case StatusCode::kNotFound: return 4;

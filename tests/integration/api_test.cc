@@ -55,6 +55,10 @@ TEST_CASE("CreateJob twice with one request_id creates one job", "[integration]"
   CHECK(other->job().id() != first->job().id());
   auto list = cluster.client->listJobs(v1::ListJobsRequest());
   CHECK(list->jobs_size() == 2);
+  // The same request id with another spec is a mistake, not a retry.
+  auto clash = cluster.client->createJob(probeSpec(2, 1, 1), "req-42");
+  CHECK(clash.status().code() == StatusCode::kAlreadyExists);
+  CHECK(clash.status().message().find("req-42") != std::string::npos);
 }
 
 TEST_CASE("unknown jobs are NOT_FOUND - ListJobs pages and filters", "[integration]") {
@@ -87,6 +91,11 @@ TEST_CASE("unknown jobs are NOT_FOUND - ListJobs pages and filters", "[integrati
   v1::ListJobsRequest bad;
   bad.set_page_token("garbage");
   CHECK(cluster.client->listJobs(bad).status().code() == StatusCode::kInvalidArgument);
+  v1::ListJobsRequest badState;
+  badState.add_states(static_cast<v1::JobState>(42));
+  auto rejected = cluster.client->listJobs(badState);
+  CHECK(rejected.status().code() == StatusCode::kInvalidArgument);
+  CHECK(rejected.status().message().find("states") != std::string::npos);
 }
 
 TEST_CASE("WatchJob streams state changes with reasons and metrics - then ends", "[integration]") {

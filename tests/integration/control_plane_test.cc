@@ -1,6 +1,8 @@
 // A job goes from the API through the planner and node daemons to real rank processes.
 #include <set>
 
+#include "common/files.h"
+
 #include "tests/catch.h"
 #include "tests/integration/cluster.h"
 
@@ -53,24 +55,31 @@ TEST_CASE("a 4-rank job splits over two daemons of 2 slots under a separate plan
 
 TEST_CASE("a job that does not fit stays PENDING with the reason - and runs once slots free up", "[integration]") {
   Standalone cluster(/*slots=*/2);
-  auto big = cluster.client->createJob(probeSpec(3, 1, 10));
-  REQUIRE(big.isOk());
-  REQUIRE(eventually(
-      [&] {
-        auto job = cluster.client->getJob(big->job().id());
-        return job.isOk() && job->reason().find("waiting for 3 free slots: 2 free") != std::string::npos;
-      },
-      std::chrono::seconds(10)));
-  CHECK(cluster.client->getJob(big->job().id())->state() == v1::PENDING);
+  auto pendingReason = [&](const std::string& id) {
+    auto job = cluster.client->getJob(id);
+    return job.isOk() && job->state() == v1::PENDING ? job->reason() : std::string();
+  };
+  auto busy = cluster.client->createJob(probeSpec(2, 1000, 50));
+  REQUIRE(busy.isOk());
+  awaitRunning(*cluster.client, busy->job().id());
 
-  // Gang placement: a job that fits runs; the big one is never partly placed.
-  auto small = cluster.client->createJob(probeSpec(2, 2, 20));
-  REQUIRE(small.isOk());
-  CHECK(awaitFinal(*cluster.client, small->job().id()).state() == v1::SUCCEEDED);
-  auto stillPending = cluster.client->getJob(big->job().id());
+  auto waiting = cluster.client->createJob(probeSpec(2, 2, 10));
+  auto tooBig = cluster.client->createJob(probeSpec(3, 1, 10));
+  REQUIRE(waiting.isOk());
+  REQUIRE(tooBig.isOk());
+  REQUIRE(eventually([&] { return pendingReason(waiting->job().id()) == "waiting for 2 free slots: 0 free on 1 node (node-a 0)"; },
+                     std::chrono::seconds(10)));
+  REQUIRE(eventually([&] { return pendingReason(tooBig->job().id()) == "waiting for nodes: needs 3 slots, the 1 attached node has 2 in all"; },
+                     std::chrono::seconds(10)));
+
+  // Gang placement: freeing the slots lets the waiting job run whole; the big one is never
+  // partly placed.
+  REQUIRE(cluster.client->cancelJob(busy->job().id()).isOk());
+  CHECK(awaitFinal(*cluster.client, waiting->job().id()).state() == v1::SUCCEEDED);
+  auto stillPending = cluster.client->getJob(tooBig->job().id());
   CHECK(stillPending->state() == v1::PENDING);
   CHECK(stillPending->attempt() == 0);
-  REQUIRE(cluster.client->cancelJob(big->job().id()).isOk());
+  REQUIRE(cluster.client->cancelJob(tooBig->job().id()).isOk());
 }
 
 TEST_CASE("logs: every rank's output - one rank - and the last N lines", "[integration]") {
@@ -116,4 +125,42 @@ TEST_CASE("logs --follow streams until the ranks end", "[integration]") {
                           return true;
                         }).isOk());
   CHECK(out.find("rank 0: tick 10/10") != std::string::npos);
+}
+
+TEST_CASE("cancelling a two-node job at once leaves nothing behind", "[integration]") {
+  PlannerProcess planner;
+  DaemonProcess a(planner.address, 2, "node-a");
+  DaemonProcess b(planner.address, 2, "node-b");
+  client::LoomClient client(planner.address);
+  REQUIRE(eventually([&] { auto n = client.listNodes(); return n.isOk() && n->size() == 2; }, std::chrono::seconds(20)));
+  for (int i = 0; i < 3; ++i) {
+    auto created = client.createJob(probeSpec(4, 1000, 50));
+    REQUIRE(created.isOk());
+    REQUIRE(client.cancelJob(created->job().id()).isOk());
+    v1::Job job = awaitFinal(client, created->job().id());
+    CHECK(job.state() == v1::CANCELLED);
+    CHECK(jobProcesses(job.id()).empty());
+  }
+  // Every slot is free again: a job needing all four runs.
+  auto full = client.createJob(probeSpec(4, 1, 10));
+  REQUIRE(full.isOk());
+  CHECK(awaitFinal(client, full->job().id()).state() == v1::SUCCEEDED);
+}
+
+TEST_CASE("a second loomd with a node id already attached is refused", "[integration]") {
+  PlannerProcess planner;
+  DaemonProcess a(planner.address, 2, "same");
+  client::LoomClient client(planner.address);
+  REQUIRE(eventually([&] { auto n = client.listNodes(); return n.isOk() && n->size() == 1 && (*n)[0].connected(); },
+                     std::chrono::seconds(20)));
+  DaemonProcess b(planner.address, 3, "same");
+  REQUIRE(eventually(
+      [&] {
+        auto log = files::readFile(b.stateDir() + "/loomd.log");
+        return log.isOk() && log->find("node id same is attached already") != std::string::npos;
+      },
+      std::chrono::seconds(20)));
+  auto nodes = client.listNodes();
+  REQUIRE(nodes->size() == 1);
+  CHECK((*nodes)[0].slots() == 2);  // the first daemon kept its place
 }

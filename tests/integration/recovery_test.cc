@@ -1,6 +1,9 @@
 // State survives a planner restart; a restarted daemon re-adopts its ranks.
 #include <csignal>
 
+#include "common/files.h"
+#include "common/process.h"
+
 #include "tests/catch.h"
 #include "tests/integration/cluster.h"
 
@@ -84,4 +87,52 @@ TEST_CASE("a node that never comes back fails its ranks after the node timeout",
   CHECK(final.reason().find("node node-a lost contact") != std::string::npos);
   // The orphaned ranks are not ours to reap any more: stop them by hand.
   for (const auto& r : running.ranks()) ::kill(r.pid(), SIGKILL);
+}
+
+TEST_CASE("ranks that end while loomd is down are reported by the restarted loomd", "[integration]") {
+  PlannerProcess planner;
+  auto node = std::make_unique<DaemonProcess>(planner.address, 2, "node-a");
+  client::LoomClient client(planner.address);
+  auto created = client.createJob(probeSpec(2, 10, 50));  // about half a second of work
+  REQUIRE(created.isOk());
+  awaitRunning(client, created->job().id());
+  std::string stateDir = node->stateDir();
+  node->process->kill();
+  REQUIRE(eventually([&] { return jobProcesses(created->job().id()).empty(); }, std::chrono::seconds(20)));
+  auto again = std::make_unique<DaemonProcess>(planner.address, 2, "node-a", stateDir);
+  v1::Job final = awaitFinal(client, created->job().id());
+  INFO(final.reason());
+  CHECK(final.state() == v1::SUCCEEDED);  // from the exit codes the ranks left behind
+}
+
+TEST_CASE("ranks that end while the planner is down are reported when it returns", "[integration]") {
+  auto planner = std::make_unique<PlannerProcess>();
+  const std::string address = planner->address;
+  DaemonProcess node(address, 2, "node-a");
+  std::string jobId;
+  {
+    client::LoomClient client(address);
+    auto created = client.createJob(probeSpec(2, 10, 50));
+    REQUIRE(created.isOk());
+    jobId = created->job().id();
+    awaitRunning(client, jobId);
+  }
+  std::string stateDir = planner->stateDir();
+  planner->process->kill();
+  REQUIRE(eventually([&] { return jobProcesses(jobId).empty(); }, std::chrono::seconds(20)));
+  auto restarted = std::make_unique<PlannerProcess>(address, stateDir);
+  client::LoomClient client(address);
+  v1::Job final = awaitFinal(client, jobId);
+  INFO(final.reason());
+  CHECK(final.state() == v1::SUCCEEDED);
+}
+
+TEST_CASE("a second planner on the same state directory is refused", "[integration]") {
+  PlannerProcess first;
+  TempDir logs;
+  Child second(binary("loom-planner"), {"--listen", "127.0.0.1:0", "--state-dir", first.stateDir()},
+               logs.path() + "/second.log");
+  REQUIRE(eventually([&] { return !process::isAlive(second.pid()); }, std::chrono::seconds(10)));
+  CHECK(files::readFile(logs.path() + "/second.log").value().find("another loom-planner is using the state directory") !=
+        std::string::npos);
 }

@@ -5,7 +5,7 @@
 using namespace loom::planner;
 
 TEST_CASE("a gang that fits one node goes to the smallest such node", "[planner]") {
-  auto p = placeGang(2, {{"big", 8}, {"small", 2}, {"mid", 4}});
+  auto p = placeGang(2, {{"big", 8, 8}, {"small", 2, 2}, {"mid", 4, 4}});
   REQUIRE(p.isOk());
   REQUIRE(p->size() == 1);
   CHECK((*p)[0].nodeId == "small");
@@ -13,7 +13,7 @@ TEST_CASE("a gang that fits one node goes to the smallest such node", "[planner]
 }
 
 TEST_CASE("a gang larger than any node spreads over the largest - consecutive ranks together", "[planner]") {
-  auto p = placeGang(5, {{"a", 2}, {"b", 3}, {"c", 1}});
+  auto p = placeGang(5, {{"a", 2, 2}, {"b", 3, 4}, {"c", 1, 1}});
   REQUIRE(p.isOk());
   REQUIRE(p->size() == 2);
   CHECK((*p)[0].nodeId == "b");
@@ -23,9 +23,13 @@ TEST_CASE("a gang larger than any node spreads over the largest - consecutive ra
 }
 
 TEST_CASE("a gang that does not fit is not placed at all - and the reason says why", "[planner]") {
-  auto p = placeGang(4, {{"a", 2}, {"b", 1}});
+  auto p = placeGang(4, {{"a", 2, 2}, {"b", 1, 2}});
   REQUIRE_FALSE(p.isOk());
   CHECK(p.status().code() == loom::StatusCode::kResourceExhausted);
   CHECK(p.status().message() == "waiting for 4 free slots: 3 free on 2 nodes (a 2, b 1)");
   CHECK_FALSE(placeGang(1, {}).isOk());
+  // More ranks than the nodes have at all: said as such, not as a wait for free slots.
+  auto never = placeGang(6, {{"a", 2, 4}});
+  REQUIRE_FALSE(never.isOk());
+  CHECK(never.status().message() == "waiting for nodes: needs 6 slots, the 1 attached node has 4 in all");
 }

@@ -1,0 +1,65 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/communicator.h"
+#include "backends/ucx/ucx_transport.h"
+
+namespace loom::backends {
+
+// Collectives on host tensors over a UcxTransport. Algorithms by size: small all-reduces send
+// every buffer to every rank and reduce in rank order; large ones run a chunked ring
+// (reduce-scatter, then all-gather); broadcasts go direct when small and down a pipelined chain
+// when large. Every rank ends with bit-identical results.
+class UcxCommunicator final : public Communicator {
+ public:
+  // The communicator of every rank of the transport.
+  static std::shared_ptr<UcxCommunicator> world(std::shared_ptr<UcxTransport> transport);
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(ranks_.size()); }
+  const std::string& name() const override { return name_; }
+
+  std::shared_ptr<Work> allReduce(at::Tensor tensor, ReduceOp op) override;
+  std::shared_ptr<Work> reduceScatter(at::Tensor output, at::Tensor input, ReduceOp op) override;
+  std::shared_ptr<Work> allGather(at::Tensor output, at::Tensor input) override;
+  std::shared_ptr<Work> allToAll(at::Tensor output, at::Tensor input) override;
+  std::shared_ptr<Work> allToAllV(at::Tensor output, at::Tensor input, std::vector<int64_t> outputSplits,
+                                  std::vector<int64_t> inputSplits) override;
+  std::shared_ptr<Work> broadcast(at::Tensor tensor, int root) override;
+  std::shared_ptr<Work> send(at::Tensor tensor, int peer, int tag) override;
+  std::shared_ptr<Work> recv(at::Tensor tensor, int peer, int tag) override;
+  std::shared_ptr<Work> barrier() override;
+  StatusOr<std::shared_ptr<Communicator>> split(const std::vector<int>& ranks, const std::string& name) override;
+
+ private:
+  UcxCommunicator(std::shared_ptr<UcxTransport> transport, std::vector<int> worldRanks, uint32_t groupId,
+                  std::string name);
+
+  // Validation failures complete the Work at once; otherwise `body` runs on the transport thread.
+  std::shared_ptr<Work> submit(const char* op, const std::string& detail, int64_t bytes, const Status& valid,
+                               std::function<Status(uint32_t sequence)> body);
+  uint64_t tagFrom(int groupRank, uint32_t sequence, uint32_t part) const;
+
+  Status directAllReduce(char* data, int64_t count, at::ScalarType dtype, ReduceOp op, uint32_t seq);
+  Status ringReduceScatter(char* data, const std::vector<int64_t>& bounds, at::ScalarType dtype, ReduceOp op,
+                           uint32_t seq, bool endOnOwnPart);
+  Status ringAllGather(char* data, const std::vector<int64_t>& bounds, size_t elementSize, uint32_t seq,
+                       bool startFromOwnPart);
+  Status exchange(char* output, const std::vector<int64_t>& outBounds, const char* input,
+                  const std::vector<int64_t>& inBounds, uint32_t seq);
+  Status chainBroadcast(char* data, int64_t bytes, int root, uint32_t seq);
+
+  std::shared_ptr<UcxTransport> transport_;
+  std::vector<int> ranks_;  // world rank of each rank of this group
+  int rank_;
+  uint32_t groupId_;
+  std::string name_;
+  std::atomic<uint32_t> sequence_{0};
+  std::atomic<uint32_t> splits_{0};
+};
+
+}  // namespace loom::backends

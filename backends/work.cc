@@ -1,0 +1,32 @@
+#include "backends/work.h"
+
+namespace loom::backends {
+
+bool Work::isCompleted() const {
+  std::lock_guard lock(mu_);
+  return result_.has_value();
+}
+
+Status Work::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return result_.has_value(); }))
+    return Status(StatusCode::kDeadlineExceeded,
+                  description_ + ": not complete after " + std::to_string(timeout.count()) + " ms");
+  return *result_;
+}
+
+Status Work::error() const {
+  std::lock_guard lock(mu_);
+  return result_.value_or(Status::ok());
+}
+
+void Work::complete(Status status) {
+  {
+    std::lock_guard lock(mu_);
+    if (result_) return;
+    result_ = std::move(status);
+  }
+  cv_.notify_all();
+}
+
+}  // namespace loom::backends

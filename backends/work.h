@@ -1,0 +1,37 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+
+namespace loom::backends {
+
+// The handle of one asynchronous operation. An operation that fails (a peer gone, the watchdog's
+// timeout) stores its error here; wait() returns it. Thread-safe.
+class Work {
+ public:
+  explicit Work(std::string description) : description_(std::move(description)) {}
+
+  bool isCompleted() const;
+  // OK when done; the operation's error when it failed; DeadlineExceeded (naming the operation)
+  // when `timeout` passes first — the operation itself goes on until the watchdog ends it.
+  Status wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(30 * 60 * 1000));
+  Status error() const;
+  // "allReduce #12 on world (4 ranks), 64.0 MiB float32"
+  const std::string& description() const { return description_; }
+
+  // For the backend: the operation ended.
+  void complete(Status status);
+
+ private:
+  std::string description_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Status> result_;
+};
+
+}  // namespace loom::backends
