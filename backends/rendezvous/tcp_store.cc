@@ -1,5 +1,6 @@
 #include "backends/rendezvous/tcp_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -211,7 +212,9 @@ class TcpStore::Server {
 StatusOr<std::unique_ptr<TcpStore>> TcpStore::connect(const Options& options) {
   std::unique_ptr<TcpStore> store(new TcpStore());
   store->where_ = fmt::format("{}:{}", options.host, options.port);
-  if (options.isServer) ASSIGN_OR_RETURN(store->server_, Server::listen(options.port));
+  if (options.isServer) {
+    ASSIGN_OR_RETURN(store->server_, Server::listen(options.port));
+  }
 
   addrinfo hints{}, *found = nullptr;
   hints.ai_family = AF_INET;
