@@ -56,6 +56,32 @@ class ObjectReader {
     return Status::ok();
   }
 
+  Status readBool(const std::string& key, bool* out) {
+    const json* v = find(key);
+    if (!v) return Status::ok();
+    if (!v->is_boolean()) return wrongType(key, "true or false", *v);
+    *out = v->get<bool>();
+    return Status::ok();
+  }
+
+  Status readStrings(const std::string& key, std::vector<std::string>* out, const std::set<std::string>& allowed) {
+    const json* v = find(key);
+    if (!v) return Status::ok();
+    if (!v->is_array()) return wrongType(key, "a list of strings", *v);
+    out->clear();
+    for (const auto& item : *v) {
+      if (!item.is_string()) return wrongType(key, "a list of strings", item);
+      std::string s = item.get<std::string>();
+      if (!allowed.empty() && !allowed.count(s)) {
+        std::string names;
+        for (const auto& a : allowed) names += (names.empty() ? "" : ", ") + a;
+        return invalidArgument("{}: \"{}\" is not one of {}", path(where_, key), s, names);
+      }
+      out->push_back(s);
+    }
+    return Status::ok();
+  }
+
   Status readSeconds(const std::string& key, int64_t* outMs, double min, double max) {
     const json* v = find(key);
     if (!v) return Status::ok();
@@ -115,6 +141,28 @@ Status parseResources(const json& object, JobSpec* spec) {
   return r.rejectUnknown();
 }
 
+const std::set<std::string> kCollectiveOps{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"};
+
+Status parseCollectives(const json& object, CollectivesSpec* c) {
+  ObjectReader r(object, "probe.collectives");
+  RETURN_IF_ERROR(r.readStrings("ops", &c->ops, kCollectiveOps));
+  int64_t iterations = c->iterations, warmup = c->warmup;
+  RETURN_IF_ERROR(r.readInt("min_bytes", &c->minBytes, false, 1, int64_t(1) << 34));
+  RETURN_IF_ERROR(r.readInt("max_bytes", &c->maxBytes, false, 1, int64_t(1) << 34));
+  RETURN_IF_ERROR(r.readInt("iterations", &iterations, false, 1, 100'000));
+  RETURN_IF_ERROR(r.readInt("warmup", &warmup, false, 0, 100'000));
+  RETURN_IF_ERROR(r.readString("dtype", &c->dtype, false));
+  static const std::set<std::string> kDtypes{"float32", "bfloat16", "float16", "int64"};
+  if (!kDtypes.count(c->dtype))
+    return invalidArgument("probe.collectives.dtype: must be float32, bfloat16, float16 or int64, got \"{}\"", c->dtype);
+  if (c->minBytes > c->maxBytes)
+    return invalidArgument("probe.collectives.min_bytes: {} is above max_bytes {}", c->minBytes, c->maxBytes);
+  if (c->ops.empty()) return invalidArgument("probe.collectives.ops: must name at least one op");
+  c->iterations = static_cast<int>(iterations);
+  c->warmup = static_cast<int>(warmup);
+  return r.rejectUnknown();
+}
+
 Status parseProbe(const json& object, JobSpec* spec) {
   ObjectReader r(object, "probe");
   int64_t ticks = spec->probe.ticks, tickMs = spec->probe.tickMs;
@@ -122,7 +170,32 @@ Status parseProbe(const json& object, JobSpec* spec) {
   RETURN_IF_ERROR(r.readInt("tick_ms", &tickMs, false, 0, 3'600'000));
   spec->probe.ticks = static_cast<int>(ticks);
   spec->probe.tickMs = static_cast<int>(tickMs);
+  ASSIGN_OR_RETURN(const json* collectives, r.readObject("collectives"));
+  if (collectives) {
+    spec->probe.collectives.emplace();
+    RETURN_IF_ERROR(parseCollectives(*collectives, &*spec->probe.collectives));
+  }
   return r.rejectUnknown();
+}
+
+// The DeepSpeed config, verbatim. Only the sections this version acts on are accepted; any
+// other key is refused by name rather than ignored.
+Status parseDeepSpeed(const json& object, JobSpec* spec) {
+  ObjectReader r(object, "deepspeed");
+  ASSIGN_OR_RETURN(const json* logger, r.readObject("comms_logger"));
+  if (logger) {
+    ObjectReader l(*logger, "deepspeed.comms_logger");
+    RETURN_IF_ERROR(l.readBool("enabled", &spec->commsLogger.enabled));
+    RETURN_IF_ERROR(l.readBool("verbose", &spec->commsLogger.verbose));
+    RETURN_IF_ERROR(l.readBool("prof_all", &spec->commsLogger.profAll));
+    RETURN_IF_ERROR(l.readStrings("prof_ops", &spec->commsLogger.profOps, {}));
+    RETURN_IF_ERROR(l.rejectUnknown());
+  }
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    if (it.key() != "comms_logger")
+      return invalidArgument("deepspeed.{}: not supported by this version (supported: comms_logger)", it.key());
+  }
+  return Status::ok();
 }
 
 Status parseRestart(const json& object, JobSpec* spec) {
@@ -137,6 +210,8 @@ Status parseTimeouts(const json& object, JobSpec* spec) {
   ObjectReader r(object, "timeouts");
   RETURN_IF_ERROR(r.readSeconds("grace_period_s", &spec->gracePeriodMs, 0, 3600));
   RETURN_IF_ERROR(r.readSeconds("heartbeat_timeout_s", &spec->heartbeatTimeoutMs, 0.5, 86400));
+  RETURN_IF_ERROR(r.readSeconds("rendezvous_s", &spec->rendezvousTimeoutMs, 0.5, 86400));
+  RETURN_IF_ERROR(r.readSeconds("collective_s", &spec->collectiveTimeoutMs, 0.5, 86400));
   return r.rejectUnknown();
 }
 
@@ -179,20 +254,37 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson) {
   if (restart) RETURN_IF_ERROR(parseRestart(*restart, &spec));
   ASSIGN_OR_RETURN(const json* timeouts, r.readObject("timeouts"));
   if (timeouts) RETURN_IF_ERROR(parseTimeouts(*timeouts, &spec));
+  ASSIGN_OR_RETURN(const json* deepspeed, r.readObject("deepspeed"));
+  if (deepspeed) RETURN_IF_ERROR(parseDeepSpeed(*deepspeed, &spec));
 
   RETURN_IF_ERROR(r.rejectUnknown());
   return spec;
 }
 
 json JobSpec::toJson() const {
+  json probeJson{{"ticks", probe.ticks}, {"tick_ms", probe.tickMs}};
+  if (probe.collectives) {
+    const auto& c = *probe.collectives;
+    probeJson["collectives"] = {{"ops", c.ops},           {"min_bytes", c.minBytes}, {"max_bytes", c.maxBytes},
+                                {"iterations", c.iterations}, {"warmup", c.warmup},      {"dtype", c.dtype}};
+  }
   return json{
       {"name", name},
       {"kind", jobKindName(kind)},
       {"resources", {{"ranks", ranks}, {"device", deviceKindName(device)}}},
-      {"probe", {{"ticks", probe.ticks}, {"tick_ms", probe.tickMs}}},
+      {"probe", probeJson},
       {"restart", {{"max_restarts", maxRestarts}}},
       {"timeouts",
-       {{"grace_period_s", gracePeriodMs / 1000.0}, {"heartbeat_timeout_s", heartbeatTimeoutMs / 1000.0}}},
+       {{"grace_period_s", gracePeriodMs / 1000.0},
+        {"heartbeat_timeout_s", heartbeatTimeoutMs / 1000.0},
+        {"rendezvous_s", rendezvousTimeoutMs / 1000.0},
+        {"collective_s", collectiveTimeoutMs / 1000.0}}},
+      {"deepspeed",
+       {{"comms_logger",
+         {{"enabled", commsLogger.enabled},
+          {"verbose", commsLogger.verbose},
+          {"prof_all", commsLogger.profAll},
+          {"prof_ops", commsLogger.profOps}}}}},
   };
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -15,9 +17,29 @@ enum class DeviceKind { kCpu, kCuda };
 const char* jobKindName(JobKind kind);
 const char* deviceKindName(DeviceKind device);
 
+// The probe's collective benchmark (like nccl-tests): each op at sizes from minBytes to
+// maxBytes, doubling, verified and timed.
+struct CollectivesSpec {
+  std::vector<std::string> ops{"all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
+  int64_t minBytes = 8;
+  int64_t maxBytes = 256 << 20;
+  int iterations = 20;
+  int warmup = 5;
+  std::string dtype = "float32";
+};
+
 struct ProbeSpec {
   int ticks = 10;       // progress reports per rank before it exits 0
   int tickMs = 100;     // time between them
+  std::optional<CollectivesSpec> collectives;
+};
+
+// DeepSpeed's comms_logger section, same keys and defaults.
+struct CommsLoggerSpec {
+  bool enabled = false;
+  bool verbose = false;
+  bool profAll = true;
+  std::vector<std::string> profOps;
 };
 
 // A job spec as submitted (JSON), validated and with every default filled in. Field names in
@@ -31,6 +53,9 @@ struct JobSpec {
   int maxRestarts = 0;
   int64_t gracePeriodMs = 10'000;       // SIGTERM, then SIGKILL after this long
   int64_t heartbeatTimeoutMs = 30'000;  // a rank silent for this long fails the attempt
+  int64_t rendezvousTimeoutMs = 300'000;  // every rank must have joined the attempt's store by then
+  int64_t collectiveTimeoutMs = 1'800'000;  // the watchdog: a collective not done by then fails the attempt
+  CommsLoggerSpec commsLogger;  // from deepspeed.comms_logger
 
   // The spec with defaults filled in: what is stored and handed to the ranks.
   nlohmann::json toJson() const;

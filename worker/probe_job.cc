@@ -4,9 +4,16 @@
 #include <cstdio>
 #include <thread>
 
+#include "worker/torch_runtime.h"
+
 namespace loom::worker {
 
 Status runProbe(const RankContext& context, const planner::JobSpec& spec, ReportClient& reports) {
+  if (spec.probe.collectives) {
+    ASSIGN_OR_RETURN(TorchRuntime * torch, loadTorchRuntime());
+    RETURN_IF_ERROR(torch->runCollectiveProbe(
+        context, spec, [&](int64_t step, const std::map<std::string, double>& metrics) { reports.progress(step, metrics); }));
+  }
   const auto start = std::chrono::steady_clock::now();
   for (int tick = 1; tick <= spec.probe.ticks; ++tick) {
     std::this_thread::sleep_until(start + std::chrono::milliseconds(static_cast<int64_t>(spec.probe.tickMs) * tick));

@@ -7,8 +7,9 @@
 
 namespace loom::worker {
 
-// The probe job: proves that a rank starts, reports and ends on the allocation. It reports
-// ready, then `probe.ticks` progress reports `probe.tick_ms` apart, and returns.
+// The probe job: proves that a rank starts, reports and ends on the allocation. With
+// `probe.collectives` it first connects every rank and benchmarks the collectives (loading the
+// torch runtime); then it sends `probe.ticks` progress reports `probe.tick_ms` apart.
 Status runProbe(const RankContext& context, const planner::JobSpec& spec, ReportClient& reports);
 
 }  // namespace loom::worker

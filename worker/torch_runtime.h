@@ -1,8 +1,13 @@
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 
 #include "common/status.h"
+#include "planner/job_spec.h"
+#include "worker/rank_context.h"
 
 namespace loom::worker {
 
@@ -12,9 +17,14 @@ namespace loom::worker {
 // library hands out C++ objects through one extern "C" entry point.
 class TorchRuntime {
  public:
+  using ProgressFn = std::function<void(int64_t step, const std::map<std::string, double>& metrics)>;
+
   virtual ~TorchRuntime() = default;
   // "torch 2.11.0, 8 threads"
   virtual std::string describe() const = 0;
+  // The probe's collective benchmark over every rank of the attempt (worker/torch/collective_probe.h).
+  virtual Status runCollectiveProbe(const RankContext& context, const planner::JobSpec& spec,
+                                    const ProgressFn& progress) = 0;
 };
 
 // Loads the runtime once per process (later calls return the same one). The library is found

@@ -105,12 +105,12 @@ std::shared_ptr<Work> UcxCommunicator::allReduce(at::Tensor t, ReduceOp op) {
 Status UcxCommunicator::directAllReduce(char* data, int64_t count, at::ScalarType dtype, ReduceOp op, uint32_t seq) {
   const int n = size();
   const size_t bytes = count * c10::elementSize(dtype);
-  std::vector<char> all(bytes * n);
-  std::memcpy(all.data() + rank_ * bytes, data, bytes);
+  char* all = transport_->scratch(0, bytes * n);
+  std::memcpy(all + rank_ * bytes, data, bytes);
   std::vector<UcxTransport::Request> requests;
   for (int j = 0; j < n; ++j) {
     if (j == rank_) continue;
-    ASSIGN_OR_RETURN(auto recv, transport_->postReceive(ranks_[j], tagFrom(j, seq, 0), all.data() + j * bytes, bytes,
+    ASSIGN_OR_RETURN(auto recv, transport_->postReceive(ranks_[j], tagFrom(j, seq, 0), all + j * bytes, bytes,
                                                         fmt::format("the buffer of rank {}", j)));
     requests.push_back(std::move(recv));
     ASSIGN_OR_RETURN(auto send, transport_->postSend(ranks_[j], tagFrom(rank_, seq, 0), data, bytes,
@@ -118,8 +118,8 @@ Status UcxCommunicator::directAllReduce(char* data, int64_t count, at::ScalarTyp
     requests.push_back(std::move(send));
   }
   RETURN_IF_ERROR(transport_->waitAll(requests));
-  std::memcpy(data, all.data(), bytes);
-  for (int j = 1; j < n; ++j) RETURN_IF_ERROR(reduceInto(data, all.data() + j * bytes, count, dtype, op));
+  std::memcpy(data, all, bytes);
+  for (int j = 1; j < n; ++j) RETURN_IF_ERROR(reduceInto(data, all + j * bytes, count, dtype, op));
   return Status::ok();
 }
 
@@ -135,7 +135,7 @@ Status UcxCommunicator::ringReduceScatter(char* data, const std::vector<int64_t>
   const int shift = endOnOwnPart ? n - 1 : 0;
   int64_t largest = 0;
   for (int i = 0; i < n; ++i) largest = std::max(largest, bounds[i + 1] - bounds[i]);
-  std::vector<char> incoming(largest * elem);
+  char* incoming = transport_->scratch(0, largest * elem);
   const int64_t chunkElems = std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(elem));
   uint32_t sendPart = 0, recvPart = 0;
   for (int s = 0; s < n - 1; ++s) {
@@ -146,7 +146,7 @@ Status UcxCommunicator::ringReduceScatter(char* data, const std::vector<int64_t>
     for (int64_t off = 0; off < bounds[recvIdx + 1] - bounds[recvIdx]; off += chunkElems) {
       int64_t len = std::min(chunkElems, bounds[recvIdx + 1] - bounds[recvIdx] - off);
       ASSIGN_OR_RETURN(auto r, transport_->postReceive(ranks_[left], tagFrom(left, seq, recvPart++),
-                                                       incoming.data() + off * elem, len * elem,
+                                                       incoming + off * elem, len * elem,
                                                        fmt::format("step {} of the reduce-scatter ring from rank {}", s, left)));
       recvs.push_back(std::move(r));
       recvChunks.push_back({off, len});
@@ -162,7 +162,7 @@ Status UcxCommunicator::ringReduceScatter(char* data, const std::vector<int64_t>
       std::vector<UcxTransport::Request> one{std::move(recvs[c])};
       RETURN_IF_ERROR(transport_->waitAll(one));
       auto [off, len] = recvChunks[c];
-      RETURN_IF_ERROR(reduceInto(data + (bounds[recvIdx] + off) * elem, incoming.data() + off * elem, len, dtype, op));
+      RETURN_IF_ERROR(reduceInto(data + (bounds[recvIdx] + off) * elem, incoming + off * elem, len, dtype, op));
     }
     RETURN_IF_ERROR(transport_->waitAll(sends));
   }
@@ -218,11 +218,11 @@ std::shared_ptr<Work> UcxCommunicator::reduceScatter(at::Tensor output, at::Tens
                   if (size() == 1) {
                     std::memcpy(output.data_ptr(), input.data_ptr(), bytes);
                   } else {
-                    std::vector<char> work(input.nbytes());
-                    std::memcpy(work.data(), input.data_ptr(), work.size());
+                    char* work = transport_->scratch(1, input.nbytes());
+                    std::memcpy(work, input.data_ptr(), input.nbytes());
                     auto bounds = evenBounds(input.numel(), size());
-                    RETURN_IF_ERROR(ringReduceScatter(work.data(), bounds, input.scalar_type(), op, seq, true));
-                    std::memcpy(output.data_ptr(), work.data() + rank_ * bytes, bytes);
+                    RETURN_IF_ERROR(ringReduceScatter(work, bounds, input.scalar_type(), op, seq, true));
+                    std::memcpy(output.data_ptr(), work + rank_ * bytes, bytes);
                   }
                   return op == ReduceOp::kAvg ? finishAverage(output.data_ptr(), output.numel(), output.scalar_type(), size())
                                               : Status::ok();

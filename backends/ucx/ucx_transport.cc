@@ -218,6 +218,15 @@ Status UcxTransport::waitAll(std::vector<Request>& requests) {
   return Status::ok();
 }
 
+char* UcxTransport::scratch(int slot, size_t bytes) {
+  Scratch& s = scratch_[slot];
+  if (s.size < bytes) {
+    s.data.reset(new char[bytes]);  // default-initialized: no zeroing pass
+    s.size = bytes;
+  }
+  return s.data.get();
+}
+
 void UcxTransport::enqueue(std::shared_ptr<Work> work, const std::string& opName, int64_t bytes, int groupSize,
                            Body body) {
   {

@@ -67,6 +67,9 @@ class UcxTransport {
   StatusOr<Request> postReceive(int worldPeer, uint64_t tag, void* buffer, size_t bytes, std::string what);
   // Progresses until every request has completed, or fails at the current operation's deadline.
   Status waitAll(std::vector<Request>& requests);
+  // Scratch memory kept between operations (fresh pages cost a fault each, and vectors zero
+  // them): `slot` 0 and 1 are separate buffers. Contents are undefined.
+  char* scratch(int slot, size_t bytes);
 
  private:
   explicit UcxTransport(const UcxOptions& options) : options_(options) {}
@@ -94,6 +97,11 @@ class UcxTransport {
   std::chrono::steady_clock::time_point deadline_;  // of the running operation
   std::string current_;                              // its description
   Status broken_;                                    // the first failure, once there is one
+  struct Scratch {
+    std::unique_ptr<char[]> data;
+    size_t size = 0;
+  };
+  Scratch scratch_[2];
 
   std::mutex mu_;
   std::condition_variable cv_;

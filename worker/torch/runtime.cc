@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
+#include "worker/torch/collective_probe.h"
 #include "worker/torch_runtime.h"
 
 namespace loom::worker {
@@ -12,6 +13,14 @@ class LibTorchRuntime final : public TorchRuntime {
  public:
   std::string describe() const override {
     return std::string("torch ") + TORCH_VERSION + ", " + std::to_string(at::get_num_threads()) + " threads";
+  }
+  Status runCollectiveProbe(const RankContext& context, const planner::JobSpec& spec,
+                            const ProgressFn& progress) override {
+    try {
+      return loom::worker::runCollectiveProbe(context, spec, progress);
+    } catch (const c10::Error& e) {
+      return internalError("torch: {}", e.what_without_backtrace());
+    }
   }
 };
 

@@ -1,0 +1,159 @@
+#include "worker/torch/collective_probe.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "backends/comms_logger.h"
+#include "backends/rendezvous/tcp_store.h"
+#include "backends/ucx/ucx_communicator.h"
+
+namespace loom::worker {
+
+namespace {
+
+using backends::Communicator;
+using backends::ReduceOp;
+
+at::ScalarType dtypeOf(const std::string& name) {
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  if (name == "int64") return at::kLong;
+  return at::kFloat;
+}
+
+// The tensors of one op at one size, filled so that the result is known exactly: rank r holds
+// (i % 7 + 1) * (r + 1) at position i.
+struct Case {
+  at::Tensor input, output, expected;
+};
+
+at::Tensor pattern(int64_t n, int64_t offset, double scale, at::ScalarType dtype) {
+  return ((at::arange(offset, offset + n, at::kLong) % 7 + 1).to(at::kDouble) * scale).to(dtype);
+}
+
+Case makeCase(const std::string& op, int64_t count, int rank, int n, at::ScalarType dtype) {
+  const double sumRanks = n * (n + 1) / 2.0;
+  if (op == "all_reduce") return {pattern(count, 0, rank + 1, dtype), {}, pattern(count, 0, sumRanks, dtype)};
+  if (op == "all_gather") {
+    std::vector<at::Tensor> parts;
+    for (int j = 0; j < n; ++j) parts.push_back(pattern(count / n, 0, j + 1, dtype));
+    return {pattern(count / n, 0, rank + 1, dtype), at::empty({count}, dtype), at::cat(parts)};
+  }
+  if (op == "reduce_scatter") {
+    const int64_t part = count / n;
+    return {pattern(count, 0, rank + 1, dtype), at::empty({part}, dtype), pattern(part, rank * part, sumRanks, dtype)};
+  }
+  if (op == "all_to_all") {
+    // Part j of rank i's input is pattern(part, 0, i + 1): rank r's output part i equals it.
+    const int64_t part = count / n;
+    std::vector<at::Tensor> expected;
+    for (int i = 0; i < n; ++i) expected.push_back(pattern(part, 0, i + 1, dtype));
+    return {pattern(part, 0, rank + 1, dtype).repeat({n}), at::empty({count}, dtype), at::cat(expected)};
+  }
+  // broadcast from rank 0
+  return {rank == 0 ? pattern(count, 0, 1, dtype) : at::zeros({count}, dtype), {}, pattern(count, 0, 1, dtype)};
+}
+
+std::shared_ptr<backends::Work> issue(Communicator& c, const std::string& op, Case& k) {
+  if (op == "all_reduce") return c.allReduce(k.input, ReduceOp::kSum);
+  if (op == "all_gather") return c.allGather(k.output, k.input);
+  if (op == "reduce_scatter") return c.reduceScatter(k.output, k.input, ReduceOp::kSum);
+  if (op == "all_to_all") return c.allToAll(k.output, k.input);
+  return c.broadcast(k.input, 0);
+}
+
+// In-place ops leave their result in the input, and the next iteration must start from the
+// pattern again.
+bool inPlace(const std::string& op) { return op == "all_reduce" || op == "broadcast"; }
+
+std::string humanBytes(int64_t b) {
+  if (b >= (1 << 20)) return fmt::format("{} MiB", b >> 20);
+  if (b >= (1 << 10)) return fmt::format("{} KiB", b >> 10);
+  return fmt::format("{} B", b);
+}
+
+}  // namespace
+
+Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, const TorchRuntime::ProgressFn& progress) {
+  const auto& cfg = *spec.probe.collectives;
+  auto store = backends::TcpStore::connect({.host = ctx.masterAddr, .port = ctx.masterPort, .isServer = ctx.rank == 0,
+                                            .connectTimeout = std::chrono::milliseconds(spec.rendezvousTimeoutMs)});
+  if (!store.isOk()) return store.status().withContext("rendezvous");
+  backends::CommsLogger logger({.enabled = spec.commsLogger.enabled, .verbose = spec.commsLogger.verbose,
+                                .profAll = spec.commsLogger.profAll,
+                                .profOps = {spec.commsLogger.profOps.begin(), spec.commsLogger.profOps.end()}});
+  auto transport = backends::UcxTransport::create({.rank = ctx.rank, .worldSize = ctx.worldSize,
+                                                   .store = store->get(),
+                                                   .rendezvousTimeout = std::chrono::milliseconds(spec.rendezvousTimeoutMs),
+                                                   .operationTimeout = std::chrono::milliseconds(spec.collectiveTimeoutMs),
+                                                   .logger = &logger});
+  if (!transport.isOk()) return transport.status();
+  auto world = backends::UcxCommunicator::world(*transport);
+  const int n = world->size();
+  const at::ScalarType dtype = dtypeOf(cfg.dtype);
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype));
+
+  if (ctx.rank == 0) {
+    std::printf("# collective benchmark: %d ranks, %s, %d iterations after %d warm-up\n", n, cfg.dtype.c_str(),
+                cfg.iterations, cfg.warmup);
+    std::printf("%-16s %12s %12s %12s %12s %12s %8s\n", "op", "size", "count", "time (us)", "algbw GB/s",
+                "busbw GB/s", "#wrong");
+  }
+  int64_t step = 0;
+  for (const auto& op : cfg.ops) {
+    for (int64_t bytes = cfg.minBytes; bytes <= cfg.maxBytes; bytes *= 2) {
+      // Whole elements, divisible into n parts for the ops that split.
+      int64_t count = std::max<int64_t>(1, bytes / elem);
+      if (op != "all_reduce" && op != "broadcast") count = std::max<int64_t>(n, count / n * n);
+      const int64_t size = count * elem;
+      Case k = makeCase(op, count, ctx.rank, n, dtype);
+      const at::Tensor pristine = inPlace(op) ? k.input.clone() : at::Tensor();
+
+      // Large sizes get fewer iterations: at most ~2 GiB moved per size.
+      const int iterations = static_cast<int>(std::clamp<int64_t>((int64_t(2) << 30) / size, 2, cfg.iterations));
+      for (int i = 0; i < cfg.warmup; ++i) {
+        if (inPlace(op)) k.input.copy_(pristine);
+        RETURN_IF_ERROR(issue(*world, op, k)->wait());
+      }
+      if (inPlace(op)) k.input.copy_(pristine);
+      RETURN_IF_ERROR(issue(*world, op, k)->wait());
+      const at::Tensor& result = inPlace(op) ? k.input : k.output;
+      const int64_t wrong = result.ne(k.expected).sum().item<int64_t>();
+
+      RETURN_IF_ERROR(world->barrier()->wait());
+      auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < iterations; ++i) RETURN_IF_ERROR(issue(*world, op, k)->wait());
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
+      // The slowest rank's time and every rank's wrong count.
+      auto stats = at::tensor({seconds, static_cast<double>(wrong)}, at::kDouble);
+      auto slowest = stats.slice(0, 0, 1).clone(), wrongs = stats.slice(0, 1, 2).clone();
+      RETURN_IF_ERROR(world->allReduce(slowest, ReduceOp::kMax)->wait());
+      RETURN_IF_ERROR(world->allReduce(wrongs, ReduceOp::kSum)->wait());
+      seconds = slowest.item<double>();
+      const double algbw = size / seconds / 1e9;
+      const double busbw = algbw * backends::CommsLogger::busBandwidthFactor(op, n);
+      const int64_t totalWrong = static_cast<int64_t>(wrongs.item<double>());
+      if (ctx.rank == 0) {
+        std::printf("%-16s %12s %12lld %12.1f %12.3f %12.3f %8lld\n", op.c_str(), humanBytes(size).c_str(),
+                    static_cast<long long>(count), seconds * 1e6, algbw, busbw, static_cast<long long>(totalWrong));
+        std::fflush(stdout);
+      }
+      progress(++step, {{"probe." + op + ".bytes", static_cast<double>(size)},
+                        {"probe." + op + ".algbw_gbps", algbw},
+                        {"probe." + op + ".busbw_gbps", busbw}});
+      if (totalWrong > 0)
+        return Status(StatusCode::kDataLoss, fmt::format("{} of {}: {} wrong elements over the ranks", op,
+                                                         humanBytes(size), totalWrong));
+    }
+  }
+  if (spec.commsLogger.enabled) {
+    if (ctx.rank == 0) std::printf("# comms logger\n%s", logger.summary().c_str());
+    progress(++step, logger.metrics());
+  }
+  return world->barrier()->wait();
+}
+
+}  // namespace loom::worker
