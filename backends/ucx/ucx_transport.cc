@@ -1,5 +1,6 @@
 #include "backends/ucx/ucx_transport.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -188,9 +189,16 @@ void UcxTransport::cancelAll(std::vector<Request>& requests) {
 Status UcxTransport::waitAll(std::vector<Request>& requests) {
   size_t pending = 0;
   for (auto& r : requests) pending += r.handle != nullptr;
-  uint32_t spins = 0;
+  uint32_t spins = 0, idle = 0;
   while (pending > 0) {
-    ucp_worker_progress(worker_);
+    // Busy polling is fastest while the ranks have a core each; when ranks outnumber cores a
+    // spinning rank starves the peer it waits for. After a run of empty polls, give the core up.
+    if (ucp_worker_progress(worker_) != 0) {
+      idle = 0;
+    } else if (++idle >= 64) {
+      idle = 0;
+      sched_yield();
+    }
     for (auto& r : requests) {
       if (!r.handle) continue;
       ucs_status_t s = ucp_request_check_status(r.handle);

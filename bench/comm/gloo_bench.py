@@ -1,0 +1,73 @@
+"""torch.distributed gloo, the reference for Loom's UCX collectives: the same ops and sizes as
+the probe's collective benchmark, busbw by nccl-tests' factors. Run under torchrun; rank 0
+prints one JSON object per (op, size)."""
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+FACTORS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+}
+
+
+def run(op, count, n, out, inp):
+    if op == "all_reduce":
+        dist.all_reduce(inp)
+    elif op == "all_gather":
+        dist.all_gather_into_tensor(out, inp)
+    elif op == "reduce_scatter":
+        dist.reduce_scatter_tensor(out, inp)
+    else:
+        dist.all_to_all_single(out, inp)
+
+
+def main():
+    dist.init_process_group("gloo")
+    n, rank = dist.get_world_size(), dist.get_rank()
+    ops = sys.argv[1].split(",")
+    min_bytes, max_bytes = int(sys.argv[2]), int(sys.argv[3])
+    for op in ops:
+        size = min_bytes
+        while size <= max_bytes:
+            count = max(1, size // 4)
+            if op != "all_reduce":
+                count = max(n, count // n * n)
+            if op == "all_gather":
+                inp, out = torch.ones(count // n), torch.empty(count)
+            elif op == "reduce_scatter":
+                inp, out = torch.ones(count), torch.empty(count // n)
+            else:
+                inp, out = torch.ones(count), torch.empty(count)
+            iters = max(2, min(20, (2 << 30) // (count * 4)))
+            try:
+                for _ in range(3):
+                    run(op, count, n, out, inp)
+                dist.barrier()
+                start = time.perf_counter()
+                for _ in range(iters):
+                    run(op, count, n, out, inp)
+                seconds = (time.perf_counter() - start) / iters
+            except RuntimeError as e:  # an op gloo does not implement
+                if rank == 0:
+                    print(json.dumps({"op": op, "bytes": count * 4, "error": str(e).splitlines()[0]}), flush=True)
+                break
+            t = torch.tensor([seconds], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            seconds = t.item()
+            algbw = count * 4 / seconds / 1e9
+            if rank == 0:
+                print(json.dumps({"op": op, "bytes": count * 4, "seconds": seconds, "algbw": algbw,
+                                  "busbw": algbw * FACTORS[op](n)}), flush=True)
+            size *= 2
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
