@@ -67,3 +67,32 @@ TEST_CASE("bad specs name the field", "[planner]") {
   CHECK(errorOf(R"({"name": "a b", "kind": "probe", "resources": {"ranks": 1}})").find("name:") == 0);
   CHECK(errorOf(R"({"name": "p", "kind": "train", "resources": {"ranks": 1}})").find("kind: \"train\"") == 0);
 }
+
+TEST_CASE("probe.collectives, timeouts and deepspeed.comms_logger", "[planner]") {
+  auto spec = parseJobSpec(R"({"name": "p", "kind": "probe", "resources": {"ranks": 2},
+    "probe": {"collectives": {"ops": ["all_reduce", "broadcast"], "max_bytes": 1024, "dtype": "bfloat16"}},
+    "timeouts": {"collective_s": 5, "rendezvous_s": 7},
+    "deepspeed": {"comms_logger": {"enabled": true, "verbose": false, "prof_all": false, "prof_ops": ["all_reduce"]}}})");
+  REQUIRE(spec.isOk());
+  REQUIRE(spec->probe.collectives.has_value());
+  CHECK(spec->probe.collectives->ops == std::vector<std::string>{"all_reduce", "broadcast"});
+  CHECK(spec->probe.collectives->minBytes == 8);
+  CHECK(spec->probe.collectives->maxBytes == 1024);
+  CHECK(spec->collectiveTimeoutMs == 5000);
+  CHECK(spec->rendezvousTimeoutMs == 7000);
+  CHECK(spec->commsLogger.enabled);
+  CHECK_FALSE(spec->commsLogger.profAll);
+  CHECK(spec->commsLogger.profOps == std::vector<std::string>{"all_reduce"});
+  auto again = parseJobSpec(spec->toJson().dump());
+  REQUIRE(again.isOk());
+  CHECK(again->toJson() == spec->toJson());
+
+  const std::string base = R"({"name": "p", "kind": "probe", "resources": {"ranks": 2}, )";
+  CHECK(errorOf(base + R"("probe": {"collectives": {"ops": ["allreduce"]}}})") ==
+        "probe.collectives.ops: \"allreduce\" is not one of all_gather, all_reduce, all_to_all, broadcast, reduce_scatter");
+  CHECK(errorOf(base + R"("probe": {"collectives": {"min_bytes": 9, "max_bytes": 8}}})").find("probe.collectives.min_bytes") == 0);
+  CHECK(errorOf(base + R"("deepspeed": {"zero_optimization": {"stage": 2}}})") ==
+        "deepspeed.zero_optimization: not supported by this version (supported: comms_logger)");
+  CHECK(errorOf(base + R"("deepspeed": {"comms_logger": {"enabled": 1}}})") ==
+        "deepspeed.comms_logger.enabled: must be true or false, got number");
+}
