@@ -153,7 +153,7 @@ int main() {
     return 1;
   }
   UcxOptions options{.rank = rank, .worldSize = world, .store = store->get()};
-  if (mode == "missing-rank") options.rendezvousTimeout = std::chrono::seconds(2);
+  if (mode == "missing-rank") options.rendezvousTimeout = std::chrono::seconds(5);
   if (mode == "peer-stops") options.operationTimeout = std::chrono::seconds(3);
   auto transport = UcxTransport::create(options);
   if (mode == "missing-rank") {
