@@ -39,6 +39,16 @@ bool isFloating(c10::ScalarType t) {
 
 }  // namespace
 
+const char* reduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
 Status checkReducible(c10::ScalarType dtype, ReduceOp op) {
   switch (dtype) {
     case c10::kFloat:

@@ -461,14 +461,4 @@ StatusOr<std::shared_ptr<Communicator>> UcxCommunicator::split(const std::vector
   return std::shared_ptr<Communicator>(new UcxCommunicator(transport_, std::move(world), id, name));
 }
 
-const char* reduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-  }
-  return "?";
-}
-
 }  // namespace loom::backends

@@ -1,0 +1,330 @@
+#include "backends/nccl/nccl_communicator.h"
+
+#include <cstring>
+
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <fmt/format.h>
+
+#include "backends/reduce.h"
+
+namespace loom::backends {
+
+namespace {
+
+Status ncclStatus(const std::string& what, ncclResult_t r) {
+  if (r == ncclSuccess) return Status::ok();
+  return unavailable("{}: NCCL {}", what, ncclGetErrorString(r));
+}
+
+StatusOr<ncclDataType_t> ncclType(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ncclFloat32;
+    case at::kDouble: return ncclFloat64;
+    case at::kHalf: return ncclFloat16;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kInt: return ncclInt32;
+    case at::kLong: return ncclInt64;
+    case at::kChar: return ncclInt8;
+    case at::kByte: return ncclUint8;
+    default: return invalidArgument("NCCL cannot carry {}", c10::toString(t));
+  }
+}
+
+ncclRedOp_t ncclOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+  }
+  return ncclSum;
+}
+
+Status checkCuda(const at::Tensor& t, int device, const char* which) {
+  if (!t.defined()) return invalidArgument("{} tensor is undefined", which);
+  if (!t.is_cuda() || t.get_device() != device)
+    return invalidArgument("{} tensor is on {}: this communicator runs on cuda:{}", which, t.device().str(), device);
+  if (!t.is_contiguous()) return invalidArgument("{} tensor is not contiguous", which);
+  return Status::ok();
+}
+
+std::string humanBytes(int64_t b) {
+  if (b >= (1 << 20)) return fmt::format("{:.1f} MiB", b / double(1 << 20));
+  if (b >= (1 << 10)) return fmt::format("{:.1f} KiB", b / double(1 << 10));
+  return fmt::format("{} B", b);
+}
+
+std::string describe(const at::Tensor& t) {
+  return t.defined() ? fmt::format("{} {}", humanBytes(t.nbytes()), c10::toString(t.scalar_type())) : "undefined";
+}
+
+}  // namespace
+
+Status NcclOptions::validate() const {
+  if (worldSize < 1 || rank < 0 || rank >= worldSize) return invalidArgument("rank {} of world {}", rank, worldSize);
+  if (!store && worldSize > 1) return invalidArgument("a store is needed to connect {} ranks", worldSize);
+  if (device < 0) return invalidArgument("device {} is not a CUDA device index", device);
+  return Status::ok();
+}
+
+StatusOr<std::shared_ptr<NcclCommunicator>> NcclCommunicator::create(const NcclOptions& options) {
+  RETURN_IF_ERROR(options.validate());
+  ncclUniqueId id;
+  if (options.rank == 0) {
+    RETURN_IF_ERROR(ncclStatus("ncclGetUniqueId", ncclGetUniqueId(&id)));
+    if (options.worldSize > 1)
+      RETURN_IF_ERROR(options.store->set("nccl/world", std::string(reinterpret_cast<char*>(&id), sizeof id)));
+  } else {
+    auto value = options.store->get({"nccl/world"}, options.rendezvousTimeout);
+    if (!value.isOk()) return value.status().withContext("NCCL rendezvous: rank 0's unique id");
+    std::memcpy(&id, (*value)[0].data(), sizeof id);
+  }
+  c10::cuda::CUDAGuard guard(options.device);
+  ncclComm_t comm;
+  RETURN_IF_ERROR(ncclStatus(fmt::format("ncclCommInitRank (rank {} of {}, cuda:{})", options.rank, options.worldSize,
+                                         options.device),
+                             ncclCommInitRank(&comm, options.worldSize, id, options.rank)));
+  return std::shared_ptr<NcclCommunicator>(
+      new NcclCommunicator(comm, options.rank, options.worldSize, options.device, "world", options));
+}
+
+NcclCommunicator::NcclCommunicator(ncclComm_t comm, int rank, int size, int device, std::string name,
+                                   NcclOptions options)
+    : comm_(comm), rank_(rank), size_(size), device_(device), name_(std::move(name)), options_(options) {
+  watchdog_ = std::thread([this] { watch(); });
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  watchdog_.join();
+  if (broken_.isOk()) {
+    ncclCommDestroy(comm_);
+  }
+}
+
+std::shared_ptr<Work> NcclCommunicator::run(const char* op, const std::string& detail, int64_t bytes,
+                                            std::vector<at::Tensor> keep, Status valid,
+                                            const std::function<ncclResult_t(cudaStream_t)>& launch) {
+  const uint32_t seq = sequence_.fetch_add(1);
+  auto work = std::make_shared<Work>(fmt::format("{} #{} on {} ({} ranks, NCCL), {}", op, seq, name_, size_, detail));
+  {
+    std::lock_guard lock(mu_);
+    if (valid.isOk() && !broken_.isOk())
+      valid = Status(broken_.code(), "not run, the communicator failed earlier: " + broken_.message());
+  }
+  if (!valid.isOk()) {
+    work->complete(valid.withContext(work->description()));
+    return work;
+  }
+  c10::cuda::CUDAGuard guard(device_);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_).stream();
+  const bool timed = options_.logger && options_.logger->wants(op);
+  Pending p{work, op, bytes, nullptr, nullptr, std::chrono::steady_clock::now() + options_.operationTimeout,
+            std::move(keep)};
+  // Untimed events cost nothing to record; timed ones only when the comms logger profiles the op.
+  cudaEventCreateWithFlags(&p.end, timed ? cudaEventDefault : cudaEventDisableTiming);
+  if (timed) {
+    cudaEventCreate(&p.start);
+    cudaEventRecord(p.start, stream);
+  }
+  Status launched = ncclStatus(work->description(), launch(stream));
+  if (!launched.isOk()) {
+    work->complete(launched);
+    return work;
+  }
+  cudaEventRecord(p.end, stream);
+  {
+    std::lock_guard lock(mu_);
+    pending_.push_back(std::move(p));
+  }
+  cv_.notify_all();
+  return work;
+}
+
+void NcclCommunicator::watch() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return stopping_ || !pending_.empty(); });
+    if (pending_.empty()) {
+      if (stopping_) return;
+      continue;
+    }
+    Pending& p = pending_.front();
+    cudaError_t state = cudaEventQuery(p.end);
+    if (state == cudaSuccess) {
+      if (p.start) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, p.start, p.end);
+        options_.logger->record(p.op, p.bytes, size_, ms / 1e3);
+        cudaEventDestroy(p.start);
+      }
+      cudaEventDestroy(p.end);
+      auto work = p.work;
+      pending_.pop_front();
+      lock.unlock();
+      work->complete(Status::ok());
+      lock.lock();
+      continue;
+    }
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    const bool expired = std::chrono::steady_clock::now() > p.deadline;
+    if (async == ncclSuccess && !expired && (state == cudaErrorNotReady)) continue;
+    // Abort so that every rank's kernels return instead of waiting forever for a peer.
+    Status failure = async != ncclSuccess
+                         ? ncclStatus(p.work->description(), async)
+                     : expired ? Status(StatusCode::kDeadlineExceeded,
+                                        fmt::format("{}: not complete after {} s (the watchdog's timeout)",
+                                                    p.work->description(), options_.operationTimeout.count() / 1000.0))
+                               : internalError("{}: CUDA {}", p.work->description(), cudaGetErrorString(state));
+    broken_ = failure;
+    ncclCommAbort(comm_);
+    std::deque<Pending> failed;
+    failed.swap(pending_);
+    lock.unlock();
+    for (auto& f : failed) {
+      f.work->complete(&f == &failed.front() ? failure
+                                              : Status(failure.code(), f.work->description() +
+                                                                           ": not run, the communicator failed: " +
+                                                                           failure.message()));
+    }
+    lock.lock();
+  }
+}
+
+std::shared_ptr<Work> NcclCommunicator::allReduce(at::Tensor t, ReduceOp op) {
+  Status valid = checkCuda(t, device_, "the");
+  auto type = t.defined() ? ncclType(t.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
+  if (valid.isOk()) valid = type.status();
+  if (valid.isOk()) valid = checkReducible(t.scalar_type(), op);
+  return run("all_reduce", describe(t) + " " + reduceOpName(op), t.defined() ? t.nbytes() : 0, {t}, valid,
+             [&](cudaStream_t s) { return ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), *type, ncclOp(op), comm_, s); });
+}
+
+std::shared_ptr<Work> NcclCommunicator::reduceScatter(at::Tensor output, at::Tensor input, ReduceOp op) {
+  Status valid = checkCuda(output, device_, "the output");
+  if (valid.isOk()) valid = checkCuda(input, device_, "the input");
+  auto type = input.defined() ? ncclType(input.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
+  if (valid.isOk()) valid = type.status();
+  if (valid.isOk() && (input.scalar_type() != output.scalar_type() || input.numel() != output.numel() * size_))
+    valid = invalidArgument("the input must hold {} times the output's elements of its dtype", size_);
+  return run("reduce_scatter", describe(input), input.defined() ? input.nbytes() : 0, {output, input}, valid,
+             [&](cudaStream_t s) {
+               return ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), *type, ncclOp(op), comm_, s);
+             });
+}
+
+std::shared_ptr<Work> NcclCommunicator::allGather(at::Tensor output, at::Tensor input) {
+  Status valid = checkCuda(output, device_, "the output");
+  if (valid.isOk()) valid = checkCuda(input, device_, "the input");
+  auto type = input.defined() ? ncclType(input.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
+  if (valid.isOk()) valid = type.status();
+  if (valid.isOk() && (input.scalar_type() != output.scalar_type() || output.numel() != input.numel() * size_))
+    valid = invalidArgument("the output must hold {} times the input's elements of its dtype", size_);
+  return run("all_gather", describe(output), output.defined() ? output.nbytes() : 0, {output, input}, valid,
+             [&](cudaStream_t s) { return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), *type, comm_, s); });
+}
+
+std::shared_ptr<Work> NcclCommunicator::allToAll(at::Tensor output, at::Tensor input) {
+  const int64_t part = input.defined() ? input.numel() / size_ : 0;
+  std::vector<int64_t> splits(size_, part);
+  if (input.defined() && input.numel() % size_ != 0)
+    return allToAllV(output, input, {}, {});  // refused there, with the sizes named
+  return allToAllV(output, input, splits, splits);
+}
+
+std::shared_ptr<Work> NcclCommunicator::allToAllV(at::Tensor output, at::Tensor input, std::vector<int64_t> outSplits,
+                                                  std::vector<int64_t> inSplits) {
+  Status valid = checkCuda(output, device_, "the output");
+  if (valid.isOk()) valid = checkCuda(input, device_, "the input");
+  auto type = input.defined() ? ncclType(input.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
+  if (valid.isOk()) valid = type.status();
+  if (valid.isOk() && (static_cast<int>(outSplits.size()) != size_ || static_cast<int>(inSplits.size()) != size_))
+    valid = invalidArgument("splits must have {} entries, got {} output and {} input", size_, outSplits.size(),
+                            inSplits.size());
+  int64_t outTotal = 0, inTotal = 0;
+  for (auto x : outSplits) outTotal += x;
+  for (auto x : inSplits) inTotal += x;
+  if (valid.isOk() && (outTotal != output.numel() || inTotal != input.numel()))
+    valid = invalidArgument("splits add up to {} output and {} input elements, the tensors hold {} and {}", outTotal,
+                            inTotal, output.numel(), input.numel());
+  return run("all_to_all_v", describe(input), input.defined() ? input.nbytes() : 0, {output, input}, valid,
+             [&](cudaStream_t s) {
+               const size_t elem = input.element_size();
+               auto* in = static_cast<char*>(input.data_ptr());
+               auto* out = static_cast<char*>(output.data_ptr());
+               int64_t inOff = 0, outOff = 0;
+               ncclGroupStart();
+               for (int j = 0; j < size_; ++j) {
+                 ncclSend(in + inOff * elem, inSplits[j], *type, j, comm_, s);
+                 ncclRecv(out + outOff * elem, outSplits[j], *type, j, comm_, s);
+                 inOff += inSplits[j];
+                 outOff += outSplits[j];
+               }
+               return ncclGroupEnd();
+             });
+}
+
+std::shared_ptr<Work> NcclCommunicator::broadcast(at::Tensor t, int root) {
+  Status valid = checkCuda(t, device_, "the");
+  auto type = t.defined() ? ncclType(t.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
+  if (valid.isOk()) valid = type.status();
+  if (valid.isOk() && (root < 0 || root >= size_)) valid = invalidArgument("root {} is not a rank of {}", root, name_);
+  return run("broadcast", describe(t), t.defined() ? t.nbytes() : 0, {t}, valid,
+             [&](cudaStream_t s) { return ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), *type, root, comm_, s); });
+}
+
+std::shared_ptr<Work> NcclCommunicator::send(at::Tensor t, int peer, int tag) {
+  Status valid = checkCuda(t, device_, "the");
+  auto type = t.defined() ? ncclType(t.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
+  if (valid.isOk()) valid = type.status();
+  if (valid.isOk() && (peer < 0 || peer >= size_ || peer == rank_))
+    valid = invalidArgument("peer {} is not another rank of {}", peer, name_);
+  // NCCL matches point-to-point messages by order, not by tag.
+  return run("send", describe(t), t.defined() ? t.nbytes() : 0, {t}, valid,
+             [&](cudaStream_t s) { return ncclSend(t.data_ptr(), t.numel(), *type, peer, comm_, s); });
+}
+
+std::shared_ptr<Work> NcclCommunicator::recv(at::Tensor t, int peer, int tag) {
+  Status valid = checkCuda(t, device_, "the");
+  auto type = t.defined() ? ncclType(t.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
+  if (valid.isOk()) valid = type.status();
+  if (valid.isOk() && (peer < 0 || peer >= size_ || peer == rank_))
+    valid = invalidArgument("peer {} is not another rank of {}", peer, name_);
+  return run("recv", describe(t), t.defined() ? t.nbytes() : 0, {t}, valid,
+             [&](cudaStream_t s) { return ncclRecv(t.data_ptr(), t.numel(), *type, peer, comm_, s); });
+}
+
+std::shared_ptr<Work> NcclCommunicator::barrier() {
+  // An all-reduce of one element on this rank's device, as c10d does.
+  c10::cuda::CUDAGuard guard(device_);
+  at::Tensor one = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_));
+  return run("barrier", "4 B", 4, {one}, Status::ok(),
+             [&](cudaStream_t s) { return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum, comm_, s); });
+}
+
+StatusOr<std::shared_ptr<Communicator>> NcclCommunicator::split(const std::vector<int>& ranks, const std::string& name) {
+  splits_.fetch_add(1);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size_ || (i > 0 && ranks[i] <= ranks[i - 1]))
+      return invalidArgument("split of {}: ranks must be ascending ranks of {} (0 to {})", name_, name_, size_ - 1);
+  }
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  const bool member = it != ranks.end();
+  ncclComm_t child = nullptr;
+  c10::cuda::CUDAGuard guard(device_);
+  RETURN_IF_ERROR(ncclStatus("ncclCommSplit", ncclCommSplit(comm_, member ? 0 : NCCL_SPLIT_NOCOLOR,
+                                                            member ? static_cast<int>(it - ranks.begin()) : 0,
+                                                            &child, nullptr)));
+  if (!member) return std::shared_ptr<Communicator>();
+  return std::shared_ptr<Communicator>(new NcclCommunicator(child, static_cast<int>(it - ranks.begin()),
+                                                            static_cast<int>(ranks.size()), device_, name, options_));
+}
+
+}  // namespace loom::backends
