@@ -9,20 +9,21 @@ namespace loom::backends {
 
 namespace {
 
+// `out` may alias `a` (in-place reduction), so only `b` is restrict.
 template <typename T, typename Acc>
-void reduceTyped(T* __restrict dst, const T* __restrict src, int64_t count, ReduceOp op) {
+void reduceTyped(T* out, const T* a, const T* __restrict b, int64_t count, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<T>(static_cast<Acc>(dst[i]) + static_cast<Acc>(src[i]));
+      for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(static_cast<Acc>(a[i]) + static_cast<Acc>(b[i]));
       return;
     case ReduceOp::kMax:
       for (int64_t i = 0; i < count; ++i)
-        dst[i] = static_cast<T>(std::max(static_cast<Acc>(dst[i]), static_cast<Acc>(src[i])));
+        out[i] = static_cast<T>(std::max(static_cast<Acc>(a[i]), static_cast<Acc>(b[i])));
       return;
     case ReduceOp::kMin:
       for (int64_t i = 0; i < count; ++i)
-        dst[i] = static_cast<T>(std::min(static_cast<Acc>(dst[i]), static_cast<Acc>(src[i])));
+        out[i] = static_cast<T>(std::min(static_cast<Acc>(a[i]), static_cast<Acc>(b[i])));
       return;
   }
 }
@@ -70,18 +71,25 @@ Status checkReducible(c10::ScalarType dtype, ReduceOp op) {
 }
 
 Status reduceInto(void* dst, const void* src, int64_t count, c10::ScalarType dtype, ReduceOp op) {
+  return combine(dst, dst, src, count, dtype, op);
+}
+
+Status combine(void* out, const void* a, const void* b, int64_t count, c10::ScalarType dtype, ReduceOp op) {
   RETURN_IF_ERROR(checkReducible(dtype, op));
+#define LOOM_COMBINE(T, Acc) \
+  reduceTyped<T, Acc>(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), count, op)
   switch (dtype) {
-    case c10::kFloat: reduceTyped<float, float>(static_cast<float*>(dst), static_cast<const float*>(src), count, op); break;
-    case c10::kDouble: reduceTyped<double, double>(static_cast<double*>(dst), static_cast<const double*>(src), count, op); break;
-    case c10::kHalf: reduceTyped<c10::Half, float>(static_cast<c10::Half*>(dst), static_cast<const c10::Half*>(src), count, op); break;
-    case c10::kBFloat16: reduceTyped<c10::BFloat16, float>(static_cast<c10::BFloat16*>(dst), static_cast<const c10::BFloat16*>(src), count, op); break;
-    case c10::kInt: reduceTyped<int32_t, int32_t>(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, op); break;
-    case c10::kLong: reduceTyped<int64_t, int64_t>(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, op); break;
-    case c10::kChar: reduceTyped<int8_t, int8_t>(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, op); break;
-    case c10::kByte: reduceTyped<uint8_t, uint8_t>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, op); break;
+    case c10::kFloat: LOOM_COMBINE(float, float); break;
+    case c10::kDouble: LOOM_COMBINE(double, double); break;
+    case c10::kHalf: LOOM_COMBINE(c10::Half, float); break;
+    case c10::kBFloat16: LOOM_COMBINE(c10::BFloat16, float); break;
+    case c10::kInt: LOOM_COMBINE(int32_t, int32_t); break;
+    case c10::kLong: LOOM_COMBINE(int64_t, int64_t); break;
+    case c10::kChar: LOOM_COMBINE(int8_t, int8_t); break;
+    case c10::kByte: LOOM_COMBINE(uint8_t, uint8_t); break;
     default: break;
   }
+#undef LOOM_COMBINE
   return Status::ok();
 }
 

@@ -93,7 +93,7 @@ std::shared_ptr<Work> UcxCommunicator::allReduce(at::Tensor t, ReduceOp op) {
                     RETURN_IF_ERROR(directAllReduce(data, count, t.scalar_type(), op, seq));
                   } else {
                     auto bounds = evenBounds(count, size());
-                    RETURN_IF_ERROR(ringReduceScatter(data, bounds, t.scalar_type(), op, seq, false));
+                    RETURN_IF_ERROR(ringReduceScatter(data, data, nullptr, bounds, t.scalar_type(), op, seq, false));
                     RETURN_IF_ERROR(ringAllGather(data, bounds, t.element_size(), seq, false));
                   }
                   return op == ReduceOp::kAvg ? finishAverage(data, count, t.scalar_type(), size()) : Status::ok();
@@ -124,11 +124,14 @@ Status UcxCommunicator::directAllReduce(char* data, int64_t count, at::ScalarTyp
 }
 
 // The ring reduce-scatter over parts [bounds[i], bounds[i+1]). At step s a rank sends the part it
-// has accumulated so far to its right neighbour and reduces the part coming from its left one,
-// chunk by chunk as the chunks arrive. It ends holding part (rank + 1) % n fully reduced, or its
-// own part when `endOnOwnPart`.
-Status UcxCommunicator::ringReduceScatter(char* data, const std::vector<int64_t>& bounds, at::ScalarType dtype,
-                                          ReduceOp op, uint32_t seq, bool endOnOwnPart) {
+// has accumulated so far to its right neighbour and combines the part coming from its left one
+// with its own input, chunk by chunk as the chunks arrive. It ends holding part (rank + 1) % n
+// fully reduced, or its own part when `endOnOwnPart`. Step 0 sends straight from `input`;
+// partial sums go to `work` (which may be `input`: in place); the last step writes to
+// `finalPart` when given. So the input is never copied.
+Status UcxCommunicator::ringReduceScatter(const char* input, char* work, char* finalPart,
+                                          const std::vector<int64_t>& bounds, at::ScalarType dtype, ReduceOp op,
+                                          uint32_t seq, bool endOnOwnPart) {
   const int n = size();
   const size_t elem = c10::elementSize(dtype);
   const int left = (rank_ - 1 + n) % n, right = (rank_ + 1) % n;
@@ -153,16 +156,19 @@ Status UcxCommunicator::ringReduceScatter(char* data, const std::vector<int64_t>
     }
     for (int64_t off = 0; off < bounds[sendIdx + 1] - bounds[sendIdx]; off += chunkElems) {
       int64_t len = std::min(chunkElems, bounds[sendIdx + 1] - bounds[sendIdx] - off);
-      ASSIGN_OR_RETURN(auto r, transport_->postSend(ranks_[right], tagFrom(rank_, seq, sendPart++),
-                                                    data + (bounds[sendIdx] + off) * elem, len * elem,
+      const char* from = (s == 0 ? input : work) + (bounds[sendIdx] + off) * elem;
+      ASSIGN_OR_RETURN(auto r, transport_->postSend(ranks_[right], tagFrom(rank_, seq, sendPart++), from, len * elem,
                                                     fmt::format("step {} of the reduce-scatter ring to rank {}", s, right)));
       sends.push_back(std::move(r));
     }
+    const bool last = s == n - 2;
+    char* into = last && finalPart ? finalPart : work + bounds[recvIdx] * elem;
     for (size_t c = 0; c < recvs.size(); ++c) {
       std::vector<UcxTransport::Request> one{std::move(recvs[c])};
       RETURN_IF_ERROR(transport_->waitAll(one));
       auto [off, len] = recvChunks[c];
-      RETURN_IF_ERROR(reduceInto(data + (bounds[recvIdx] + off) * elem, incoming + off * elem, len, dtype, op));
+      RETURN_IF_ERROR(combine(into + off * elem, input + (bounds[recvIdx] + off) * elem, incoming + off * elem, len,
+                              dtype, op));
     }
     RETURN_IF_ERROR(transport_->waitAll(sends));
   }
@@ -219,10 +225,10 @@ std::shared_ptr<Work> UcxCommunicator::reduceScatter(at::Tensor output, at::Tens
                     std::memcpy(output.data_ptr(), input.data_ptr(), bytes);
                   } else {
                     char* work = transport_->scratch(1, input.nbytes());
-                    std::memcpy(work, input.data_ptr(), input.nbytes());
                     auto bounds = evenBounds(input.numel(), size());
-                    RETURN_IF_ERROR(ringReduceScatter(work, bounds, input.scalar_type(), op, seq, true));
-                    std::memcpy(output.data_ptr(), work + rank_ * bytes, bytes);
+                    RETURN_IF_ERROR(ringReduceScatter(static_cast<const char*>(input.data_ptr()), work,
+                                                      static_cast<char*>(output.data_ptr()), bounds,
+                                                      input.scalar_type(), op, seq, true));
                   }
                   return op == ReduceOp::kAvg ? finishAverage(output.data_ptr(), output.numel(), output.scalar_type(), size())
                                               : Status::ok();

@@ -45,8 +45,8 @@ class UcxCommunicator final : public Communicator {
   uint64_t tagFrom(int groupRank, uint32_t sequence, uint32_t part) const;
 
   Status directAllReduce(char* data, int64_t count, at::ScalarType dtype, ReduceOp op, uint32_t seq);
-  Status ringReduceScatter(char* data, const std::vector<int64_t>& bounds, at::ScalarType dtype, ReduceOp op,
-                           uint32_t seq, bool endOnOwnPart);
+  Status ringReduceScatter(const char* input, char* work, char* finalPart, const std::vector<int64_t>& bounds,
+                           at::ScalarType dtype, ReduceOp op, uint32_t seq, bool endOnOwnPart);
   Status ringAllGather(char* data, const std::vector<int64_t>& bounds, size_t elementSize, uint32_t seq,
                        bool startFromOwnPart);
   Status exchange(char* output, const std::vector<int64_t>& outBounds, const char* input,
