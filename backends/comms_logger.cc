@@ -71,7 +71,7 @@ std::map<std::string, double> CommsLogger::metrics() const {
   for (const auto& [op, s] : byOp) {
     out["comm." + op + ".count"] = static_cast<double>(s.count);
     out["comm." + op + ".bytes"] = static_cast<double>(s.bytes);
-    out["comm." + op + ".busbw_gbps"] = s.seconds > 0 ? s.busBytes / s.seconds / 1e9 : 0;
+    out["comm." + op + ".busbw_GBps"] = s.seconds > 0 ? s.busBytes / s.seconds / 1e9 : 0;
   }
   return out;
 }

@@ -13,7 +13,8 @@ struct CommsLoggerConfig {
   bool enabled = false;
   bool verbose = false;      // log every operation as it completes
   bool profAll = true;       // record every operation ...
-  std::set<std::string> profOps;  // ... or, when prof_all is false, only these ("all_reduce", ...)
+  std::set<std::string> profOps;  // ... or, when prof_all is false, only these (Loom's op names:
+                                  // the spec maps DeepSpeed's, e.g. all_gather_into_tensor)
 };
 
 // Per-operation counts, bytes, latency, algbw and busbw, by op and message size. Bus bandwidth
@@ -27,7 +28,8 @@ class CommsLogger {
   void record(const std::string& op, int64_t bytes, int groupSize, double seconds);
   // A table, one line per (op, size): count, total bytes, mean latency, algbw, busbw.
   std::string summary() const;
-  // "comm.<op>.count", "comm.<op>.bytes", "comm.<op>.busbw_gbps" (mean over the op's calls, by bytes).
+  // "comm.<op>.count", "comm.<op>.bytes", "comm.<op>.busbw_GBps" (gigabytes per second, over the
+  // op's calls together).
   std::map<std::string, double> metrics() const;
 
   static double busBandwidthFactor(const std::string& op, int groupSize);

@@ -7,11 +7,15 @@ bool Work::isCompleted() const {
   return result_.has_value();
 }
 
-Status Work::wait(std::chrono::milliseconds timeout) {
+Status Work::wait(std::optional<std::chrono::milliseconds> timeout) {
   std::unique_lock lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return result_.has_value(); }))
-    return Status(StatusCode::kDeadlineExceeded,
-                  description_ + ": not complete after " + std::to_string(timeout.count()) + " ms");
+  auto done = [&] { return result_.has_value(); };
+  if (!timeout) {
+    cv_.wait(lock, done);
+  } else if (!cv_.wait_for(lock, *timeout, done)) {
+    return Status(StatusCode::kDeadlineExceeded, description_ + ": not complete after " +
+                                                     std::to_string(timeout->count()) + " ms of waiting (still running)");
+  }
   return *result_;
 }
 

@@ -17,9 +17,10 @@ class Work {
   explicit Work(std::string description) : description_(std::move(description)) {}
 
   bool isCompleted() const;
-  // OK when done; the operation's error when it failed; DeadlineExceeded (naming the operation)
-  // when `timeout` passes first — the operation itself goes on until the watchdog ends it.
-  Status wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(30 * 60 * 1000));
+  // OK when done; the operation's error when it failed. Without a timeout it waits for the end,
+  // which the backend's watchdog guarantees; with one, DeadlineExceeded (naming the operation)
+  // when it passes first, while the operation itself goes on.
+  Status wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   Status error() const;
   // "allReduce #12 on world (4 ranks), 64.0 MiB float32"
   const std::string& description() const { return description_; }

@@ -1,5 +1,6 @@
 #include "planner/job_spec.h"
 
+#include <map>
 #include <set>
 
 namespace loom::planner {
@@ -188,7 +189,23 @@ Status parseDeepSpeed(const json& object, JobSpec* spec) {
     RETURN_IF_ERROR(l.readBool("enabled", &spec->commsLogger.enabled));
     RETURN_IF_ERROR(l.readBool("verbose", &spec->commsLogger.verbose));
     RETURN_IF_ERROR(l.readBool("prof_all", &spec->commsLogger.profAll));
-    RETURN_IF_ERROR(l.readStrings("prof_ops", &spec->commsLogger.profOps, {}));
+    bool debug = false;  // DeepSpeed's caller-name tracing; accepted, it changes nothing here
+    RETURN_IF_ERROR(l.readBool("debug", &debug));
+    // DeepSpeed's op names, and what Loom calls the same operation.
+    static const std::map<std::string, std::string> kOpNames{
+        {"all_reduce", "all_reduce"},         {"all_gather", "all_gather"},
+        {"all_gather_into_tensor", "all_gather"}, {"all_gather_base", "all_gather"},
+        {"reduce_scatter", "reduce_scatter"}, {"reduce_scatter_tensor", "reduce_scatter"},
+        {"reduce_scatter_base", "reduce_scatter"}, {"all_to_all", "all_to_all"},
+        {"all_to_all_single", "all_to_all"},  {"broadcast", "broadcast"},
+        {"send", "send"},                     {"recv", "recv"},
+        {"barrier", "barrier"}};
+    std::set<std::string> known;
+    for (const auto& [name, ours] : kOpNames) known.insert(name);
+    std::vector<std::string> ops;
+    RETURN_IF_ERROR(l.readStrings("prof_ops", &ops, known));
+    spec->commsLogger.profOps.clear();
+    for (const auto& op : ops) spec->commsLogger.profOps.push_back(kOpNames.at(op));
     RETURN_IF_ERROR(l.rejectUnknown());
   }
   for (auto it = object.begin(); it != object.end(); ++it) {

@@ -72,13 +72,28 @@ Status NcclOptions::validate() const {
 StatusOr<std::shared_ptr<NcclCommunicator>> NcclCommunicator::create(const NcclOptions& options) {
   RETURN_IF_ERROR(options.validate());
   ncclUniqueId id;
+  if (options.worldSize > 1) {
+    // Every rank checks in first, so that a rank that never comes is named instead of leaving
+    // the others inside ncclCommInitRank for good.
+    RETURN_IF_ERROR(options.store->set(fmt::format("nccl/joined/{}", options.rank), "1"));
+    std::vector<std::string> keys;
+    for (int r = 0; r < options.worldSize; ++r) keys.push_back(fmt::format("nccl/joined/{}", r));
+    auto joined = options.store->get(keys, options.rendezvousTimeout);
+    if (!joined.isOk()) {
+      std::string missing = joined.status().message();
+      for (size_t p; (p = missing.find("nccl/joined/")) != std::string::npos;) missing.replace(p, 12, "rank ");
+      return Status(joined.status().code(), "NCCL rendezvous: " + missing);
+    }
+  }
   if (options.rank == 0) {
     RETURN_IF_ERROR(ncclStatus("ncclGetUniqueId", ncclGetUniqueId(&id)));
     if (options.worldSize > 1)
       RETURN_IF_ERROR(options.store->set("nccl/world", std::string(reinterpret_cast<char*>(&id), sizeof id)));
   } else {
     auto value = options.store->get({"nccl/world"}, options.rendezvousTimeout);
-    if (!value.isOk()) return value.status().withContext("NCCL rendezvous: rank 0's unique id");
+    if (!value.isOk())
+      return Status(value.status().code(), fmt::format("NCCL rendezvous: rank 0 did not publish the NCCL id within {} s",
+                                                       options.rendezvousTimeout.count() / 1000.0));
     std::memcpy(&id, (*value)[0].data(), sizeof id);
   }
   c10::cuda::CUDAGuard guard(options.device);
@@ -111,7 +126,8 @@ NcclCommunicator::~NcclCommunicator() {
 std::shared_ptr<Work> NcclCommunicator::run(const char* op, const std::string& detail, int64_t bytes,
                                             std::vector<at::Tensor> keep, Status valid,
                                             const std::function<ncclResult_t(cudaStream_t)>& launch) {
-  const uint32_t seq = sequence_.fetch_add(1);
+  std::lock_guard launching(launchMu_);
+  const uint32_t seq = sequence_++;
   auto work = std::make_shared<Work>(fmt::format("{} #{} on {} ({} ranks, NCCL), {}", op, seq, name_, size_, detail));
   {
     std::lock_guard lock(mu_);
@@ -147,54 +163,65 @@ std::shared_ptr<Work> NcclCommunicator::run(const char* op, const std::string& d
   return work;
 }
 
+// Polls the oldest pending operation's event every millisecond, without holding the lock while
+// it asks CUDA, so that callers keep queueing work ahead of the GPU.
 void NcclCommunicator::watch() {
-  std::unique_lock lock(mu_);
+  cudaSetDevice(device_);
   for (;;) {
-    cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return stopping_ || !pending_.empty(); });
-    if (pending_.empty()) {
-      if (stopping_) return;
-      continue;
+    Pending* front = nullptr;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // stopping, and nothing left
+      front = &pending_.front();     // only this thread pops: stays valid unlocked
     }
-    Pending& p = pending_.front();
-    cudaError_t state = cudaEventQuery(p.end);
+    cudaError_t state = cudaEventQuery(front->end);
     if (state == cudaSuccess) {
-      if (p.start) {
+      if (front->start) {
         float ms = 0;
-        cudaEventElapsedTime(&ms, p.start, p.end);
-        options_.logger->record(p.op, p.bytes, size_, ms / 1e3);
-        cudaEventDestroy(p.start);
+        cudaEventElapsedTime(&ms, front->start, front->end);
+        options_.logger->record(front->op, front->bytes, size_, ms / 1e3);
+        cudaEventDestroy(front->start);
       }
-      cudaEventDestroy(p.end);
-      auto work = p.work;
-      pending_.pop_front();
-      lock.unlock();
+      cudaEventDestroy(front->end);
+      std::shared_ptr<Work> work;
+      {
+        std::lock_guard lock(mu_);
+        work = std::move(front->work);
+        pending_.pop_front();
+      }
       work->complete(Status::ok());
-      lock.lock();
       continue;
     }
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm_, &async);
-    const bool expired = std::chrono::steady_clock::now() > p.deadline;
-    if (async == ncclSuccess && !expired && (state == cudaErrorNotReady)) continue;
+    const bool expired = std::chrono::steady_clock::now() > front->deadline;
+    if (async == ncclSuccess && !expired && state == cudaErrorNotReady) {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return stopping_; });
+      continue;
+    }
     // Abort so that every rank's kernels return instead of waiting forever for a peer.
     Status failure = async != ncclSuccess
-                         ? ncclStatus(p.work->description(), async)
+                         ? ncclStatus(front->work->description(), async)
                      : expired ? Status(StatusCode::kDeadlineExceeded,
                                         fmt::format("{}: not complete after {} s (the watchdog's timeout)",
-                                                    p.work->description(), options_.operationTimeout.count() / 1000.0))
-                               : internalError("{}: CUDA {}", p.work->description(), cudaGetErrorString(state));
-    broken_ = failure;
-    ncclCommAbort(comm_);
+                                                    front->work->description(), options_.operationTimeout.count() / 1000.0))
+                               : internalError("{}: CUDA {}", front->work->description(), cudaGetErrorString(state));
     std::deque<Pending> failed;
-    failed.swap(pending_);
-    lock.unlock();
+    {
+      std::lock_guard launching(launchMu_);
+      std::lock_guard lock(mu_);
+      broken_ = failure;
+      ncclCommAbort(comm_);
+      failed.swap(pending_);
+    }
     for (auto& f : failed) {
       f.work->complete(&f == &failed.front() ? failure
                                               : Status(failure.code(), f.work->description() +
                                                                            ": not run, the communicator failed: " +
                                                                            failure.message()));
     }
-    lock.lock();
   }
 }
 
@@ -232,10 +259,15 @@ std::shared_ptr<Work> NcclCommunicator::allGather(at::Tensor output, at::Tensor 
 }
 
 std::shared_ptr<Work> NcclCommunicator::allToAll(at::Tensor output, at::Tensor input) {
+  if (input.defined() && output.defined() && (input.numel() % size_ != 0 || output.numel() != input.numel())) {
+    auto work = std::make_shared<Work>(fmt::format("all_to_all on {} ({} ranks, NCCL), {}", name_, size_, describe(input)));
+    work->complete(invalidArgument("{}: input and output must hold the same number of elements, divisible by {}: "
+                                   "input {}, output {}",
+                                   work->description(), size_, input.numel(), output.numel()));
+    return work;
+  }
   const int64_t part = input.defined() ? input.numel() / size_ : 0;
   std::vector<int64_t> splits(size_, part);
-  if (input.defined() && input.numel() % size_ != 0)
-    return allToAllV(output, input, {}, {});  // refused there, with the sizes named
   return allToAllV(output, input, splits, splits);
 }
 
@@ -249,6 +281,9 @@ std::shared_ptr<Work> NcclCommunicator::allToAllV(at::Tensor output, at::Tensor 
     valid = invalidArgument("splits must have {} entries, got {} output and {} input", size_, outSplits.size(),
                             inSplits.size());
   int64_t outTotal = 0, inTotal = 0;
+  for (size_t i = 0; i < outSplits.size() && i < inSplits.size(); ++i) {
+    if (valid.isOk() && (outSplits[i] < 0 || inSplits[i] < 0)) valid = invalidArgument("split {} is negative", i);
+  }
   for (auto x : outSplits) outTotal += x;
   for (auto x : inSplits) inTotal += x;
   if (valid.isOk() && (outTotal != output.numel() || inTotal != input.numel()))
@@ -311,6 +346,11 @@ std::shared_ptr<Work> NcclCommunicator::barrier() {
 
 StatusOr<std::shared_ptr<Communicator>> NcclCommunicator::split(const std::vector<int>& ranks, const std::string& name) {
   splits_.fetch_add(1);
+  std::lock_guard launching(launchMu_);
+  {
+    std::lock_guard lock(mu_);
+    if (!broken_.isOk()) return Status(broken_.code(), "split of " + name_ + ": the communicator failed earlier: " + broken_.message());
+  }
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= size_ || (i > 0 && ranks[i] <= ranks[i - 1]))
       return invalidArgument("split of {}: ranks must be ascending ranks of {} (0 to {})", name_, name_, size_ - 1);

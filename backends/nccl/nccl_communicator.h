@@ -78,10 +78,11 @@ class NcclCommunicator final : public Communicator {
   int rank_, size_, device_;
   std::string name_;
   NcclOptions options_;
-  std::atomic<uint32_t> sequence_{0};
+  uint32_t sequence_ = 0;  // under launchMu_
   std::atomic<uint32_t> splits_{0};
 
-  std::mutex mu_;
+  std::mutex launchMu_;  // launches and the watchdog's abort never overlap
+  std::mutex mu_;        // guards pending_, broken_, stopping_
   std::condition_variable cv_;
   std::deque<Pending> pending_;
   Status broken_;

@@ -1,6 +1,7 @@
 #include "backends/rendezvous/tcp_store.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <thread>
 
@@ -192,7 +193,12 @@ class TcpStore::Server {
         return reply;
       case 'A': {
         if (!takeString(request, pos, &key) || !takeString(request, pos, &value)) return "E";
-        int64_t v = (data_.count(key) ? std::stoll(data_[key]) : 0) + std::stoll(value);
+        int64_t current = 0, delta = 0;
+        const std::string& stored = data_[key];
+        if (!stored.empty() && std::from_chars(stored.data(), stored.data() + stored.size(), current).ec != std::errc())
+          return "E";
+        if (std::from_chars(value.data(), value.data() + value.size(), delta).ec != std::errc()) return "E";
+        int64_t v = current + delta;
         data_[key] = std::to_string(v);
         reply = "K";
         putString(reply, data_[key]);
@@ -251,9 +257,15 @@ TcpStore::~TcpStore() {
 
 StatusOr<std::string> TcpStore::call(const std::string& request, std::chrono::milliseconds timeout) {
   std::lock_guard lock(mu_);
-  if (!sendMessage(fd_, request)) return unavailable("store at {}: connection lost", where_);
-  auto reply = readMessage(fd_, timeout);
-  if (!reply.isOk()) return reply.status().withContext("store at " + where_);
+  if (fd_ < 0) return unavailable("store at {}: the connection failed earlier", where_);
+  auto reply = sendMessage(fd_, request) ? readMessage(fd_, timeout)
+                                         : StatusOr<std::string>(unavailable("connection lost"));
+  if (!reply.isOk()) {
+    // A late answer would be read as the next request's: the connection is done for.
+    ::close(fd_);
+    fd_ = -1;
+    return reply.status().withContext("store at " + where_);
+  }
   if (reply->empty() || (*reply)[0] != 'K') return internalError("store at {}: request refused", where_);
   return reply->substr(1);
 }

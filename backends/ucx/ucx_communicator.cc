@@ -61,6 +61,12 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<UcxTransport> transport, std::v
   rank_ = static_cast<int>(std::find(ranks_.begin(), ranks_.end(), transport_->rank()) - ranks_.begin());
 }
 
+UcxCommunicator::~UcxCommunicator() {
+  auto fence = std::make_shared<Work>("the end of " + name_);
+  transport_->enqueue(fence, "", 0, size(), [] { return Status::ok(); });
+  (void)fence->wait();
+}
+
 uint64_t UcxCommunicator::tagFrom(int groupRank, uint32_t sequence, uint32_t part) const {
   return makeTag(groupId_, groupRank, sequence, part);
 }
@@ -69,7 +75,8 @@ std::shared_ptr<Work> UcxCommunicator::submit(const char* op, const std::string&
                                               const Status& valid, std::function<Status(uint32_t)> body) {
   // Collectives number themselves in call order, which is the same on every rank; 0xFFFFFF is
   // left to point-to-point messages.
-  uint32_t seq = sequence_.fetch_add(1) % kPointToPointSequence;
+  std::lock_guard lock(submitMu_);
+  uint32_t seq = sequence_++ % kPointToPointSequence;
   auto work = std::make_shared<Work>(fmt::format("{} #{} on {} ({} ranks), {}", op, seq, name_, size(), detail));
   if (!valid.isOk()) {
     work->complete(valid.withContext(work->description()));

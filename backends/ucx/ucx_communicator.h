@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,9 @@ class UcxCommunicator final : public Communicator {
  public:
   // The communicator of every rank of the transport.
   static std::shared_ptr<UcxCommunicator> world(std::shared_ptr<UcxTransport> transport);
+  // Waits until the operations already issued have run: they refer to this communicator, and the
+  // transport must never be destroyed from its own thread.
+  ~UcxCommunicator() override;
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(ranks_.size()); }
@@ -58,7 +62,8 @@ class UcxCommunicator final : public Communicator {
   int rank_;
   uint32_t groupId_;
   std::string name_;
-  std::atomic<uint32_t> sequence_{0};
+  std::mutex submitMu_;  // numbering and queueing are one step, so the queue is in sequence order
+  uint32_t sequence_ = 0;
   std::atomic<uint32_t> splits_{0};
 };
 

@@ -160,7 +160,9 @@ StatusOr<UcxTransport::Request> UcxTransport::postSend(int peer, uint64_t tag, c
   ucp_request_param_t p{};
   void* req = ucp_tag_send_nbx(ep, buffer, bytes, tag, &p);
   if (UCS_PTR_IS_ERR(req)) return ucsError(what, UCS_PTR_STATUS(req));
-  return Request{.handle = req, .peer = peer, .isReceive = false, .what = std::move(what)};
+  Request r{.handle = req, .peer = peer, .isReceive = false, .what = std::move(what)};
+  if (req) inflight_.push_back(r);
+  return r;
 }
 
 StatusOr<UcxTransport::Request> UcxTransport::postReceive(int peer, uint64_t tag, void* buffer, size_t bytes,
@@ -168,22 +170,41 @@ StatusOr<UcxTransport::Request> UcxTransport::postReceive(int peer, uint64_t tag
   ucp_request_param_t p{};
   void* req = ucp_tag_recv_nbx(worker_, buffer, bytes, tag, ~uint64_t(0), &p);
   if (UCS_PTR_IS_ERR(req)) return ucsError(what, UCS_PTR_STATUS(req));
-  return Request{.handle = req, .peer = peer, .isReceive = true, .what = std::move(what)};
+  Request r{.handle = req, .peer = peer, .isReceive = true, .what = std::move(what)};
+  if (req) inflight_.push_back(r);
+  return r;
 }
 
-void UcxTransport::cancelAll(std::vector<Request>& requests) {
-  for (auto& r : requests) {
-    if (!r.handle) continue;
-    ucp_request_cancel(worker_, r.handle);
+void UcxTransport::forget(void* handle) {
+  for (auto it = inflight_.begin(); it != inflight_.end(); ++it) {
+    if (it->handle == handle) {
+      inflight_.erase(it);
+      return;
+    }
   }
-  for (auto& r : requests) {
-    if (!r.handle) continue;
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    while (ucp_request_check_status(r.handle) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until)
-      ucp_worker_progress(worker_);
-    ucp_request_free(r.handle);
-    r.handle = nullptr;
+}
+
+void UcxTransport::abandonInflight(Task& task) {
+  for (auto& r : inflight_) {
+    if (r.isReceive) ucp_request_cancel(worker_, r.handle);
   }
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  bool stuck = false;
+  do {
+    ucp_worker_progress(worker_);
+    stuck = false;
+    for (auto it = inflight_.begin(); it != inflight_.end();) {
+      if (ucp_request_check_status(it->handle) != UCS_INPROGRESS) {
+        ucp_request_free(it->handle);
+        it = inflight_.erase(it);
+      } else {
+        stuck = true;
+        ++it;
+      }
+    }
+  } while (stuck && std::chrono::steady_clock::now() < until);
+  if (stuck) abandoned_.push_back(std::move(task));  // its buffers stay valid for UCX
+  inflight_.clear();
 }
 
 Status UcxTransport::waitAll(std::vector<Request>& requests) {
@@ -204,20 +225,16 @@ Status UcxTransport::waitAll(std::vector<Request>& requests) {
       ucs_status_t s = ucp_request_check_status(r.handle);
       if (s == UCS_INPROGRESS) continue;
       ucp_request_free(r.handle);
+      forget(r.handle);
       r.handle = nullptr;
       --pending;
-      if (s != UCS_OK) {
-        Status failed = ucsError(fmt::format("{}: {}", current_, r.what), s);
-        cancelAll(requests);
-        return failed;
-      }
+      if (s != UCS_OK) return ucsError(fmt::format("{}: {}", current_, r.what), s);
     }
     if ((++spins & 0x3FF) == 0 && std::chrono::steady_clock::now() > deadline_) {
       std::string waiting;
       for (const auto& r : requests) {
         if (r.handle) waiting += (waiting.empty() ? "" : "; ") + r.what;
       }
-      cancelAll(requests);
       return Status(StatusCode::kDeadlineExceeded,
                     fmt::format("{}: not complete after {} s (the watchdog's timeout); still waiting for: {}",
                                 current_, options_.operationTimeout.count() / 1000.0, waiting));
@@ -268,13 +285,15 @@ void UcxTransport::run() {
     deadline_ = start + options_.operationTimeout;
     Status status = task.body();
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto work = task.work;
     if (!status.isOk()) {
       broken_ = status;
       spdlog::error("{}", status.message());
-    } else if (options_.logger) {
+      abandonInflight(task);
+    } else if (options_.logger && !task.opName.empty()) {
       options_.logger->record(task.opName, task.bytes, task.groupSize, seconds);
     }
-    task.work->complete(status);
+    work->complete(status);
   }
 }
 

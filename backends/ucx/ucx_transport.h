@@ -59,6 +59,7 @@ class UcxTransport {
   };
 
   // Runs `body` on the transport thread with the deadline of the operation; completes `work`.
+  // An empty `opName` is not recorded by the comms logger.
   using Body = std::function<Status()>;
   void enqueue(std::shared_ptr<Work> work, const std::string& opName, int64_t bytes, int groupSize, Body body);
 
@@ -76,7 +77,6 @@ class UcxTransport {
   Status start();
   StatusOr<ucp_ep_h> endpoint(int worldPeer);
   void run();
-  void cancelAll(std::vector<Request>& requests);
 
   struct Task {
     std::shared_ptr<Work> work;
@@ -85,6 +85,10 @@ class UcxTransport {
     int groupSize;
     Body body;
   };
+  void forget(void* handle);
+  // After a failed operation: cancels its receives; sends UCX cannot cancel, so a task whose
+  // sends are still in flight is kept (with its tensors) for the life of the transport.
+  void abandonInflight(Task& task);
 
   UcxOptions options_;
   ucp_context_h context_ = nullptr;
@@ -102,6 +106,8 @@ class UcxTransport {
     size_t size = 0;
   };
   Scratch scratch_[2];
+  std::vector<Request> inflight_;   // every posted, not yet freed request of the running operation
+  std::vector<Task> abandoned_;     // failed tasks whose buffers UCX may still touch
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -20,7 +20,7 @@ TEST_CASE("a 3-rank probe benchmarks verified collectives - with the comms logge
   INFO(job.reason());
   REQUIRE(job.state() == v1::SUCCEEDED);
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}) {
-    CHECK(job.metrics().count(std::string("probe.") + op + ".busbw_gbps") == 1);
+    CHECK(job.metrics().count(std::string("probe.") + op + ".busbw_GBps") == 1);
     CHECK(job.metrics().count(std::string("comm.") + op + ".count") == 1);
   }
   std::string log = files::readFile(cluster.dir.path() + "/jobs/" + job.id() + "/attempt-1/rank-0.log").value();

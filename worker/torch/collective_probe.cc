@@ -24,37 +24,42 @@ at::ScalarType dtypeOf(const std::string& name) {
   return at::kFloat;
 }
 
-// The tensors of one op at one size, filled so that the result is known exactly: rank r holds
-// (i % 7 + 1) * (r + 1) at position i.
+// The tensors of one op at one size, filled so that the result is known exactly in every dtype
+// and for any number of ranks: reductions add values of 1 or 2 (every partial sum of up to 128
+// ranks is an integer bfloat16 holds exactly); data movement carries (i + rank) % 7 + 1, so a
+// misplaced part shows.
 struct Case {
   at::Tensor input, output, expected;
 };
 
-at::Tensor pattern(int64_t n, int64_t offset, double scale, at::ScalarType dtype) {
-  return ((at::arange(offset, offset + n, at::kLong) % 7 + 1).to(at::kDouble) * scale).to(dtype);
+at::Tensor ones(int64_t n, int64_t offset, double scale, at::ScalarType dtype) {
+  return ((at::arange(offset, offset + n, at::kLong) % 2 + 1).to(at::kDouble) * scale).to(dtype);
+}
+
+at::Tensor marked(int64_t n, int rank, at::ScalarType dtype) {
+  return ((at::arange(n, at::kLong) + rank) % 7 + 1).to(dtype);
 }
 
 Case makeCase(const std::string& op, int64_t count, int rank, int n, at::ScalarType dtype) {
-  const double sumRanks = n * (n + 1) / 2.0;
-  if (op == "all_reduce") return {pattern(count, 0, rank + 1, dtype), {}, pattern(count, 0, sumRanks, dtype)};
+  if (op == "all_reduce") return {ones(count, 0, 1, dtype), {}, ones(count, 0, n, dtype)};
   if (op == "all_gather") {
     std::vector<at::Tensor> parts;
-    for (int j = 0; j < n; ++j) parts.push_back(pattern(count / n, 0, j + 1, dtype));
-    return {pattern(count / n, 0, rank + 1, dtype), at::empty({count}, dtype), at::cat(parts)};
+    for (int j = 0; j < n; ++j) parts.push_back(marked(count / n, j, dtype));
+    return {marked(count / n, rank, dtype), at::empty({count}, dtype), at::cat(parts)};
   }
   if (op == "reduce_scatter") {
     const int64_t part = count / n;
-    return {pattern(count, 0, rank + 1, dtype), at::empty({part}, dtype), pattern(part, rank * part, sumRanks, dtype)};
+    return {ones(count, 0, 1, dtype), at::empty({part}, dtype), ones(part, rank * part, n, dtype)};
   }
   if (op == "all_to_all") {
-    // Part j of rank i's input is pattern(part, 0, i + 1): rank r's output part i equals it.
+    // Every part of rank i's input is marked(part, i): rank r's output part i equals it.
     const int64_t part = count / n;
     std::vector<at::Tensor> expected;
-    for (int i = 0; i < n; ++i) expected.push_back(pattern(part, 0, i + 1, dtype));
-    return {pattern(part, 0, rank + 1, dtype).repeat({n}), at::empty({count}, dtype), at::cat(expected)};
+    for (int i = 0; i < n; ++i) expected.push_back(marked(part, i, dtype));
+    return {marked(part, rank, dtype).repeat({n}), at::empty({count}, dtype), at::cat(expected)};
   }
   // broadcast from rank 0
-  return {rank == 0 ? pattern(count, 0, 1, dtype) : at::zeros({count}, dtype), {}, pattern(count, 0, 1, dtype)};
+  return {rank == 0 ? marked(count, 0, dtype) : at::zeros({count}, dtype), {}, marked(count, 0, dtype)};
 }
 
 std::shared_ptr<backends::Work> issue(Communicator& c, const std::string& op, Case& k) {
@@ -113,7 +118,8 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
       const at::Tensor pristine = inPlace(op) ? k.input.clone() : at::Tensor();
 
       // Large sizes get fewer iterations: at most ~2 GiB moved per size.
-      const int iterations = static_cast<int>(std::clamp<int64_t>((int64_t(2) << 30) / size, 2, cfg.iterations));
+      const int iterations =
+          static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((int64_t(2) << 30) / size, cfg.iterations)));
       for (int i = 0; i < cfg.warmup; ++i) {
         if (inPlace(op)) k.input.copy_(pristine);
         RETURN_IF_ERROR(issue(*world, op, k)->wait());
@@ -142,8 +148,8 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
         std::fflush(stdout);
       }
       progress(++step, {{"probe." + op + ".bytes", static_cast<double>(size)},
-                        {"probe." + op + ".algbw_gbps", algbw},
-                        {"probe." + op + ".busbw_gbps", busbw}});
+                        {"probe." + op + ".algbw_GBps", algbw},
+                        {"probe." + op + ".busbw_GBps", busbw}});
       if (totalWrong > 0)
         return Status(StatusCode::kDataLoss, fmt::format("{} of {}: {} wrong elements over the ranks", op,
                                                          humanBytes(size), totalWrong));

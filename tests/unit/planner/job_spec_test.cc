@@ -72,7 +72,8 @@ TEST_CASE("probe.collectives, timeouts and deepspeed.comms_logger", "[planner]")
   auto spec = parseJobSpec(R"({"name": "p", "kind": "probe", "resources": {"ranks": 2},
     "probe": {"collectives": {"ops": ["all_reduce", "broadcast"], "max_bytes": 1024, "dtype": "bfloat16"}},
     "timeouts": {"collective_s": 5, "rendezvous_s": 7},
-    "deepspeed": {"comms_logger": {"enabled": true, "verbose": false, "prof_all": false, "prof_ops": ["all_reduce"]}}})");
+    "deepspeed": {"comms_logger": {"enabled": true, "verbose": false, "prof_all": false, "debug": false,
+                                   "prof_ops": ["all_reduce", "all_gather_into_tensor"]}}})");
   REQUIRE(spec.isOk());
   REQUIRE(spec->probe.collectives.has_value());
   CHECK(spec->probe.collectives->ops == std::vector<std::string>{"all_reduce", "broadcast"});
@@ -82,7 +83,7 @@ TEST_CASE("probe.collectives, timeouts and deepspeed.comms_logger", "[planner]")
   CHECK(spec->rendezvousTimeoutMs == 7000);
   CHECK(spec->commsLogger.enabled);
   CHECK_FALSE(spec->commsLogger.profAll);
-  CHECK(spec->commsLogger.profOps == std::vector<std::string>{"all_reduce"});
+  CHECK(spec->commsLogger.profOps == std::vector<std::string>{"all_reduce", "all_gather"});
   auto again = parseJobSpec(spec->toJson().dump());
   REQUIRE(again.isOk());
   CHECK(again->toJson() == spec->toJson());
@@ -93,6 +94,8 @@ TEST_CASE("probe.collectives, timeouts and deepspeed.comms_logger", "[planner]")
   CHECK(errorOf(base + R"("probe": {"collectives": {"min_bytes": 9, "max_bytes": 8}}})").find("probe.collectives.min_bytes") == 0);
   CHECK(errorOf(base + R"("deepspeed": {"zero_optimization": {"stage": 2}}})") ==
         "deepspeed.zero_optimization: not supported by this version (supported: comms_logger)");
+  CHECK(errorOf(base + R"("deepspeed": {"comms_logger": {"prof_ops": ["allreduce"]}}})").find(
+            "deepspeed.comms_logger.prof_ops: \"allreduce\" is not one of") == 0);
   CHECK(errorOf(base + R"("deepspeed": {"comms_logger": {"enabled": 1}}})") ==
         "deepspeed.comms_logger.enabled: must be true or false, got number");
 }
