@@ -9,6 +9,7 @@
 
 #include "common/files.h"
 #include "common/logging.h"
+#include "common/signals.h"
 #include "daemon/daemon.h"
 #include "planner/planner_server.h"
 
@@ -54,11 +55,7 @@ int main(int argc, char** argv) {
   }
 
   loom::initLogging("loomd", logLevel);
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: only sigwait sees them
+  const sigset_t signals = loom::blockTerminationSignals();  // before any thread starts
 
   loom::SystemClock clock;
   std::unique_ptr<loom::planner::PlannerServer> planner;
@@ -94,10 +91,8 @@ int main(int argc, char** argv) {
     spdlog::error("{}", daemon.status().toString());
     return 1;
   }
-  int sig = 0;
-  sigwait(&signals, &sig);
   spdlog::info("received {}: stopping (ranks keep running; a restarted loomd re-adopts them)",
-               sig == SIGINT ? "SIGINT" : "SIGTERM");
+               loom::awaitTerminationSignal(signals));
   (*daemon)->shutdown();
   if (planner) planner->shutdown();
   return 0;

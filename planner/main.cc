@@ -8,6 +8,7 @@
 
 #include "common/files.h"
 #include "common/logging.h"
+#include "common/signals.h"
 #include "planner/planner_server.h"
 
 int main(int argc, char** argv) {
@@ -26,11 +27,7 @@ int main(int argc, char** argv) {
   options.planner.nodeHeartbeatIntervalMs = std::min<int64_t>(1000, options.planner.nodeTimeoutMs / 3);
 
   loom::initLogging("planner", logLevel);
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: only sigwait sees them
+  const sigset_t signals = loom::blockTerminationSignals();  // before any thread starts
 
   loom::SystemClock clock;
   auto server = loom::planner::PlannerServer::start(options, &clock);
@@ -43,9 +40,7 @@ int main(int argc, char** argv) {
   if (!written.isOk()) spdlog::warn("{}", written.toString());
   spdlog::info("serving on {} (state in {})", address, options.planner.stateDir);
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  spdlog::info("received {}, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  spdlog::info("received {}, shutting down", loom::awaitTerminationSignal(signals));
   (*server)->shutdown();
   return 0;
 }

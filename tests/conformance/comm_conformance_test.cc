@@ -11,22 +11,14 @@
 #include "common/files.h"
 #include "common/process.h"
 #include "tests/catch.h"
+#include "tests/free_port.h"
 #include "tests/temp_dir.h"
 
 using namespace loom;
+using loom::testing::freePort;
 
 namespace {
 
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  socklen_t len = sizeof addr;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 struct RankResult {
   int exitCode = -1;

@@ -6,24 +6,11 @@
 #include <unistd.h>
 
 #include "tests/catch.h"
+#include "tests/free_port.h"
 
 using namespace loom;
+using loom::testing::freePort;
 using loom::backends::TcpStore;
-
-namespace {
-
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  socklen_t len = sizeof addr;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-}  // namespace
 
 TEST_CASE("store: set - get waits for a key - add counts", "[backends]") {
   const int port = freePort();
