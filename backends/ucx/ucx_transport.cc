@@ -160,7 +160,7 @@ StatusOr<UcxTransport::Request> UcxTransport::postSend(int peer, uint64_t tag, c
   ucp_request_param_t p{};
   void* req = ucp_tag_send_nbx(ep, buffer, bytes, tag, &p);
   if (UCS_PTR_IS_ERR(req)) return ucsError(what, UCS_PTR_STATUS(req));
-  Request r{.handle = req, .peer = peer, .isReceive = false, .what = std::move(what)};
+  Request r{.handle = req, .peer = peer, .isReceive = false, .what = std::move(what), .bytes = bytes};
   if (req) inflight_.push_back(r);
   return r;
 }
@@ -170,7 +170,7 @@ StatusOr<UcxTransport::Request> UcxTransport::postReceive(int peer, uint64_t tag
   ucp_request_param_t p{};
   void* req = ucp_tag_recv_nbx(worker_, buffer, bytes, tag, ~uint64_t(0), &p);
   if (UCS_PTR_IS_ERR(req)) return ucsError(what, UCS_PTR_STATUS(req));
-  Request r{.handle = req, .peer = peer, .isReceive = true, .what = std::move(what)};
+  Request r{.handle = req, .peer = peer, .isReceive = true, .what = std::move(what), .bytes = bytes};
   if (req) inflight_.push_back(r);
   return r;
 }
@@ -224,10 +224,25 @@ Status UcxTransport::waitAll(std::vector<Request>& requests) {
       if (!r.handle) continue;
       ucs_status_t s = ucp_request_check_status(r.handle);
       if (s == UCS_INPROGRESS) continue;
+      // A message of another size than expected means the ranks disagree about the tensors
+      // (shapes, dtypes or splits): say so, rather than continue with half a buffer.
+      size_t received = r.bytes;
+      if (r.isReceive && s == UCS_OK) {
+        ucp_tag_recv_info_t info{};
+        if (ucp_tag_recv_request_test(r.handle, &info) == UCS_OK) received = info.length;
+      }
       ucp_request_free(r.handle);
       forget(r.handle);
       r.handle = nullptr;
       --pending;
+      if (s == UCS_ERR_MESSAGE_TRUNCATED || received != r.bytes) {
+        std::string sent = s == UCS_ERR_MESSAGE_TRUNCATED
+                               ? fmt::format("more than the {} bytes expected", r.bytes)
+                               : fmt::format("{} bytes where {} were expected", received, r.bytes);
+        return invalidArgument("{}: {}: rank {} sent {}; do the ranks pass tensors of the same shape and dtype (and "
+                               "the same splits)?",
+                               current_, r.what, r.peer, sent);
+      }
       if (s != UCS_OK) return ucsError(fmt::format("{}: {}", current_, r.what), s);
     }
     if ((++spins & 0x3FF) == 0 && std::chrono::steady_clock::now() > deadline_) {

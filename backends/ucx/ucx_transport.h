@@ -56,6 +56,7 @@ class UcxTransport {
     int peer = -1;           // world rank
     bool isReceive = false;
     std::string what;        // "receive of step 2 from rank 3"
+    size_t bytes = 0;        // expected
   };
 
   // Runs `body` on the transport thread with the deadline of the operation; completes `work`.

@@ -90,3 +90,11 @@ TEST_CASE("a rank that never joins fails rendezvous - naming it", "[conformance]
     CHECK(results[r].log.find("rank 2 did not join") != std::string::npos);
   }
 }
+
+TEST_CASE("ranks that disagree about a tensor's size get an error naming the sizes", "[conformance]") {
+  auto results = runRanks(2, 2, "size-mismatch");
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ":\n" << results[r].log);
+    CHECK(results[r].exitCode == 0);
+  }
+}

@@ -5,7 +5,9 @@
 // LOOM_CONFORMANCE_MODE selects a failure scenario instead:
 //   peer-stops   the last rank stops answering; the others' all-reduce must fail in time,
 //                naming it;
-//   missing-rank the last rank never starts; rendezvous must fail, naming it.
+//   missing-rank the last rank never starts; rendezvous must fail, naming it;
+//   size-mismatch rank 1 expects a smaller (then a larger) broadcast than rank 0 sends; it must
+//                fail naming the sizes.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -64,6 +66,21 @@ int main() {
     return 1;
   }
   auto worldComm = UcxCommunicator::world(*transport);
+
+  if (mode == "size-mismatch") {
+    auto big = at::ones({1000}, at::kFloat);
+    auto small = at::ones({500}, at::kFloat);
+    Status s = worldComm->broadcast(rank == 0 ? big : small, 0)->wait();
+    std::printf("%s\n", s.toString().c_str());
+    if (rank == 0) {
+      check(s.isOk(), "the root's send completes");
+    } else {
+      check(s.code() == StatusCode::kInvalidArgument, "a receive of another size is an error: " + s.toString());
+      check(s.message().find("rank 0 sent more than the 2000 bytes expected") != std::string::npos,
+            "the error names the sender and the size: " + s.toString());
+    }
+    return failures == 0 ? 0 : 1;
+  }
 
   if (mode == "peer-stops") {
     check(worldComm->barrier()->wait().isOk(), "barrier before the stop");
