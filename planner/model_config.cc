@@ -1,0 +1,87 @@
+#include "planner/model_config.h"
+
+#include <nlohmann/json.hpp>
+
+namespace loom::planner {
+
+using nlohmann::json;
+
+const char* modelFamilyName(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::kLlama: return "llama";
+    case ModelFamily::kMistral: return "mistral";
+    case ModelFamily::kQwen2: return "qwen2";
+    case ModelFamily::kQwen3: return "qwen3";
+  }
+  return "?";
+}
+
+StatusOr<ModelConfig> parseModelConfig(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return invalidArgument("{}: not valid JSON: {}", source, e.what());
+  }
+  if (!j.is_object()) return invalidArgument("{}: must be a JSON object", source);
+
+  auto integer = [&](const char* key, int64_t* out, bool required, int64_t min) -> Status {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+      return required ? invalidArgument("{}: {}: required field is missing", source, key) : Status::ok();
+    }
+    if (!it->is_number_integer()) return invalidArgument("{}: {}: must be an integer, got {}", source, key, it->type_name());
+    *out = it->get<int64_t>();
+    if (*out < min) return invalidArgument("{}: {}: must be at least {}, got {}", source, key, min, *out);
+    return Status::ok();
+  };
+  auto boolean = [&](const char* key, bool* out) -> Status {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return Status::ok();
+    if (!it->is_boolean()) return invalidArgument("{}: {}: must be true or false, got {}", source, key, it->type_name());
+    *out = it->get<bool>();
+    return Status::ok();
+  };
+
+  ModelConfig c;
+  auto type = j.find("model_type");
+  if (type == j.end() || !type->is_string()) return invalidArgument("{}: model_type: required string is missing", source);
+  const std::string modelType = type->get<std::string>();
+  if (modelType == "llama") {
+    c.family = ModelFamily::kLlama;
+  } else if (modelType == "mistral") {
+    c.family = ModelFamily::kMistral;
+  } else if (modelType == "qwen2") {
+    c.family = ModelFamily::kQwen2;
+  } else if (modelType == "qwen3") {
+    c.family = ModelFamily::kQwen3;
+  } else {
+    return invalidArgument("{}: model_type: \"{}\" is not a model this version builds (supported: llama, mistral, "
+                           "qwen2, qwen3)",
+                           source, modelType);
+  }
+  RETURN_IF_ERROR(integer("vocab_size", &c.vocabSize, true, 1));
+  RETURN_IF_ERROR(integer("hidden_size", &c.hiddenSize, true, 1));
+  RETURN_IF_ERROR(integer("intermediate_size", &c.intermediateSize, true, 1));
+  RETURN_IF_ERROR(integer("num_hidden_layers", &c.numLayers, true, 1));
+  RETURN_IF_ERROR(integer("num_attention_heads", &c.numHeads, true, 1));
+  c.numKvHeads = c.numHeads;
+  RETURN_IF_ERROR(integer("num_key_value_heads", &c.numKvHeads, false, 1));
+  if (c.numHeads % c.numKvHeads != 0)
+    return invalidArgument("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", source, c.numHeads,
+                           c.numKvHeads);
+  c.headDim = c.hiddenSize / c.numHeads;
+  RETURN_IF_ERROR(integer("head_dim", &c.headDim, false, 1));
+  if (!j.contains("head_dim") && c.hiddenSize % c.numHeads != 0)
+    return invalidArgument("{}: hidden_size {} is not a multiple of num_attention_heads {} (and head_dim is not given)",
+                           source, c.hiddenSize, c.numHeads);
+  RETURN_IF_ERROR(boolean("tie_word_embeddings", &c.tieWordEmbeddings));
+  RETURN_IF_ERROR(boolean("attention_bias", &c.attentionBias));
+  RETURN_IF_ERROR(boolean("mlp_bias", &c.mlpBias));
+  // Qwen2 always has q/k/v biases and no o_proj bias; Qwen3 normalizes q and k per head.
+  if (c.family == ModelFamily::kQwen2) c.attentionBias = true;
+  if (c.family == ModelFamily::kQwen3) c.qkNorm = true;
+  return c;
+}
+
+}  // namespace loom::planner
