@@ -1,0 +1,97 @@
+#include "planner/tensor_parallel.h"
+
+#include <regex>
+
+namespace loom::planner {
+
+const char* tpSplitName(TpSplit split) {
+  switch (split) {
+    case TpSplit::kReplicated: return "replicated";
+    case TpSplit::kColumn: return "column";
+    case TpSplit::kRow: return "row";
+    case TpSplit::kVocab: return "vocab";
+  }
+  return "?";
+}
+
+namespace {
+
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The default rule, by what the parameter is.
+TpSplit defaultSplit(const ParameterInfo& p) {
+  const std::string& n = p.name;
+  if (n == "model.embed_tokens.weight" || n == "lm_head.weight") return TpSplit::kVocab;
+  if (n.find("o_proj.") != std::string::npos || n.find("down_proj.") != std::string::npos)
+    return endsWith(n, ".bias") ? TpSplit::kReplicated : TpSplit::kRow;  // a row-parallel bias is added once, whole
+  if (n.find("_proj.") != std::string::npos) return TpSplit::kColumn;
+  return TpSplit::kReplicated;  // norms (including qwen3's per-head q/k norms)
+}
+
+bool isKeyOrValue(const std::string& name) {
+  return name.find("k_proj.") != std::string::npos || name.find("v_proj.") != std::string::npos;
+}
+
+}  // namespace
+
+StatusOr<std::vector<TpLayout>> layoutTensorParallel(const ModelConfig& c, const std::vector<ParameterInfo>& parameters,
+                                                     int tp, const std::vector<TpLayerSpec>& specs) {
+  if (tp < 1) return invalidArgument("tensor_parallel.autotp_size: must be at least 1, got {}", tp);
+  if (c.numHeads % tp != 0)
+    return invalidArgument("tensor parallel {}: num_attention_heads {} is not a multiple of it", tp, c.numHeads);
+  int kvReplication = 1;
+  if (c.numKvHeads % tp != 0) {
+    if (tp % c.numKvHeads != 0)
+      return invalidArgument("tensor parallel {}: num_key_value_heads {} neither divides it nor is divided by it, so "
+                             "the KV heads cannot be aligned with the query heads",
+                             tp, c.numKvHeads);
+    kvReplication = tp / static_cast<int>(c.numKvHeads);  // each rank holds one KV head, shared by tp/kv ranks
+  }
+  if (c.intermediateSize % tp != 0)
+    return invalidArgument("tensor parallel {}: intermediate_size {} is not a multiple of it", tp, c.intermediateSize);
+  if (c.vocabSize % tp != 0)
+    return invalidArgument("tensor parallel {}: vocab_size {} is not a multiple of it (the embedding and head are "
+                           "split by vocabulary)",
+                           tp, c.vocabSize);
+
+  std::vector<std::regex> patterns;
+  for (const auto& s : specs) {
+    try {
+      patterns.emplace_back(s.pattern);
+    } catch (const std::regex_error& e) {
+      return invalidArgument("tensor_parallel.partition_config.layer_specs: pattern \"{}\" is not a regex: {}",
+                             s.pattern, e.what());
+    }
+  }
+
+  std::vector<TpLayout> out;
+  out.reserve(parameters.size());
+  for (const auto& p : parameters) {
+    TpLayout layout{.split = defaultSplit(p), .localShape = p.shape, .kvReplication = 1};
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (std::regex_search(p.name, patterns[i])) {
+        layout.split = specs[i].split;
+        break;
+      }
+    }
+    if (layout.split == TpSplit::kRow && p.shape.size() < 2) layout.split = TpSplit::kReplicated;
+    const int dim = layout.split == TpSplit::kRow ? 1 : 0;
+    if (layout.split != TpSplit::kReplicated) {
+      int64_t parts = tp;
+      if (isKeyOrValue(p.name) && layout.split == TpSplit::kColumn && kvReplication > 1) {
+        parts = c.numKvHeads;  // one KV head per rank, replicated
+        layout.kvReplication = kvReplication;
+      }
+      if (p.shape[dim] % parts != 0)
+        return invalidArgument("{} {}: dimension {} of size {} does not split into {} parts", p.name,
+                               tpSplitName(layout.split), dim, p.shape[dim], parts);
+      layout.localShape[dim] = p.shape[dim] / parts;
+    }
+    out.push_back(std::move(layout));
+  }
+  return out;
+}
+
+}  // namespace loom::planner

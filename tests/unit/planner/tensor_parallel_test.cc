@@ -1,0 +1,81 @@
+#include "planner/tensor_parallel.h"
+
+#include "tests/catch.h"
+
+using namespace loom;
+using namespace loom::planner;
+
+namespace {
+
+ModelConfig llama(int64_t heads, int64_t kvHeads, int64_t vocab = 128256) {
+  ModelConfig c;
+  c.family = ModelFamily::kLlama;
+  c.vocabSize = vocab;
+  c.hiddenSize = 4096;
+  c.intermediateSize = 14336;
+  c.numLayers = 1;
+  c.numHeads = heads;
+  c.numKvHeads = kvHeads;
+  c.headDim = 4096 / heads;
+  c.attentionBias = true;
+  return c;
+}
+
+TpLayout layoutOf(const ModelConfig& c, int tp, const std::string& name, const std::vector<TpLayerSpec>& specs = {}) {
+  auto params = enumerateParameters(c);
+  auto layouts = layoutTensorParallel(c, params, tp, specs);
+  INFO(layouts.status().toString());
+  REQUIRE(layouts.isOk());
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].name == name) return (*layouts)[i];
+  }
+  FAIL("no parameter " << name);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("AutoTP defaults: column q/k/v/gate/up - row o/down - vocab embedding and head - norms whole", "[planner]") {
+  auto c = llama(32, 8);
+  CHECK(layoutOf(c, 8, "model.layers.0.self_attn.q_proj.weight").localShape == std::vector<int64_t>{512, 4096});
+  CHECK(layoutOf(c, 8, "model.layers.0.self_attn.k_proj.weight").localShape == std::vector<int64_t>{128, 4096});
+  CHECK(layoutOf(c, 8, "model.layers.0.self_attn.k_proj.bias").localShape == std::vector<int64_t>{128});
+  auto o = layoutOf(c, 8, "model.layers.0.self_attn.o_proj.weight");
+  CHECK(o.split == TpSplit::kRow);
+  CHECK(o.localShape == std::vector<int64_t>{4096, 512});
+  CHECK(layoutOf(c, 8, "model.layers.0.self_attn.o_proj.bias").split == TpSplit::kReplicated);
+  CHECK(layoutOf(c, 8, "model.layers.0.mlp.down_proj.weight").localShape == std::vector<int64_t>{4096, 1792});
+  CHECK(layoutOf(c, 8, "model.layers.0.mlp.gate_proj.weight").localShape == std::vector<int64_t>{1792, 4096});
+  CHECK(layoutOf(c, 8, "model.embed_tokens.weight").localShape == std::vector<int64_t>{16032, 4096});
+  CHECK(layoutOf(c, 8, "lm_head.weight").split == TpSplit::kVocab);
+  CHECK(layoutOf(c, 8, "model.layers.0.input_layernorm.weight").split == TpSplit::kReplicated);
+}
+
+TEST_CASE("GQA with more ranks than KV heads replicates each KV head", "[planner]") {
+  auto c = llama(32, 4);
+  auto k = layoutOf(c, 8, "model.layers.0.self_attn.k_proj.weight");
+  CHECK(k.kvReplication == 2);
+  CHECK(k.localShape == std::vector<int64_t>{128, 4096});  // one KV head (head_dim 128) per rank
+  CHECK(layoutOf(c, 8, "model.layers.0.self_attn.q_proj.weight").kvReplication == 1);
+}
+
+TEST_CASE("layer_specs override the defaults - first match wins", "[planner]") {
+  auto c = llama(32, 8);
+  std::vector<TpLayerSpec> specs{{"mlp\\.down_proj", TpSplit::kReplicated}, {"mlp\\.", TpSplit::kColumn}};
+  CHECK(layoutOf(c, 8, "model.layers.0.mlp.down_proj.weight", specs).split == TpSplit::kReplicated);
+  CHECK(layoutOf(c, 8, "model.layers.0.mlp.up_proj.weight", specs).split == TpSplit::kColumn);
+}
+
+TEST_CASE("what cannot be split is named", "[planner]") {
+  auto reason = [&](const ModelConfig& c, int tp, std::vector<TpLayerSpec> specs = {}) {
+    auto l = layoutTensorParallel(c, enumerateParameters(c), tp, specs);
+    REQUIRE_FALSE(l.isOk());
+    CHECK(l.status().code() == StatusCode::kInvalidArgument);
+    return l.status().message();
+  };
+  CHECK(reason(llama(32, 8), 3) == "tensor parallel 3: num_attention_heads 32 is not a multiple of it");
+  CHECK(reason(llama(48, 6), 4).find("num_key_value_heads 6 neither divides it nor is divided by it") !=
+        std::string::npos);
+  CHECK(reason(llama(32, 8, 32001), 2).find("vocab_size 32001 is not a multiple of it") != std::string::npos);
+  CHECK(reason(llama(32, 8), 2, {{"([", TpSplit::kRow}}).find("is not a regex") != std::string::npos);
+}
