@@ -1,0 +1,60 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "planner/model_config.h"
+#include "planner/model_parameters.h"
+#include "planner/tensor_parallel.h"
+
+namespace loom::planner {
+
+enum class Precision { kFp32, kBf16, kFp16 };
+
+struct TrainingShape {
+  int zeroStage = 0;
+  int dataParallel = 1;            // the dense-data group: dp x sp
+  int tensorParallel = 1;
+  int sequenceParallel = 1;
+  Precision precision = Precision::kBf16;
+  int optimizerStates = 2;          // fp32 tensors per parameter: Adam/AdamW 2, Lion and Adagrad 1
+  bool offloadOptimizer = false;   // offload_optimizer.device cpu: master weights and states on the host
+  int64_t microBatch = 1;
+  int64_t sequenceLength = 2048;
+  int64_t reduceBucketElements = 500'000'000;        // reduce_bucket_size
+  int64_t persistenceThreshold = 100'000;            // stage3_param_persistence_threshold
+  int64_t prefetchBucketElements = 50'000'000;       // stage3_prefetch_bucket_size
+};
+
+// Bytes on one rank's device, by what holds them.
+struct MemoryEstimate {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer = 0;      // fp32 master weights and optimizer states (0 when offloaded)
+  int64_t activations = 0;
+  int64_t hostOptimizer = 0;  // on the host instead, when offloaded
+  int64_t total() const { return parameters + gradients + optimizer + activations; }
+  // "optimizer state (12.0 GiB)": the largest device term, named.
+  std::string largestTerm() const;
+};
+
+// Mixed precision keeps 2-byte weights and gradients plus an fp32 master copy and the optimizer's
+// fp32 states (the 16 bytes per parameter of ZeRO's paper with Adam); fp32 training keeps 4-byte
+// weights and gradients and the states. ZeRO divides the optimizer terms by the data-parallel
+// group from stage 1, gradients from stage 2 (plus one reduce bucket), weights from stage 3 (plus
+// persistent small parameters and the prefetch bucket). Activations follow Korthikanti et al.
+// with memory-efficient attention and no recomputation: 10 + 24/tp bytes per hidden unit per
+// token per layer, with the sequence split by sp, plus the head's logits in fp32 (4 bytes per
+// vocabulary entry of the rank's tp slice per token, twice: values and gradient).
+MemoryEstimate estimateMemory(const ModelConfig& config, const std::vector<ParameterInfo>& parameters,
+                              const std::vector<TpLayout>& layouts, const TrainingShape& shape);
+
+// ResourceExhausted when the estimate is above `deviceBytes`, saying by how much and which term
+// dominates.
+Status checkFits(const MemoryEstimate& estimate, int64_t deviceBytes);
+
+std::string humanBytes(int64_t bytes);
+
+}  // namespace loom::planner

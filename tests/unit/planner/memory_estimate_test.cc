@@ -1,0 +1,59 @@
+#include "planner/memory_estimate.h"
+
+#include <cmath>
+
+#include "tests/catch.h"
+
+using namespace loom;
+using namespace loom::planner;
+
+namespace {
+
+ModelConfig llama3_8b() {
+  return *parseModelConfig(R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8})");
+}
+
+MemoryEstimate estimate(const ModelConfig& c, int tp, TrainingShape shape) {
+  auto params = enumerateParameters(c);
+  auto layouts = layoutTensorParallel(c, params, tp);
+  REQUIRE(layouts.isOk());
+  shape.tensorParallel = tp;
+  return estimateMemory(c, params, *layouts, shape);
+}
+
+bool within(double value, double expected, double tolerance) { return std::abs(value / expected - 1) <= tolerance; }
+
+}  // namespace
+
+TEST_CASE("memory: ZeRO-3 mixed-precision Adam keeps about 16 N / dp bytes of model state", "[planner]") {
+  const auto c = llama3_8b();
+  const double n = 8'030'261'248.0;
+  // 64 ranks, tp 8: dp 8. Small buckets, so the analytical figure dominates.
+  auto m = estimate(c, 8, {.zeroStage = 3, .dataParallel = 8, .reduceBucketElements = 1'000'000,
+                           .prefetchBucketElements = 1'000'000});
+  const double perRank = n / 8 / 8;  // tp, then dp
+  CHECK(within(m.parameters + m.gradients + m.optimizer, 16 * perRank, 0.10));
+  CHECK(within(m.optimizer, 12 * perRank, 0.01));
+}
+
+TEST_CASE("memory: each ZeRO stage divides one more term by dp", "[planner]") {
+  const auto c = llama3_8b();
+  auto stage0 = estimate(c, 1, {.zeroStage = 0, .dataParallel = 4});
+  auto stage1 = estimate(c, 1, {.zeroStage = 1, .dataParallel = 4});
+  auto stage2 = estimate(c, 1, {.zeroStage = 2, .dataParallel = 4, .reduceBucketElements = 0});
+  CHECK(within(stage1.optimizer, stage0.optimizer / 4.0, 0.001));
+  CHECK(stage1.gradients == stage0.gradients);
+  CHECK(within(stage2.gradients, stage0.gradients / 4.0, 0.001));
+  auto offloaded = estimate(c, 1, {.zeroStage = 2, .dataParallel = 4, .offloadOptimizer = true});
+  CHECK(offloaded.optimizer == 0);
+  CHECK(offloaded.hostOptimizer == stage2.optimizer);
+}
+
+TEST_CASE("memory: a job that does not fit says by how much and what dominates", "[planner]") {
+  auto m = estimate(llama3_8b(), 1, {.zeroStage = 0, .dataParallel = 1});
+  Status s = checkFits(m, int64_t(80) << 30);
+  CHECK(s.code() == StatusCode::kResourceExhausted);
+  CHECK(s.message().find("above the device's 80.0 GiB; the largest term is optimizer state") != std::string::npos);
+  CHECK(checkFits(m, int64_t(1) << 40).isOk());
+}
