@@ -12,6 +12,8 @@ const char* modelFamilyName(ModelFamily family) {
     case ModelFamily::kMistral: return "mistral";
     case ModelFamily::kQwen2: return "qwen2";
     case ModelFamily::kQwen3: return "qwen3";
+    case ModelFamily::kMixtral: return "mixtral";
+    case ModelFamily::kQwen3Moe: return "qwen3_moe";
   }
   return "?";
 }
@@ -55,9 +57,13 @@ StatusOr<ModelConfig> parseModelConfig(const std::string& text, const std::strin
     c.family = ModelFamily::kQwen2;
   } else if (modelType == "qwen3") {
     c.family = ModelFamily::kQwen3;
+  } else if (modelType == "mixtral") {
+    c.family = ModelFamily::kMixtral;
+  } else if (modelType == "qwen3_moe") {
+    c.family = ModelFamily::kQwen3Moe;
   } else {
     return invalidArgument("{}: model_type: \"{}\" is not a model this version builds (supported: llama, mistral, "
-                           "qwen2, qwen3)",
+                           "qwen2, qwen3, mixtral, qwen3_moe)",
                            source, modelType);
   }
   RETURN_IF_ERROR(integer("vocab_size", &c.vocabSize, true, 1));
@@ -80,7 +86,27 @@ StatusOr<ModelConfig> parseModelConfig(const std::string& text, const std::strin
   RETURN_IF_ERROR(boolean("mlp_bias", &c.mlpBias));
   // Qwen2 always has q/k/v biases and no o_proj bias; Qwen3 normalizes q and k per head.
   if (c.family == ModelFamily::kQwen2) c.attentionBias = true;
-  if (c.family == ModelFamily::kQwen3) c.qkNorm = true;
+  if (c.family == ModelFamily::kQwen3 || c.family == ModelFamily::kQwen3Moe) c.qkNorm = true;
+  if (c.family == ModelFamily::kMixtral) {
+    RETURN_IF_ERROR(integer("num_local_experts", &c.numExperts, true, 1));
+    c.expertIntermediateSize = c.intermediateSize;
+  } else if (c.family == ModelFamily::kQwen3Moe) {
+    RETURN_IF_ERROR(integer("num_experts", &c.numExperts, true, 1));
+    RETURN_IF_ERROR(integer("moe_intermediate_size", &c.expertIntermediateSize, true, 1));
+    int64_t sparseStep = 1;
+    RETURN_IF_ERROR(integer("decoder_sparse_step", &sparseStep, false, 1));
+    auto dense = j.find("mlp_only_layers");
+    if (sparseStep != 1 || (dense != j.end() && dense->is_array() && !dense->empty()))
+      return invalidArgument("{}: decoder_sparse_step and mlp_only_layers: models mixing dense and expert layers are "
+                             "not supported yet",
+                             source);
+  }
+  if (c.isMoe()) {
+    RETURN_IF_ERROR(integer("num_experts_per_tok", &c.expertsPerToken, true, 1));
+    if (c.expertsPerToken > c.numExperts)
+      return invalidArgument("{}: num_experts_per_tok {} is above the {} experts", source, c.expertsPerToken,
+                             c.numExperts);
+  }
   return c;
 }
 

@@ -7,11 +7,11 @@
 
 namespace loom::planner {
 
-enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3 };
+enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen3Moe };
 const char* modelFamilyName(ModelFamily family);
 
 // The fields of a Hugging Face decoder `config.json` that decide the parameters, with HF's
-// defaults. Dense Llama-family decoders for now.
+// defaults. Llama-family decoders, dense and mixture-of-experts (Mixtral, Qwen3-MoE).
 struct ModelConfig {
   ModelFamily family = ModelFamily::kLlama;
   int64_t vocabSize = 0;
@@ -25,6 +25,11 @@ struct ModelConfig {
   bool attentionBias = false;    // q/k/v biases (qwen2 always; llama's attention_bias)
   bool qkNorm = false;           // per-head RMSNorm of q and k (qwen3)
   bool mlpBias = false;
+  // Mixture of experts: 0 experts for a dense model.
+  int64_t numExperts = 0;              // num_local_experts (mixtral), num_experts (qwen3_moe)
+  int64_t expertsPerToken = 0;         // num_experts_per_tok
+  int64_t expertIntermediateSize = 0;  // moe_intermediate_size (qwen3_moe); intermediate_size for mixtral
+  bool isMoe() const { return numExperts > 0; }
 };
 
 // Parses `config.json`; errors name the field (and `source`, the file, when given). An unknown

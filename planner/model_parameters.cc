@@ -31,6 +31,21 @@ std::vector<ParameterInfo> enumerateParameters(const ModelConfig& c) {
       out.push_back({p + "self_attn.k_norm.weight", {c.headDim}});
     }
     out.push_back({p + "post_attention_layernorm.weight", {h}});
+    if (c.isMoe()) {
+      // The router, then every expert's SwiGLU (Mixtral names them w1 gate, w3 up, w2 down).
+      const int64_t e = c.numExperts, i = c.expertIntermediateSize;
+      const bool mixtral = c.family == ModelFamily::kMixtral;
+      const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+      out.push_back({moe + "gate.weight", {e, h}});
+      for (int64_t x = 0; x < e; ++x) {
+        const std::string ex = fmt::format("{}experts.{}.", moe, x);
+        const int id = static_cast<int>(x);
+        out.push_back({ex + (mixtral ? "w1.weight" : "gate_proj.weight"), {i, h}, id});
+        out.push_back({ex + (mixtral ? "w2.weight" : "down_proj.weight"), {h, i}, id});
+        out.push_back({ex + (mixtral ? "w3.weight" : "up_proj.weight"), {i, h}, id});
+      }
+      continue;
+    }
     out.push_back({p + "mlp.gate_proj.weight", {c.intermediateSize, h}});
     if (c.mlpBias) out.push_back({p + "mlp.gate_proj.bias", {c.intermediateSize}});
     out.push_back({p + "mlp.up_proj.weight", {c.intermediateSize, h}});

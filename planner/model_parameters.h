@@ -12,6 +12,7 @@ namespace loom::planner {
 struct ParameterInfo {
   std::string name;            // "model.layers.3.self_attn.q_proj.weight"
   std::vector<int64_t> shape;  // [out, in] for linear weights, as torch stores them
+  int expert = -1;             // the expert it belongs to; -1 for dense parameters
   int64_t numel() const;
 };
 

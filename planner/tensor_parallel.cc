@@ -24,9 +24,12 @@ bool endsWith(const std::string& s, const std::string& suffix) {
 TpSplit defaultSplit(const ParameterInfo& p) {
   const std::string& n = p.name;
   if (n == "model.embed_tokens.weight" || n == "lm_head.weight") return TpSplit::kVocab;
-  if (n.find("o_proj.") != std::string::npos || n.find("down_proj.") != std::string::npos)
+  // Routers stay whole (DeepSpeed skips mlp.gate and block_sparse_moe.gate).
+  if (endsWith(n, "mlp.gate.weight") || endsWith(n, "block_sparse_moe.gate.weight")) return TpSplit::kReplicated;
+  if (n.find("o_proj.") != std::string::npos || n.find("down_proj.") != std::string::npos || n.find(".w2.") != std::string::npos)
     return endsWith(n, ".bias") ? TpSplit::kReplicated : TpSplit::kRow;  // a row-parallel bias is added once, whole
-  if (n.find("_proj.") != std::string::npos) return TpSplit::kColumn;
+  if (n.find("_proj.") != std::string::npos || n.find(".w1.") != std::string::npos || n.find(".w3.") != std::string::npos)
+    return TpSplit::kColumn;
   return TpSplit::kReplicated;  // norms (including qwen3's per-head q/k norms)
 }
 
@@ -49,8 +52,11 @@ StatusOr<std::vector<TpLayout>> layoutTensorParallel(const ModelConfig& c, const
                              tp, c.numKvHeads);
     kvReplication = tp / static_cast<int>(c.numKvHeads);  // each rank holds one KV head, shared by tp/kv ranks
   }
-  if (c.intermediateSize % tp != 0)
+  if (!c.isMoe() && c.intermediateSize % tp != 0)
     return invalidArgument("tensor parallel {}: intermediate_size {} is not a multiple of it", tp, c.intermediateSize);
+  if (c.isMoe() && c.expertIntermediateSize % tp != 0)
+    return invalidArgument("tensor parallel {}: the experts' intermediate size {} is not a multiple of it", tp,
+                           c.expertIntermediateSize);
   if (c.vocabSize % tp != 0)
     return invalidArgument("tensor parallel {}: vocab_size {} is not a multiple of it (the embedding and head are "
                            "split by vocabulary)",

@@ -81,3 +81,26 @@ TEST_CASE("bad model configs name the field and the file", "[planner]") {
         "models/x/config.json: vocab_size: must be an integer, got string");
   CHECK(error("{").find("models/x/config.json: not valid JSON") == 0);
 }
+
+TEST_CASE("mixture-of-experts models: routers - experts tagged - published counts", "[planner]") {
+  auto mixtral = parse(R"({"model_type": "mixtral", "vocab_size": 32000, "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "num_local_experts": 8, "num_experts_per_tok": 2, "tie_word_embeddings": false})");
+  auto params = enumerateParameters(mixtral);
+  CHECK(countParameters(params) == 46'702'792'704);  // Mixtral-8x7B
+  int experts = 0;
+  for (const auto& p : params) {
+    if (p.name == "model.layers.0.block_sparse_moe.experts.7.w2.weight") {
+      CHECK(p.expert == 7);
+      CHECK(p.shape == std::vector<int64_t>{4096, 14336});
+    }
+    experts += p.expert >= 0;
+  }
+  CHECK(experts == 32 * 8 * 3);
+
+  auto qwen3_30b = parse(R"({"model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048,
+    "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32,
+    "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": false})");
+  CHECK(countParameters(enumerateParameters(qwen3_30b)) == 30'532'122'624);  // Qwen3-30B-A3B
+}

@@ -79,3 +79,13 @@ TEST_CASE("what cannot be split is named", "[planner]") {
   CHECK(reason(llama(32, 8, 32001), 2).find("vocab_size 32001 is not a multiple of it") != std::string::npos);
   CHECK(reason(llama(32, 8), 2, {{"([", TpSplit::kRow}}).find("is not a regex") != std::string::npos);
 }
+
+TEST_CASE("AutoTP on experts: w1/w3 column - w2 row - the router whole", "[planner]") {
+  auto c = *parseModelConfig(R"({"model_type": "mixtral", "vocab_size": 32000, "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 1, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "num_local_experts": 8, "num_experts_per_tok": 2})");
+  CHECK(layoutOf(c, 2, "model.layers.0.block_sparse_moe.gate.weight").split == TpSplit::kReplicated);
+  CHECK(layoutOf(c, 2, "model.layers.0.block_sparse_moe.experts.3.w1.weight").localShape == std::vector<int64_t>{7168, 4096});
+  CHECK(layoutOf(c, 2, "model.layers.0.block_sparse_moe.experts.3.w2.weight").split == TpSplit::kRow);
+  CHECK(layoutOf(c, 2, "model.layers.0.block_sparse_moe.experts.3.w3.weight").split == TpSplit::kColumn);
+}
