@@ -13,6 +13,7 @@ const char* modelFamilyName(ModelFamily family) {
     case ModelFamily::kQwen2: return "qwen2";
     case ModelFamily::kQwen3: return "qwen3";
     case ModelFamily::kMixtral: return "mixtral";
+    case ModelFamily::kQwen2Moe: return "qwen2_moe";
     case ModelFamily::kQwen3Moe: return "qwen3_moe";
   }
   return "?";
@@ -59,11 +60,13 @@ StatusOr<ModelConfig> parseModelConfig(const std::string& text, const std::strin
     c.family = ModelFamily::kQwen3;
   } else if (modelType == "mixtral") {
     c.family = ModelFamily::kMixtral;
+  } else if (modelType == "qwen2_moe") {
+    c.family = ModelFamily::kQwen2Moe;
   } else if (modelType == "qwen3_moe") {
     c.family = ModelFamily::kQwen3Moe;
   } else {
     return invalidArgument("{}: model_type: \"{}\" is not a model this version builds (supported: llama, mistral, "
-                           "qwen2, qwen3, mixtral, qwen3_moe)",
+                           "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe)",
                            source, modelType);
   }
   RETURN_IF_ERROR(integer("vocab_size", &c.vocabSize, true, 1));
@@ -85,13 +88,15 @@ StatusOr<ModelConfig> parseModelConfig(const std::string& text, const std::strin
   RETURN_IF_ERROR(boolean("attention_bias", &c.attentionBias));
   RETURN_IF_ERROR(boolean("mlp_bias", &c.mlpBias));
   // Qwen2 always has q/k/v biases and no o_proj bias; Qwen3 normalizes q and k per head.
-  if (c.family == ModelFamily::kQwen2) c.attentionBias = true;
+  if (c.family == ModelFamily::kQwen2 || c.family == ModelFamily::kQwen2Moe) c.attentionBias = true;
   if (c.family == ModelFamily::kQwen3 || c.family == ModelFamily::kQwen3Moe) c.qkNorm = true;
   if (c.family == ModelFamily::kMixtral) {
     RETURN_IF_ERROR(integer("num_local_experts", &c.numExperts, true, 1));
     c.expertIntermediateSize = c.intermediateSize;
-  } else if (c.family == ModelFamily::kQwen3Moe) {
+  } else if (c.family == ModelFamily::kQwen2Moe || c.family == ModelFamily::kQwen3Moe) {
     RETURN_IF_ERROR(integer("num_experts", &c.numExperts, true, 1));
+    if (c.family == ModelFamily::kQwen2Moe)
+      RETURN_IF_ERROR(integer("shared_expert_intermediate_size", &c.sharedExpertIntermediateSize, true, 1));
     RETURN_IF_ERROR(integer("moe_intermediate_size", &c.expertIntermediateSize, true, 1));
     int64_t sparseStep = 1;
     RETURN_IF_ERROR(integer("decoder_sparse_step", &sparseStep, false, 1));

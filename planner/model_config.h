@@ -7,11 +7,11 @@
 
 namespace loom::planner {
 
-enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen3Moe };
+enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kQwen3Moe };
 const char* modelFamilyName(ModelFamily family);
 
 // The fields of a Hugging Face decoder `config.json` that decide the parameters, with HF's
-// defaults. Llama-family decoders, dense and mixture-of-experts (Mixtral, Qwen3-MoE).
+// defaults. Llama-family decoders, dense and mixture-of-experts (Mixtral, Qwen2-MoE, Qwen3-MoE).
 struct ModelConfig {
   ModelFamily family = ModelFamily::kLlama;
   int64_t vocabSize = 0;
@@ -28,7 +28,8 @@ struct ModelConfig {
   // Mixture of experts: 0 experts for a dense model.
   int64_t numExperts = 0;              // num_local_experts (mixtral), num_experts (qwen3_moe)
   int64_t expertsPerToken = 0;         // num_experts_per_tok
-  int64_t expertIntermediateSize = 0;  // moe_intermediate_size (qwen3_moe); intermediate_size for mixtral
+  int64_t expertIntermediateSize = 0;  // moe_intermediate_size (qwen*_moe); intermediate_size for mixtral
+  int64_t sharedExpertIntermediateSize = 0;  // shared_expert_intermediate_size (qwen2_moe); 0: none
   bool isMoe() const { return numExperts > 0; }
 };
 

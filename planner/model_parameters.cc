@@ -24,8 +24,9 @@ std::vector<ParameterInfo> enumerateParameters(const ModelConfig& c) {
     out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
     if (c.attentionBias) out.push_back({p + "self_attn.v_proj.bias", {kv}});
     out.push_back({p + "self_attn.o_proj.weight", {h, q}});
-    // Llama's attention_bias covers o_proj too; Qwen2's biases are on q, k and v only.
-    if (c.attentionBias && c.family != ModelFamily::kQwen2) out.push_back({p + "self_attn.o_proj.bias", {h}});
+    // Llama's attention_bias covers o_proj too; Qwen2's (and Qwen2-MoE's) are on q, k and v only.
+    const bool qwen2Style = c.family == ModelFamily::kQwen2 || c.family == ModelFamily::kQwen2Moe;
+    if (c.attentionBias && !qwen2Style) out.push_back({p + "self_attn.o_proj.bias", {h}});
     if (c.qkNorm) {
       out.push_back({p + "self_attn.q_norm.weight", {c.headDim}});
       out.push_back({p + "self_attn.k_norm.weight", {c.headDim}});
@@ -43,6 +44,14 @@ std::vector<ParameterInfo> enumerateParameters(const ModelConfig& c) {
         out.push_back({ex + (mixtral ? "w1.weight" : "gate_proj.weight"), {i, h}, id});
         out.push_back({ex + (mixtral ? "w2.weight" : "down_proj.weight"), {h, i}, id});
         out.push_back({ex + (mixtral ? "w3.weight" : "up_proj.weight"), {i, h}, id});
+      }
+      if (c.sharedExpertIntermediateSize > 0) {
+        // Qwen2-MoE: one dense expert every token goes through, scaled by its own sigmoid gate.
+        const int64_t s = c.sharedExpertIntermediateSize;
+        out.push_back({moe + "shared_expert.gate_proj.weight", {s, h}});
+        out.push_back({moe + "shared_expert.up_proj.weight", {s, h}});
+        out.push_back({moe + "shared_expert.down_proj.weight", {h, s}});
+        out.push_back({moe + "shared_expert_gate.weight", {1, h}});
       }
       continue;
     }

@@ -26,4 +26,8 @@ Status checkExpertParallel(const ModelConfig& c, int ep) {
   return Status::ok();
 }
 
+int expertOwner(int expert, int64_t numExperts, int ep) {
+  return static_cast<int>(expert / (numExperts / ep));
+}
+
 }  // namespace loom::planner

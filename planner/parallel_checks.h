@@ -15,5 +15,8 @@ Status checkSequenceParallel(const ModelConfig& config, int sp, int64_t sequence
 
 // Expert parallelism: the experts split evenly over ep ranks.
 Status checkExpertParallel(const ModelConfig& config, int ep);
+// The expert-parallel rank that owns `expert`: consecutive experts share a rank, as DeepSpeed
+// lays them out (rank r holds experts r*E/ep to (r+1)*E/ep - 1).
+int expertOwner(int expert, int64_t numExperts, int ep);
 
 }  // namespace loom::planner

@@ -24,8 +24,10 @@ bool endsWith(const std::string& s, const std::string& suffix) {
 TpSplit defaultSplit(const ParameterInfo& p) {
   const std::string& n = p.name;
   if (n == "model.embed_tokens.weight" || n == "lm_head.weight") return TpSplit::kVocab;
-  // Routers stay whole (DeepSpeed skips mlp.gate and block_sparse_moe.gate).
-  if (endsWith(n, "mlp.gate.weight") || endsWith(n, "block_sparse_moe.gate.weight")) return TpSplit::kReplicated;
+  // Routers stay whole (DeepSpeed skips mlp.gate, block_sparse_moe.gate and shared_expert_gate).
+  if (endsWith(n, "mlp.gate.weight") || endsWith(n, "block_sparse_moe.gate.weight") ||
+      endsWith(n, "shared_expert_gate.weight"))
+    return TpSplit::kReplicated;
   if (n.find("o_proj.") != std::string::npos || n.find("down_proj.") != std::string::npos || n.find(".w2.") != std::string::npos)
     return endsWith(n, ".bias") ? TpSplit::kReplicated : TpSplit::kRow;  // a row-parallel bias is added once, whole
   if (n.find("_proj.") != std::string::npos || n.find(".w1.") != std::string::npos || n.find(".w3.") != std::string::npos)
@@ -54,6 +56,9 @@ StatusOr<std::vector<TpLayout>> layoutTensorParallel(const ModelConfig& c, const
   }
   if (!c.isMoe() && c.intermediateSize % tp != 0)
     return invalidArgument("tensor parallel {}: intermediate_size {} is not a multiple of it", tp, c.intermediateSize);
+  if (c.sharedExpertIntermediateSize % tp != 0)
+    return invalidArgument("tensor parallel {}: shared_expert_intermediate_size {} is not a multiple of it", tp,
+                           c.sharedExpertIntermediateSize);
   if (c.isMoe() && c.expertIntermediateSize % tp != 0)
     return invalidArgument("tensor parallel {}: the experts' intermediate size {} is not a multiple of it", tp,
                            c.expertIntermediateSize);

@@ -104,3 +104,15 @@ TEST_CASE("mixture-of-experts models: routers - experts tagged - published count
     "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": false})");
   CHECK(countParameters(enumerateParameters(qwen3_30b)) == 30'532'122'624);  // Qwen3-30B-A3B
 }
+
+TEST_CASE("Qwen2-MoE: shared expert and its gate - published count", "[planner]") {
+  auto qwen15_moe = parse(R"({"model_type": "qwen2_moe", "vocab_size": 151936, "hidden_size": 2048,
+    "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+    "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16, "num_experts": 60,
+    "num_experts_per_tok": 4, "tie_word_embeddings": false})");
+  auto params = enumerateParameters(qwen15_moe);
+  CHECK(countParameters(params) == 14'315'784'192);  // Qwen1.5-MoE-A2.7B
+  bool sharedGate = false;
+  for (const auto& p : params) sharedGate |= p.name == "model.layers.5.mlp.shared_expert_gate.weight" && p.expert == -1;
+  CHECK(sharedGate);
+}

@@ -35,3 +35,10 @@ TEST_CASE("expert parallel: experts split evenly - dense models have none", "[pl
         "expert_parallel.autoep_size 3: the 8 experts do not split evenly over it");
   CHECK(checkExpertParallel(model(32, 8), 2).message() == "expert_parallel.autoep_size 2: llama has no experts");
 }
+
+TEST_CASE("expert owners: consecutive experts per rank", "[planner]") {
+  CHECK(expertOwner(0, 64, 8) == 0);
+  CHECK(expertOwner(7, 64, 8) == 0);
+  CHECK(expertOwner(8, 64, 8) == 1);
+  CHECK(expertOwner(63, 64, 8) == 7);
+}
