@@ -3,18 +3,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/human_bytes.h"
+
 namespace loom::backends {
-
-namespace {
-
-std::string humanBytes(int64_t b) {
-  if (b >= (1 << 30)) return fmt::format("{:.1f} GiB", b / double(1 << 30));
-  if (b >= (1 << 20)) return fmt::format("{:.1f} MiB", b / double(1 << 20));
-  if (b >= (1 << 10)) return fmt::format("{:.1f} KiB", b / double(1 << 10));
-  return fmt::format("{} B", b);
-}
-
-}  // namespace
 
 double CommsLogger::busBandwidthFactor(const std::string& op, int n) {
   if (n <= 1) return 0;

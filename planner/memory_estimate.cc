@@ -4,13 +4,9 @@
 
 #include <fmt/format.h>
 
-namespace loom::planner {
+#include "common/human_bytes.h"
 
-std::string humanBytes(int64_t b) {
-  if (b >= (int64_t(1) << 30)) return fmt::format("{:.1f} GiB", b / double(int64_t(1) << 30));
-  if (b >= (1 << 20)) return fmt::format("{:.1f} MiB", b / double(1 << 20));
-  return fmt::format("{:.1f} KiB", b / 1024.0);
-}
+namespace loom::planner {
 
 std::string MemoryEstimate::largestTerm() const {
   std::pair<int64_t, const char*> terms[] = {

@@ -55,6 +55,4 @@ MemoryEstimate estimateMemory(const ModelConfig& config, const std::vector<Param
 // dominates.
 Status checkFits(const MemoryEstimate& estimate, int64_t deviceBytes);
 
-std::string humanBytes(int64_t bytes);
-
 }  // namespace loom::planner

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "backends/reduce.h"
+#include "common/human_bytes.h"
 
 namespace loom::backends {
 
@@ -42,18 +43,16 @@ ncclRedOp_t ncclOp(ReduceOp op) {
   return ncclSum;
 }
 
-Status checkCuda(const at::Tensor& t, int device, const char* which) {
+// A tensor NCCL can take on this communicator's device; its NCCL type goes to `type` if given.
+Status checkCuda(const at::Tensor& t, int device, const char* which, ncclDataType_t* type) {
   if (!t.defined()) return invalidArgument("{} tensor is undefined", which);
   if (!t.is_cuda() || t.get_device() != device)
     return invalidArgument("{} tensor is on {}: this communicator runs on cuda:{}", which, t.device().str(), device);
   if (!t.is_contiguous()) return invalidArgument("{} tensor is not contiguous", which);
+  auto mapped = ncclType(t.scalar_type());
+  if (!mapped.isOk()) return mapped.status();
+  if (type) *type = *mapped;
   return Status::ok();
-}
-
-std::string humanBytes(int64_t b) {
-  if (b >= (1 << 20)) return fmt::format("{:.1f} MiB", b / double(1 << 20));
-  if (b >= (1 << 10)) return fmt::format("{:.1f} KiB", b / double(1 << 10));
-  return fmt::format("{} B", b);
 }
 
 std::string describe(const at::Tensor& t) {
@@ -226,36 +225,33 @@ void NcclCommunicator::watch() {
 }
 
 std::shared_ptr<Work> NcclCommunicator::allReduce(at::Tensor t, ReduceOp op) {
-  Status valid = checkCuda(t, device_, "the");
-  auto type = t.defined() ? ncclType(t.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
-  if (valid.isOk()) valid = type.status();
+  ncclDataType_t type = ncclFloat32;
+  Status valid = checkCuda(t, device_, "the", &type);
   if (valid.isOk()) valid = checkReducible(t.scalar_type(), op);
   return run("all_reduce", describe(t) + " " + reduceOpName(op), t.defined() ? t.nbytes() : 0, {t}, valid,
-             [&](cudaStream_t s) { return ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), *type, ncclOp(op), comm_, s); });
+             [&](cudaStream_t s) { return ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, ncclOp(op), comm_, s); });
 }
 
 std::shared_ptr<Work> NcclCommunicator::reduceScatter(at::Tensor output, at::Tensor input, ReduceOp op) {
-  Status valid = checkCuda(output, device_, "the output");
-  if (valid.isOk()) valid = checkCuda(input, device_, "the input");
-  auto type = input.defined() ? ncclType(input.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
-  if (valid.isOk()) valid = type.status();
+  ncclDataType_t type = ncclFloat32;
+  Status valid = checkCuda(output, device_, "the output", nullptr);
+  if (valid.isOk()) valid = checkCuda(input, device_, "the input", &type);
   if (valid.isOk() && (input.scalar_type() != output.scalar_type() || input.numel() != output.numel() * size_))
     valid = invalidArgument("the input must hold {} times the output's elements of its dtype", size_);
   return run("reduce_scatter", describe(input), input.defined() ? input.nbytes() : 0, {output, input}, valid,
              [&](cudaStream_t s) {
-               return ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), *type, ncclOp(op), comm_, s);
+               return ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), type, ncclOp(op), comm_, s);
              });
 }
 
 std::shared_ptr<Work> NcclCommunicator::allGather(at::Tensor output, at::Tensor input) {
-  Status valid = checkCuda(output, device_, "the output");
-  if (valid.isOk()) valid = checkCuda(input, device_, "the input");
-  auto type = input.defined() ? ncclType(input.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
-  if (valid.isOk()) valid = type.status();
+  ncclDataType_t type = ncclFloat32;
+  Status valid = checkCuda(output, device_, "the output", nullptr);
+  if (valid.isOk()) valid = checkCuda(input, device_, "the input", &type);
   if (valid.isOk() && (input.scalar_type() != output.scalar_type() || output.numel() != input.numel() * size_))
     valid = invalidArgument("the output must hold {} times the input's elements of its dtype", size_);
   return run("all_gather", describe(output), output.defined() ? output.nbytes() : 0, {output, input}, valid,
-             [&](cudaStream_t s) { return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), *type, comm_, s); });
+             [&](cudaStream_t s) { return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), type, comm_, s); });
 }
 
 std::shared_ptr<Work> NcclCommunicator::allToAll(at::Tensor output, at::Tensor input) {
@@ -273,10 +269,9 @@ std::shared_ptr<Work> NcclCommunicator::allToAll(at::Tensor output, at::Tensor i
 
 std::shared_ptr<Work> NcclCommunicator::allToAllV(at::Tensor output, at::Tensor input, std::vector<int64_t> outSplits,
                                                   std::vector<int64_t> inSplits) {
-  Status valid = checkCuda(output, device_, "the output");
-  if (valid.isOk()) valid = checkCuda(input, device_, "the input");
-  auto type = input.defined() ? ncclType(input.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
-  if (valid.isOk()) valid = type.status();
+  ncclDataType_t type = ncclFloat32;
+  Status valid = checkCuda(output, device_, "the output", nullptr);
+  if (valid.isOk()) valid = checkCuda(input, device_, "the input", &type);
   if (valid.isOk() && (static_cast<int>(outSplits.size()) != size_ || static_cast<int>(inSplits.size()) != size_))
     valid = invalidArgument("splits must have {} entries, got {} output and {} input", size_, outSplits.size(),
                             inSplits.size());
@@ -297,8 +292,8 @@ std::shared_ptr<Work> NcclCommunicator::allToAllV(at::Tensor output, at::Tensor 
                int64_t inOff = 0, outOff = 0;
                ncclGroupStart();
                for (int j = 0; j < size_; ++j) {
-                 ncclSend(in + inOff * elem, inSplits[j], *type, j, comm_, s);
-                 ncclRecv(out + outOff * elem, outSplits[j], *type, j, comm_, s);
+                 ncclSend(in + inOff * elem, inSplits[j], type, j, comm_, s);
+                 ncclRecv(out + outOff * elem, outSplits[j], type, j, comm_, s);
                  inOff += inSplits[j];
                  outOff += outSplits[j];
                }
@@ -307,33 +302,31 @@ std::shared_ptr<Work> NcclCommunicator::allToAllV(at::Tensor output, at::Tensor 
 }
 
 std::shared_ptr<Work> NcclCommunicator::broadcast(at::Tensor t, int root) {
-  Status valid = checkCuda(t, device_, "the");
-  auto type = t.defined() ? ncclType(t.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
-  if (valid.isOk()) valid = type.status();
+  ncclDataType_t type = ncclFloat32;
+  Status valid = checkCuda(t, device_, "the", &type);
   if (valid.isOk() && (root < 0 || root >= size_)) valid = invalidArgument("root {} is not a rank of {}", root, name_);
   return run("broadcast", describe(t), t.defined() ? t.nbytes() : 0, {t}, valid,
-             [&](cudaStream_t s) { return ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), *type, root, comm_, s); });
+             [&](cudaStream_t s) { return ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), type, root, comm_, s); });
 }
 
 std::shared_ptr<Work> NcclCommunicator::send(at::Tensor t, int peer, int tag) {
-  Status valid = checkCuda(t, device_, "the");
-  auto type = t.defined() ? ncclType(t.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
-  if (valid.isOk()) valid = type.status();
-  if (valid.isOk() && (peer < 0 || peer >= size_ || peer == rank_))
-    valid = invalidArgument("peer {} is not another rank of {}", peer, name_);
-  // NCCL matches point-to-point messages by order, not by tag.
-  return run("send", describe(t), t.defined() ? t.nbytes() : 0, {t}, valid,
-             [&](cudaStream_t s) { return ncclSend(t.data_ptr(), t.numel(), *type, peer, comm_, s); });
+  return pointToPoint(/*sending=*/true, std::move(t), peer);
 }
 
 std::shared_ptr<Work> NcclCommunicator::recv(at::Tensor t, int peer, int tag) {
-  Status valid = checkCuda(t, device_, "the");
-  auto type = t.defined() ? ncclType(t.scalar_type()) : StatusOr<ncclDataType_t>(invalidArgument("undefined"));
-  if (valid.isOk()) valid = type.status();
+  return pointToPoint(/*sending=*/false, std::move(t), peer);
+}
+
+// NCCL matches point-to-point messages by order, not by tag.
+std::shared_ptr<Work> NcclCommunicator::pointToPoint(bool sending, at::Tensor t, int peer) {
+  ncclDataType_t type = ncclFloat32;
+  Status valid = checkCuda(t, device_, "the", &type);
   if (valid.isOk() && (peer < 0 || peer >= size_ || peer == rank_))
     valid = invalidArgument("peer {} is not another rank of {}", peer, name_);
-  return run("recv", describe(t), t.defined() ? t.nbytes() : 0, {t}, valid,
-             [&](cudaStream_t s) { return ncclRecv(t.data_ptr(), t.numel(), *type, peer, comm_, s); });
+  return run(sending ? "send" : "recv", describe(t), t.defined() ? t.nbytes() : 0, {t}, valid, [&](cudaStream_t s) {
+    return sending ? ncclSend(t.data_ptr(), t.numel(), type, peer, comm_, s)
+                   : ncclRecv(t.data_ptr(), t.numel(), type, peer, comm_, s);
+  });
 }
 
 std::shared_ptr<Work> NcclCommunicator::barrier() {

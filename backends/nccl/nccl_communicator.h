@@ -64,6 +64,7 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> run(const char* op, const std::string& detail, int64_t bytes, std::vector<at::Tensor> keep,
                             Status valid, const std::function<ncclResult_t(cudaStream_t)>& launch);
   void watch();
+  std::shared_ptr<Work> pointToPoint(bool sending, at::Tensor tensor, int peer);
 
   struct Pending {
     std::shared_ptr<Work> work;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "backends/reduce.h"
+#include "common/human_bytes.h"
 
 namespace loom::backends {
 
@@ -14,12 +15,6 @@ namespace {
 constexpr int64_t kDirectAllReduceBytes = 64 * 1024;  // below: every buffer to every rank
 constexpr int64_t kDirectBroadcastBytes = 256 * 1024;
 constexpr int64_t kChunkBytes = 1 << 20;              // ring and chain pipelining unit
-
-std::string humanBytes(int64_t b) {
-  if (b >= (1 << 20)) return fmt::format("{:.1f} MiB", b / double(1 << 20));
-  if (b >= (1 << 10)) return fmt::format("{:.1f} KiB", b / double(1 << 10));
-  return fmt::format("{} B", b);
-}
 
 std::string describe(const at::Tensor& t) {
   return fmt::format("{} {}", humanBytes(t.defined() ? static_cast<int64_t>(t.nbytes()) : 0),
@@ -387,40 +382,34 @@ Status UcxCommunicator::chainBroadcast(char* data, int64_t bytes, int root, uint
 }
 
 std::shared_ptr<Work> UcxCommunicator::send(at::Tensor t, int peer, int tag) {
-  Status valid = checkTensor(t, "the");
-  if (valid.isOk() && (peer < 0 || peer >= size() || peer == rank_))
-    valid = invalidArgument("peer {} is not another rank of {} ({} ranks)", peer, name_, size());
-  if (valid.isOk() && (tag < 0 || tag > 0xFFF)) valid = invalidArgument("tag {} is outside 0..4095", tag);
-  auto work = std::make_shared<Work>(fmt::format("send to rank {} (tag {}) on {}, {}", peer, tag, name_, describe(t)));
-  if (!valid.isOk()) {
-    work->complete(valid.withContext(work->description()));
-    return work;
-  }
-  transport_->enqueue(work, "send", t.nbytes(), 2, [this, t, peer, tag]() -> Status {
-    std::vector<UcxTransport::Request> requests;
-    ASSIGN_OR_RETURN(auto r, transport_->postSend(ranks_[peer], tagFrom(rank_, kPointToPointSequence, tag),
-                                                  t.data_ptr(), t.nbytes(), fmt::format("the send to rank {}", peer)));
-    requests.push_back(std::move(r));
-    return transport_->waitAll(requests);
-  });
-  return work;
+  return pointToPoint(/*sending=*/true, std::move(t), peer, tag);
 }
 
 std::shared_ptr<Work> UcxCommunicator::recv(at::Tensor t, int peer, int tag) {
+  return pointToPoint(/*sending=*/false, std::move(t), peer, tag);
+}
+
+// Point-to-point messages use their own sequence value (they are not collective, so the group's
+// counter would drift between ranks) and the caller's tag as the part.
+std::shared_ptr<Work> UcxCommunicator::pointToPoint(bool sending, at::Tensor t, int peer, int tag) {
   Status valid = checkTensor(t, "the");
   if (valid.isOk() && (peer < 0 || peer >= size() || peer == rank_))
     valid = invalidArgument("peer {} is not another rank of {} ({} ranks)", peer, name_, size());
   if (valid.isOk() && (tag < 0 || tag > 0xFFF)) valid = invalidArgument("tag {} is outside 0..4095", tag);
-  auto work = std::make_shared<Work>(fmt::format("recv from rank {} (tag {}) on {}, {}", peer, tag, name_, describe(t)));
+  auto work = std::make_shared<Work>(fmt::format("{} rank {} (tag {}) on {}, {}", sending ? "send to" : "recv from",
+                                                 peer, tag, name_, describe(t)));
   if (!valid.isOk()) {
     work->complete(valid.withContext(work->description()));
     return work;
   }
-  transport_->enqueue(work, "recv", t.nbytes(), 2, [this, t, peer, tag]() -> Status {
+  transport_->enqueue(work, sending ? "send" : "recv", t.nbytes(), 2, [this, sending, t, peer, tag]() -> Status {
     std::vector<UcxTransport::Request> requests;
-    ASSIGN_OR_RETURN(auto r, transport_->postReceive(ranks_[peer], tagFrom(peer, kPointToPointSequence, tag),
-                                                     t.data_ptr(), t.nbytes(), fmt::format("a message from rank {}", peer)));
-    requests.push_back(std::move(r));
+    auto posted = sending ? transport_->postSend(ranks_[peer], tagFrom(rank_, kPointToPointSequence, tag), t.data_ptr(),
+                                                 t.nbytes(), fmt::format("the send to rank {}", peer))
+                          : transport_->postReceive(ranks_[peer], tagFrom(peer, kPointToPointSequence, tag),
+                                                    t.data_ptr(), t.nbytes(), fmt::format("a message from rank {}", peer));
+    if (!posted.isOk()) return posted.status();
+    requests.push_back(std::move(posted).value());
     return transport_->waitAll(requests);
   });
   return work;

@@ -47,6 +47,7 @@ class UcxCommunicator final : public Communicator {
   std::shared_ptr<Work> submit(const char* op, const std::string& detail, int64_t bytes, const Status& valid,
                                std::function<Status(uint32_t sequence)> body);
   uint64_t tagFrom(int groupRank, uint32_t sequence, uint32_t part) const;
+  std::shared_ptr<Work> pointToPoint(bool sending, at::Tensor tensor, int peer, int tag);
 
   Status directAllReduce(char* data, int64_t count, at::ScalarType dtype, ReduceOp op, uint32_t seq);
   Status ringReduceScatter(const char* input, char* work, char* finalPart, const std::vector<int64_t>& bounds,
