@@ -1,7 +1,10 @@
 #include "planner/job_spec.h"
 
+#include "planner/json_reader.h"
+
 #include <map>
 #include <set>
+#include <tuple>
 
 namespace loom::planner {
 
@@ -10,6 +13,8 @@ using nlohmann::json;
 const char* jobKindName(JobKind kind) {
   switch (kind) {
     case JobKind::kProbe: return "probe";
+    case JobKind::kTrain: return "train";
+    case JobKind::kEval: return "eval";
   }
   return "?";
 }
@@ -19,111 +24,6 @@ const char* deviceKindName(DeviceKind device) {
 }
 
 namespace {
-
-const char* typeName(const json& v) { return v.type_name(); }
-
-std::string path(const std::string& parent, const std::string& key) {
-  return parent.empty() ? key : parent + "." + key;
-}
-
-// Reads the fields of one JSON object, remembering which keys were consumed so that anything
-// left over is reported as unknown.
-class ObjectReader {
- public:
-  ObjectReader(const json& object, std::string where) : object_(object), where_(std::move(where)) {}
-
-  const json* find(const std::string& key) {
-    seen_.insert(key);
-    auto it = object_.find(key);
-    return it == object_.end() ? nullptr : &*it;
-  }
-
-  Status readString(const std::string& key, std::string* out, bool required) {
-    const json* v = find(key);
-    if (!v) return required ? missing(key) : Status::ok();
-    if (!v->is_string()) return wrongType(key, "a string", *v);
-    *out = v->get<std::string>();
-    return Status::ok();
-  }
-
-  Status readInt(const std::string& key, int64_t* out, bool required, int64_t min, int64_t max) {
-    const json* v = find(key);
-    if (!v) return required ? missing(key) : Status::ok();
-    if (!v->is_number_integer()) return wrongType(key, "an integer", *v);
-    int64_t x = v->get<int64_t>();
-    if (x < min || x > max)
-      return invalidArgument("{}: must be between {} and {}, got {}", path(where_, key), min, max, x);
-    *out = x;
-    return Status::ok();
-  }
-
-  Status readBool(const std::string& key, bool* out) {
-    const json* v = find(key);
-    if (!v) return Status::ok();
-    if (!v->is_boolean()) return wrongType(key, "true or false", *v);
-    *out = v->get<bool>();
-    return Status::ok();
-  }
-
-  Status readStrings(const std::string& key, std::vector<std::string>* out, const std::set<std::string>& allowed) {
-    const json* v = find(key);
-    if (!v) return Status::ok();
-    if (!v->is_array()) return wrongType(key, "a list of strings", *v);
-    out->clear();
-    for (const auto& item : *v) {
-      if (!item.is_string()) return wrongType(key, "a list of strings", item);
-      std::string s = item.get<std::string>();
-      if (!allowed.empty() && !allowed.count(s)) {
-        std::string names;
-        for (const auto& a : allowed) names += (names.empty() ? "" : ", ") + a;
-        return invalidArgument("{}: \"{}\" is not one of {}", path(where_, key), s, names);
-      }
-      out->push_back(s);
-    }
-    return Status::ok();
-  }
-
-  Status readSeconds(const std::string& key, int64_t* outMs, double min, double max) {
-    const json* v = find(key);
-    if (!v) return Status::ok();
-    if (!v->is_number()) return wrongType(key, "a number of seconds", *v);
-    double s = v->get<double>();
-    if (s < min || s > max)
-      return invalidArgument("{}: must be between {} and {} seconds, got {}", path(where_, key), min, max, s);
-    *outMs = static_cast<int64_t>(s * 1000.0);
-    return Status::ok();
-  }
-
-  // An optional nested object; returns nullptr when absent.
-  StatusOr<const json*> readObject(const std::string& key) {
-    const json* v = find(key);
-    if (!v) return static_cast<const json*>(nullptr);
-    if (!v->is_object()) return wrongType(key, "an object", *v);
-    return v;
-  }
-
-  Status rejectUnknown() const {
-    for (auto it = object_.begin(); it != object_.end(); ++it) {
-      if (!seen_.count(it.key()))
-        return invalidArgument("{}: unknown key", path(where_, it.key()));
-    }
-    return Status::ok();
-  }
-
-  std::string pathOf(const std::string& key) const { return path(where_, key); }
-
- private:
-  Status missing(const std::string& key) const {
-    return invalidArgument("{}: required field is missing", path(where_, key));
-  }
-  Status wrongType(const std::string& key, const char* want, const json& got) const {
-    return invalidArgument("{}: must be {}, got {}", path(where_, key), want, typeName(got));
-  }
-
-  const json& object_;
-  std::string where_;
-  std::set<std::string> seen_;
-};
 
 Status parseResources(const json& object, JobSpec* spec) {
   ObjectReader r(object, "resources");
@@ -179,40 +79,44 @@ Status parseProbe(const json& object, JobSpec* spec) {
   return r.rejectUnknown();
 }
 
-// The DeepSpeed config, verbatim. Only the sections this version acts on are accepted; any
-// other key is refused by name rather than ignored.
-Status parseDeepSpeed(const json& object, JobSpec* spec) {
-  ObjectReader r(object, "deepspeed");
-  ASSIGN_OR_RETURN(const json* logger, r.readObject("comms_logger"));
-  if (logger) {
-    ObjectReader l(*logger, "deepspeed.comms_logger");
-    RETURN_IF_ERROR(l.readBool("enabled", &spec->commsLogger.enabled));
-    RETURN_IF_ERROR(l.readBool("verbose", &spec->commsLogger.verbose));
-    RETURN_IF_ERROR(l.readBool("prof_all", &spec->commsLogger.profAll));
-    bool debug = false;  // DeepSpeed's caller-name tracing; accepted, it changes nothing here
-    RETURN_IF_ERROR(l.readBool("debug", &debug));
-    // DeepSpeed's op names, and what Loom calls the same operation.
-    static const std::map<std::string, std::string> kOpNames{
-        {"all_reduce", "all_reduce"},         {"all_gather", "all_gather"},
-        {"all_gather_into_tensor", "all_gather"}, {"all_gather_base", "all_gather"},
-        {"reduce_scatter", "reduce_scatter"}, {"reduce_scatter_tensor", "reduce_scatter"},
-        {"reduce_scatter_base", "reduce_scatter"}, {"all_to_all", "all_to_all"},
-        {"all_to_all_single", "all_to_all"},  {"broadcast", "broadcast"},
-        {"send", "send"},                     {"recv", "recv"},
-        {"barrier", "barrier"}};
-    std::set<std::string> known;
-    for (const auto& [name, ours] : kOpNames) known.insert(name);
-    std::vector<std::string> ops;
-    RETURN_IF_ERROR(l.readStrings("prof_ops", &ops, known));
-    spec->commsLogger.profOps.clear();
-    for (const auto& op : ops) spec->commsLogger.profOps.push_back(kOpNames.at(op));
-    RETURN_IF_ERROR(l.rejectUnknown());
-  }
-  for (auto it = object.begin(); it != object.end(); ++it) {
-    if (it.key() != "comms_logger")
-      return invalidArgument("deepspeed.{}: not supported by this version (supported: comms_logger)", it.key());
-  }
-  return Status::ok();
+Status parseModel(const json& object, JobSpec* spec) {
+  ObjectReader r(object, "model");
+  RETURN_IF_ERROR(r.readString("config", &spec->model.config, /*required=*/true));
+  RETURN_IF_ERROR(r.readString("weights", &spec->model.weights, false));
+  RETURN_IF_ERROR(r.readInt("init_seed", &spec->model.initSeed, false, 0, INT64_MAX));
+  return r.rejectUnknown();
+}
+
+Status parseData(const json& object, JobSpec* spec) {
+  ObjectReader r(object, "data");
+  RETURN_IF_ERROR(r.readString("train", &spec->data.train, spec->kind == JobKind::kTrain));
+  RETURN_IF_ERROR(r.readString("eval", &spec->data.eval, spec->kind == JobKind::kEval));
+  RETURN_IF_ERROR(r.readInt("seq_len", &spec->data.seqLen, true, 1, 1 << 24));
+  RETURN_IF_ERROR(r.readInt("seed", &spec->data.seed, false, 0, INT64_MAX));
+  return r.rejectUnknown();
+}
+
+Status parseTrain(const json& object, JobSpec* spec) {
+  ObjectReader r(object, "train");
+  auto& t = spec->train;
+  RETURN_IF_ERROR(r.readInt("steps", &t.steps, true, 1, int64_t(1) << 40));
+  RETURN_IF_ERROR(r.readInt("eval_every", &t.evalEvery, false, 0, int64_t(1) << 40));
+  RETURN_IF_ERROR(r.readInt("eval_batches", &t.evalBatches, false, 1, int64_t(1) << 30));
+  RETURN_IF_ERROR(r.readInt("checkpoint_every", &t.checkpointEvery, false, 0, int64_t(1) << 40));
+  RETURN_IF_ERROR(r.readString("checkpoint_dir", &t.checkpointDir, false));
+  RETURN_IF_ERROR(r.readBool("resume", &t.resume));
+  if (t.evalEvery > 0 && spec->data.eval.empty())
+    return invalidArgument("train.eval_every: {} needs data.eval, the token file to evaluate on", t.evalEvery);
+  if (t.checkpointEvery > 0 && t.checkpointDir.empty())
+    return invalidArgument("train.checkpoint_every: {} needs train.checkpoint_dir", t.checkpointEvery);
+  return r.rejectUnknown();
+}
+
+Status parseEval(const json& object, JobSpec* spec) {
+  ObjectReader r(object, "eval");
+  RETURN_IF_ERROR(r.readInt("max_batches", &spec->eval.maxBatches, false, 0, int64_t(1) << 40));
+  RETURN_IF_ERROR(r.readString("logprobs_output", &spec->eval.logprobsOutput, false));
+  return r.rejectUnknown();
 }
 
 Status parseRestart(const json& object, JobSpec* spec) {
@@ -257,8 +161,12 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson) {
   RETURN_IF_ERROR(r.readString("kind", &kind, true));
   if (kind == "probe") {
     spec.kind = JobKind::kProbe;
+  } else if (kind == "train") {
+    spec.kind = JobKind::kTrain;
+  } else if (kind == "eval") {
+    spec.kind = JobKind::kEval;
   } else {
-    return invalidArgument("kind: \"{}\" is not a job kind this version runs (supported: probe)", kind);
+    return invalidArgument("kind: \"{}\" is not a job kind this version runs (supported: probe, train, eval)", kind);
   }
 
   ASSIGN_OR_RETURN(const json* resources, r.readObject("resources"));
@@ -271,8 +179,26 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson) {
   if (restart) RETURN_IF_ERROR(parseRestart(*restart, &spec));
   ASSIGN_OR_RETURN(const json* timeouts, r.readObject("timeouts"));
   if (timeouts) RETURN_IF_ERROR(parseTimeouts(*timeouts, &spec));
+  // model, data and the kind's own section (train or eval); data before train, whose checks read it.
+  const bool modelJob = spec.kind == JobKind::kTrain || spec.kind == JobKind::kEval;
+  using SectionParser = Status (*)(const json&, JobSpec*);
+  const std::vector<std::tuple<const char*, SectionParser, bool, bool>> sections{
+      // name, parser, applies, required
+      {"model", parseModel, modelJob, modelJob},
+      {"data", parseData, modelJob, modelJob},
+      {"train", parseTrain, spec.kind == JobKind::kTrain, spec.kind == JobKind::kTrain},
+      {"eval", parseEval, spec.kind == JobKind::kEval, false},
+  };
+  for (const auto& [section, parse, applies, required] : sections) {
+    ASSIGN_OR_RETURN(const json* object, r.readObject(section));
+    if (!object && required) return invalidArgument("{}: required for a {} job", section, kind);
+    if (object && !applies) return invalidArgument("{}: does not apply to a {} job", section, kind);
+    if (object) RETURN_IF_ERROR(parse(*object, &spec));
+  }
   ASSIGN_OR_RETURN(const json* deepspeed, r.readObject("deepspeed"));
-  if (deepspeed) RETURN_IF_ERROR(parseDeepSpeed(*deepspeed, &spec));
+  // Pipeline, tensor and sequence parallelism are later issues: every rank is data-parallel.
+  ASSIGN_OR_RETURN(spec.deepspeed, parseDeepSpeedConfig(deepspeed ? *deepspeed : json::object(), spec.ranks,
+                                                         spec.kind == JobKind::kTrain));
 
   RETURN_IF_ERROR(r.rejectUnknown());
   return spec;
@@ -285,24 +211,56 @@ json JobSpec::toJson() const {
     probeJson["collectives"] = {{"ops", c.ops},           {"min_bytes", c.minBytes}, {"max_bytes", c.maxBytes},
                                 {"iterations", c.iterations}, {"warmup", c.warmup},      {"dtype", c.dtype}};
   }
-  return json{
+  json j{
       {"name", name},
       {"kind", jobKindName(kind)},
       {"resources", {{"ranks", ranks}, {"device", deviceKindName(device)}}},
-      {"probe", probeJson},
       {"restart", {{"max_restarts", maxRestarts}}},
       {"timeouts",
        {{"grace_period_s", gracePeriodMs / 1000.0},
         {"heartbeat_timeout_s", heartbeatTimeoutMs / 1000.0},
         {"rendezvous_s", rendezvousTimeoutMs / 1000.0},
         {"collective_s", collectiveTimeoutMs / 1000.0}}},
-      {"deepspeed",
-       {{"comms_logger",
-         {{"enabled", commsLogger.enabled},
-          {"verbose", commsLogger.verbose},
-          {"prof_all", commsLogger.profAll},
-          {"prof_ops", commsLogger.profOps}}}}},
+      {"deepspeed", deepspeed.toJson()},
   };
+  if (kind == JobKind::kProbe) j["probe"] = probeJson;
+  if (kind == JobKind::kTrain || kind == JobKind::kEval) {
+    j["model"] = {{"config", model.config}, {"init_seed", model.initSeed}};
+    if (!model.weights.empty()) j["model"]["weights"] = model.weights;
+    j["data"] = {{"seq_len", data.seqLen}, {"seed", data.seed}};
+    if (!data.train.empty()) j["data"]["train"] = data.train;
+    if (!data.eval.empty()) j["data"]["eval"] = data.eval;
+  }
+  if (kind == JobKind::kTrain) {
+    j["train"] = {{"steps", train.steps},
+                  {"eval_every", train.evalEvery},
+                  {"eval_batches", train.evalBatches},
+                  {"checkpoint_every", train.checkpointEvery},
+                  {"resume", train.resume}};
+    if (!train.checkpointDir.empty()) j["train"]["checkpoint_dir"] = train.checkpointDir;
+  }
+  if (kind == JobKind::kEval) {
+    j["eval"] = {{"max_batches", eval.maxBatches}};
+    if (!eval.logprobsOutput.empty()) j["eval"]["logprobs_output"] = eval.logprobsOutput;
+  }
+  return j;
+}
+
+std::string resolveSpecPaths(const std::string& specJson, const std::string& baseDir) {
+  json root = json::parse(specJson, nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object() || baseDir.empty()) return specJson;
+  static const std::vector<std::pair<const char*, const char*>> kPaths{
+      {"model", "config"}, {"model", "weights"},        {"data", "train"},
+      {"data", "eval"},    {"train", "checkpoint_dir"}, {"eval", "logprobs_output"}};
+  for (const auto& [section, key] : kPaths) {
+    auto s = root.find(section);
+    if (s == root.end() || !s->is_object()) continue;
+    auto v = s->find(key);
+    if (v == s->end() || !v->is_string()) continue;
+    std::string p = v->get<std::string>();
+    if (!p.empty() && p[0] != '/') *v = baseDir + "/" + p;
+  }
+  return root.dump(2);
 }
 
 }  // namespace loom::planner

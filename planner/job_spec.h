@@ -8,10 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "planner/deepspeed_config.h"
 
 namespace loom::planner {
 
-enum class JobKind { kProbe };
+enum class JobKind { kProbe, kTrain, kEval };
 enum class DeviceKind { kCpu, kCuda };
 
 const char* jobKindName(JobKind kind);
@@ -34,12 +35,37 @@ struct ProbeSpec {
   std::optional<CollectivesSpec> collectives;
 };
 
-// DeepSpeed's comms_logger section, same keys and defaults.
-struct CommsLoggerSpec {
-  bool enabled = false;
-  bool verbose = false;
-  bool profAll = true;
-  std::vector<std::string> profOps;
+// model: an HF config.json, and optionally weights (a .safetensors file, or a directory with
+// model.safetensors or model.safetensors.index.json); without weights, random init from a seed.
+struct ModelSpec {
+  std::string config;
+  std::string weights;
+  int64_t initSeed = 42;
+};
+
+// data: token files (worker/data/token_file.h) cut into samples of seq_len + 1 tokens.
+struct DataSpec {
+  std::string train;
+  std::string eval;
+  int64_t seqLen = 0;
+  int64_t seed = 1234;  // the sample order
+};
+
+// train: how long, how often to evaluate and to checkpoint.
+struct TrainSpec {
+  int64_t steps = 0;
+  int64_t evalEvery = 0;     // 0: never
+  int64_t evalBatches = 8;   // micro-batches per rank per evaluation
+  int64_t checkpointEvery = 0;  // 0: only at the end
+  std::string checkpointDir;    // empty: no checkpoints
+  // Resume from checkpoint_dir/latest when there is one (a restarted job goes on by itself).
+  bool resume = true;
+};
+
+// eval: mean loss over a dataset, and optionally the per-token logprobs as safetensors.
+struct EvalSpec {
+  int64_t maxBatches = 0;  // micro-batches per rank; 0: the whole dataset
+  std::string logprobsOutput;
 };
 
 // A job spec as submitted (JSON), validated and with every default filled in. Field names in
@@ -55,7 +81,11 @@ struct JobSpec {
   int64_t heartbeatTimeoutMs = 30'000;  // a rank silent for this long fails the attempt
   int64_t rendezvousTimeoutMs = 300'000;  // every rank must have joined the attempt's store by then
   int64_t collectiveTimeoutMs = 1'800'000;  // the watchdog: a collective not done by then fails the attempt
-  CommsLoggerSpec commsLogger;  // from deepspeed.comms_logger
+  ModelSpec model;     // train, eval
+  DataSpec data;       // train, eval
+  TrainSpec train;     // train
+  EvalSpec eval;       // eval
+  DeepSpeedConfig deepspeed;
 
   // The spec with defaults filled in: what is stored and handed to the ranks.
   nlohmann::json toJson() const;
@@ -63,5 +93,10 @@ struct JobSpec {
 
 // Parses and validates a spec. Unknown keys are errors, never ignored.
 StatusOr<JobSpec> parseJobSpec(const std::string& specJson);
+
+// Makes the file paths of a spec (model, data, checkpoint and output paths) absolute against
+// `baseDir`, the directory of the spec file: the ranks run elsewhere, in another directory.
+// Leaves the text alone when it is not a JSON object (parseJobSpec reports that).
+std::string resolveSpecPaths(const std::string& specJson, const std::string& baseDir);
 
 }  // namespace loom::planner

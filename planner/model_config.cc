@@ -19,6 +19,81 @@ const char* modelFamilyName(ModelFamily family) {
   return "?";
 }
 
+namespace {
+
+StatusOr<double> number(const json& object, const char* key, double fallback, const std::string& where) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return fallback;
+  if (!it->is_number()) return invalidArgument("{}: {}: must be a number, got {}", where, key, it->type_name());
+  return it->get<double>();
+}
+
+Status parseRope(const json& j, const std::string& source, RopeConfig* rope) {
+  // transformers 5 keeps theta and scaling together in rope_parameters; 4 has rope_theta and
+  // rope_scaling (whose type is "rope_type", or "type" in older files).
+  const json* params = nullptr;
+  std::string where = source;
+  if (auto it = j.find("rope_parameters"); it != j.end() && it->is_object()) {
+    params = &*it;
+    where = source + ": rope_parameters";
+  } else if (auto it = j.find("rope_scaling"); it != j.end() && it->is_object()) {
+    params = &*it;
+    where = source + ": rope_scaling";
+  }
+  ASSIGN_OR_RETURN(rope->theta, number(j, "rope_theta", rope->theta, source));
+  if (!params) return Status::ok();
+  ASSIGN_OR_RETURN(rope->theta, number(*params, "rope_theta", rope->theta, where));
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"}) {
+    if (auto t = params->find(key); t != params->end() && t->is_string()) {
+      type = t->get<std::string>();
+      break;
+    }
+  }
+  if (type == "default") {
+    rope->type = RopeConfig::Type::kDefault;
+    return Status::ok();
+  }
+  ASSIGN_OR_RETURN(rope->factor, number(*params, "factor", 1.0, where));
+  if (type == "linear") {
+    rope->type = RopeConfig::Type::kLinear;
+  } else if (type == "llama3") {
+    rope->type = RopeConfig::Type::kLlama3;
+    ASSIGN_OR_RETURN(rope->lowFreqFactor, number(*params, "low_freq_factor", rope->lowFreqFactor, where));
+    ASSIGN_OR_RETURN(rope->highFreqFactor, number(*params, "high_freq_factor", rope->highFreqFactor, where));
+    ASSIGN_OR_RETURN(double original, number(*params, "original_max_position_embeddings", 8192, where));
+    rope->originalMaxPositions = static_cast<int64_t>(original);
+    if (rope->highFreqFactor <= rope->lowFreqFactor)
+      return invalidArgument("{}: high_freq_factor {} must be above low_freq_factor {}", where, rope->highFreqFactor,
+                             rope->lowFreqFactor);
+  } else {
+    return invalidArgument("{}: rope_type \"{}\" is not supported (supported: default, linear, llama3)", where, type);
+  }
+  if (rope->factor <= 0) return invalidArgument("{}: factor must be positive, got {}", where, rope->factor);
+  return Status::ok();
+}
+
+Status parseNumerics(const json& j, const std::string& source, ModelConfig* c) {
+  ASSIGN_OR_RETURN(c->rmsNormEps, number(j, "rms_norm_eps", c->rmsNormEps, source));
+  ASSIGN_OR_RETURN(c->initializerRange, number(j, "initializer_range", c->initializerRange, source));
+  ASSIGN_OR_RETURN(double maxPositions, number(j, "max_position_embeddings", double(c->maxPositionEmbeddings), source));
+  c->maxPositionEmbeddings = static_cast<int64_t>(maxPositions);
+  if (auto act = j.find("hidden_act"); act != j.end() && act->is_string() && act->get<std::string>() != "silu")
+    return invalidArgument("{}: hidden_act: \"{}\" is not supported (Llama-family MLPs use silu)", source,
+                           act->get<std::string>());
+  RETURN_IF_ERROR(parseRope(j, source, &c->rope));
+  // Mistral attends through a sliding window; Qwen's optional per-layer windows are not built.
+  if (c->family == ModelFamily::kMistral || c->family == ModelFamily::kMixtral) {
+    ASSIGN_OR_RETURN(double window, number(j, "sliding_window", 0, source));
+    c->slidingWindow = static_cast<int64_t>(window);
+  } else if (auto it = j.find("use_sliding_window"); it != j.end() && it->is_boolean() && it->get<bool>()) {
+    return invalidArgument("{}: use_sliding_window: per-layer sliding-window attention is not supported yet", source);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 StatusOr<ModelConfig> parseModelConfig(const std::string& text, const std::string& source) {
   json j;
   try {
@@ -106,6 +181,7 @@ StatusOr<ModelConfig> parseModelConfig(const std::string& text, const std::strin
                              "not supported yet",
                              source);
   }
+  RETURN_IF_ERROR(parseNumerics(j, source, &c));
   if (c.isMoe()) {
     RETURN_IF_ERROR(integer("num_experts_per_tok", &c.expertsPerToken, true, 1));
     if (c.expertsPerToken > c.numExperts)

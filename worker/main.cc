@@ -31,6 +31,15 @@ int printVersion() {
   return 0;
 }
 
+// train and eval run in libloom_torch.so; their metrics go to the daemon as progress reports.
+loom::Status runModelJob(const loom::worker::RankContext& context, const loom::planner::JobSpec& spec,
+                         loom::worker::ReportClient& reports) {
+  ASSIGN_OR_RETURN(loom::worker::TorchRuntime * torch, loom::worker::loadTorchRuntime());
+  auto progress = [&](int64_t step, const std::map<std::string, double>& metrics) { reports.progress(step, metrics); };
+  return spec.kind == loom::planner::JobKind::kTrain ? torch->runTrain(context, spec, progress)
+                                                     : torch->runEval(context, spec, progress);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,6 +72,10 @@ int main(int argc, char** argv) {
   switch (spec->kind) {
     case loom::planner::JobKind::kProbe:
       result = loom::worker::runProbe(ctx, *spec, **reports);
+      break;
+    case loom::planner::JobKind::kTrain:
+    case loom::planner::JobKind::kEval:
+      result = runModelJob(ctx, *spec, **reports);
       break;
   }
   if (!result.isOk()) return fail(result);

@@ -1,5 +1,6 @@
 #include "client/loomctl/commands.h"
 
+#include <filesystem>
 #include <map>
 
 #include <fmt/format.h>
@@ -12,10 +13,15 @@
 namespace loom::loomctl {
 
 StatusOr<std::string> readSpecFile(const std::string& path) {
-  auto text = path == "-" ? StatusOr<std::string>(std::string(std::istreambuf_iterator<char>(std::cin), {}))
-                          : files::readFile(path);
+  if (path == "-") {
+    std::string text(std::istreambuf_iterator<char>(std::cin), {});
+    return planner::resolveSpecPaths(text, std::filesystem::current_path().string());
+  }
+  auto text = files::readFile(path);
   if (!text.isOk()) return Status(StatusCode::kInvalidArgument, text.status().message());
-  return text;
+  // Paths in a spec are relative to the spec file, wherever loomctl runs.
+  auto dir = std::filesystem::absolute(path).parent_path().string();
+  return planner::resolveSpecPaths(*text, dir);
 }
 
 namespace {

@@ -1,6 +1,8 @@
 #include "client/loomctl/progress.h"
 
+#include <algorithm>
 #include <map>
+#include <vector>
 #include <string>
 
 #include <fmt/format.h>
@@ -32,7 +34,16 @@ void ProgressPrinter::drawProgress(const v1::Job& job) {
   std::map<std::string, double> metrics(job.metrics().begin(), job.metrics().end());
   double fraction = -1;
   std::string shown;
+  // What a training run is watched for comes first; the rest in name order, as room allows.
+  static const std::vector<std::string> kFirst{"loss", "eval_loss", "lr", "grad_norm", "tokens_per_s", "loss_scale"};
+  std::vector<std::pair<std::string, double>> ordered;
+  for (const auto& name : kFirst) {
+    if (auto it = metrics.find(name); it != metrics.end()) ordered.emplace_back(name, it->second);
+  }
   for (const auto& [name, value] : metrics) {
+    if (std::find(kFirst.begin(), kFirst.end(), name) == kFirst.end()) ordered.emplace_back(name, value);
+  }
+  for (const auto& [name, value] : ordered) {
     bool isProgress = name == "progress" || (name.size() > 9 && name.compare(name.size() - 9, 9, ".progress") == 0);
     if (isProgress) {
       fraction = value;

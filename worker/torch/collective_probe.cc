@@ -7,8 +7,7 @@
 #include <fmt/format.h>
 
 #include "backends/comms_logger.h"
-#include "backends/rendezvous/tcp_store.h"
-#include "backends/ucx/ucx_communicator.h"
+#include "worker/torch/world.h"
 
 namespace loom::worker {
 
@@ -84,19 +83,9 @@ std::string humanBytes(int64_t b) {
 
 Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, const TorchRuntime::ProgressFn& progress) {
   const auto& cfg = *spec.probe.collectives;
-  auto store = backends::TcpStore::connect({.host = ctx.masterAddr, .port = ctx.masterPort, .isServer = ctx.rank == 0,
-                                            .connectTimeout = std::chrono::milliseconds(spec.rendezvousTimeoutMs)});
-  if (!store.isOk()) return store.status().withContext("rendezvous");
-  backends::CommsLogger logger({.enabled = spec.commsLogger.enabled, .verbose = spec.commsLogger.verbose,
-                                .profAll = spec.commsLogger.profAll,
-                                .profOps = {spec.commsLogger.profOps.begin(), spec.commsLogger.profOps.end()}});
-  auto transport = backends::UcxTransport::create({.rank = ctx.rank, .worldSize = ctx.worldSize,
-                                                   .store = store->get(),
-                                                   .rendezvousTimeout = std::chrono::milliseconds(spec.rendezvousTimeoutMs),
-                                                   .operationTimeout = std::chrono::milliseconds(spec.collectiveTimeoutMs),
-                                                   .logger = &logger});
-  if (!transport.isOk()) return transport.status();
-  auto world = backends::UcxCommunicator::world(*transport);
+  ASSIGN_OR_RETURN(World connected, connectWorld(ctx, spec));
+  backends::Communicator* world = connected.comm.get();
+  backends::CommsLogger& logger = *connected.logger;
   const int n = world->size();
   const at::ScalarType dtype = dtypeOf(cfg.dtype);
   const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype));
@@ -155,7 +144,7 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
                                                          humanBytes(size), totalWrong));
     }
   }
-  if (spec.commsLogger.enabled) {
+  if (spec.deepspeed.commsLogger.enabled) {
     if (ctx.rank == 0) std::printf("# comms logger\n%s", logger.summary().c_str());
     progress(++step, logger.metrics());
   }

@@ -4,6 +4,7 @@
 #include <torch/version.h>
 
 #include "worker/torch/collective_probe.h"
+#include "worker/torch/train_job.h"
 #include "worker/torch_runtime.h"
 
 namespace loom::worker {
@@ -16,10 +17,25 @@ class LibTorchRuntime final : public TorchRuntime {
   }
   Status runCollectiveProbe(const RankContext& context, const planner::JobSpec& spec,
                             const ProgressFn& progress) override {
+    return guarded([&] { return loom::worker::runCollectiveProbe(context, spec, progress); });
+  }
+  Status runTrain(const RankContext& context, const planner::JobSpec& spec, const ProgressFn& progress) override {
+    return guarded([&] { return loom::worker::runTrain(context, spec, progress); });
+  }
+  Status runEval(const RankContext& context, const planner::JobSpec& spec, const ProgressFn& progress) override {
+    return guarded([&] { return loom::worker::runEval(context, spec, progress); });
+  }
+
+ private:
+  // libtorch reports errors as exceptions; the worker speaks Status.
+  template <typename Fn>
+  static Status guarded(Fn&& fn) {
     try {
-      return loom::worker::runCollectiveProbe(context, spec, progress);
+      return fn();
     } catch (const c10::Error& e) {
       return internalError("torch: {}", e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      return internalError("{}", e.what());
     }
   }
 };

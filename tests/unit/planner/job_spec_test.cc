@@ -81,9 +81,9 @@ TEST_CASE("probe.collectives, timeouts and deepspeed.comms_logger", "[planner]")
   CHECK(spec->probe.collectives->maxBytes == 1024);
   CHECK(spec->collectiveTimeoutMs == 5000);
   CHECK(spec->rendezvousTimeoutMs == 7000);
-  CHECK(spec->commsLogger.enabled);
-  CHECK_FALSE(spec->commsLogger.profAll);
-  CHECK(spec->commsLogger.profOps == std::vector<std::string>{"all_reduce", "all_gather"});
+  CHECK(spec->deepspeed.commsLogger.enabled);
+  CHECK_FALSE(spec->deepspeed.commsLogger.profAll);
+  CHECK(spec->deepspeed.commsLogger.profOps == std::vector<std::string>{"all_reduce", "all_gather"});
   auto again = parseJobSpec(spec->toJson().dump());
   REQUIRE(again.isOk());
   CHECK(again->toJson() == spec->toJson());

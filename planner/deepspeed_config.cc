@@ -1,0 +1,343 @@
+#include "planner/deepspeed_config.h"
+
+#include <algorithm>
+#include <map>
+
+#include "planner/json_reader.h"
+
+namespace loom::planner {
+
+using nlohmann::json;
+
+const char* optimizerTypeName(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::kAdamW: return "AdamW";
+    case OptimizerType::kAdam: return "Adam";
+    case OptimizerType::kLion: return "Lion";
+    case OptimizerType::kAdagrad: return "Adagrad";
+  }
+  return "?";
+}
+
+const char* schedulerTypeName(SchedulerType type) {
+  switch (type) {
+    case SchedulerType::kConstant: return "none";
+    case SchedulerType::kWarmupLR: return "WarmupLR";
+    case SchedulerType::kWarmupDecayLR: return "WarmupDecayLR";
+    case SchedulerType::kWarmupCosineLR: return "WarmupCosineLR";
+  }
+  return "?";
+}
+
+const char* precisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr int64_t kMaxBatch = int64_t(1) << 40;
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+Status parseOptimizer(const json& object, OptimizerConfig* o) {
+  ObjectReader r(object, "deepspeed.optimizer");
+  std::string type;
+  RETURN_IF_ERROR(r.readString("type", &type, /*required=*/true));
+  static const std::map<std::string, OptimizerType> kTypes{{"adamw", OptimizerType::kAdamW},
+                                                           {"adam", OptimizerType::kAdam},
+                                                           {"lion", OptimizerType::kLion},
+                                                           {"adagrad", OptimizerType::kAdagrad}};
+  auto it = kTypes.find(lower(type));
+  if (it == kTypes.end())
+    return invalidArgument("deepspeed.optimizer.type: \"{}\" is not supported (supported: Adam, AdamW, Lion, Adagrad)",
+                           type);
+  o->type = it->second;
+  if (o->type == OptimizerType::kLion) o->beta2 = 0.99;
+  if (o->type == OptimizerType::kAdagrad) {
+    o->lr = 1e-2;
+    o->eps = 1e-10;
+  }
+  ASSIGN_OR_RETURN(const json* params, r.readObject("params"));
+  RETURN_IF_ERROR(r.rejectUnknown());
+  if (!params) return Status::ok();
+
+  ObjectReader p(*params, "deepspeed.optimizer.params");
+  RETURN_IF_ERROR(p.readDouble("lr", &o->lr, false, 0, 1e6));
+  RETURN_IF_ERROR(p.readDouble("weight_decay", &o->weightDecay, false, 0, 1e6));
+  if (o->type != OptimizerType::kAdagrad) {
+    std::vector<double> betas{o->beta1, o->beta2};
+    RETURN_IF_ERROR(p.readDoubles("betas", &betas, 2));
+    for (double b : betas) {
+      if (b < 0 || b >= 1) return invalidArgument("deepspeed.optimizer.params.betas: each must be in [0, 1), got {}", b);
+    }
+    o->beta1 = betas[0];
+    o->beta2 = betas[1];
+  }
+  if (o->type != OptimizerType::kLion) RETURN_IF_ERROR(p.readDouble("eps", &o->eps, false, 0, 1));
+  if (o->type == OptimizerType::kAdam || o->type == OptimizerType::kAdamW) {
+    RETURN_IF_ERROR(p.readBool("bias_correction", &o->biasCorrection));
+    bool amsgrad = false;
+    RETURN_IF_ERROR(p.readBool("amsgrad", &amsgrad));
+    if (amsgrad) return invalidArgument("deepspeed.optimizer.params.amsgrad: true is not supported (as in DeepSpeed)");
+    bool torchAdam = false;  // which implementation DeepSpeed picks; the update is the same
+    RETURN_IF_ERROR(p.readBool("torch_adam", &torchAdam));
+    if (o->type == OptimizerType::kAdam) RETURN_IF_ERROR(p.readBool("adam_w_mode", &o->decoupledWeightDecay));
+  }
+  // Adagrad's weight decay is an L2 term, as in DeepSpeedCPUAdagrad and torch.
+  if (o->type == OptimizerType::kAdagrad) o->decoupledWeightDecay = false;
+  return p.rejectUnknown();
+}
+
+Status parseWarmupType(ObjectReader& p, SchedulerConfig* s) {
+  std::string warmupType = "log";
+  RETURN_IF_ERROR(p.readString("warmup_type", &warmupType, false));
+  if (warmupType != "log" && warmupType != "linear")
+    return invalidArgument("{}: must be \"log\" or \"linear\", got \"{}\"", p.pathOf("warmup_type"), warmupType);
+  s->warmupLinear = warmupType == "linear";
+  return Status::ok();
+}
+
+Status parseScheduler(const json& object, SchedulerConfig* s) {
+  ObjectReader r(object, "deepspeed.scheduler");
+  std::string type;
+  RETURN_IF_ERROR(r.readString("type", &type, true));
+  static const std::map<std::string, SchedulerType> kTypes{{"WarmupLR", SchedulerType::kWarmupLR},
+                                                           {"WarmupDecayLR", SchedulerType::kWarmupDecayLR},
+                                                           {"WarmupCosineLR", SchedulerType::kWarmupCosineLR}};
+  auto it = kTypes.find(type);
+  if (it == kTypes.end())
+    return invalidArgument(
+        "deepspeed.scheduler.type: \"{}\" is not supported (supported: WarmupLR, WarmupDecayLR, WarmupCosineLR)", type);
+  s->type = it->second;
+  ASSIGN_OR_RETURN(const json* params, r.readObject("params"));
+  RETURN_IF_ERROR(r.rejectUnknown());
+  static const json kEmpty = json::object();
+  ObjectReader p(params ? *params : kEmpty, "deepspeed.scheduler.params");
+  RETURN_IF_ERROR(p.readWholeNumber("warmup_num_steps", &s->warmupNumSteps, false, 0, kMaxBatch));
+  RETURN_IF_ERROR(parseWarmupType(p, s));
+  int64_t lastBatchIteration = -1;
+  RETURN_IF_ERROR(p.readWholeNumber("last_batch_iteration", &lastBatchIteration, false, -1, -1));
+  if (s->type == SchedulerType::kWarmupCosineLR) {
+    RETURN_IF_ERROR(p.readWholeNumber("total_num_steps", &s->totalNumSteps, true, 1, kMaxBatch));
+    RETURN_IF_ERROR(p.readDouble("warmup_min_ratio", &s->warmupMinRatio, false, 0, 1));
+    RETURN_IF_ERROR(p.readDouble("cos_min_ratio", &s->cosMinRatio, false, 0, 1));
+  } else {
+    RETURN_IF_ERROR(p.readDouble("warmup_min_lr", &s->warmupMinLr, false, 0, 1e6));
+    RETURN_IF_ERROR(p.readDouble("warmup_max_lr", &s->warmupMaxLr, false, 0, 1e6));
+    if (s->type == SchedulerType::kWarmupDecayLR)
+      RETURN_IF_ERROR(p.readWholeNumber("total_num_steps", &s->totalNumSteps, true, 1, kMaxBatch));
+  }
+  if (s->totalNumSteps && s->totalNumSteps < s->warmupNumSteps)
+    return invalidArgument("deepspeed.scheduler.params.total_num_steps: {} is below warmup_num_steps {}",
+                           s->totalNumSteps, s->warmupNumSteps);
+  return p.rejectUnknown();
+}
+
+Status parseFp16(const json& object, DeepSpeedConfig* c) {
+  ObjectReader r(object, "deepspeed.fp16");
+  bool enabled = false;
+  RETURN_IF_ERROR(r.readBool("enabled", &enabled));
+  auto& s = c->lossScale;
+  RETURN_IF_ERROR(r.readDouble("loss_scale", &s.staticScale, false, 0, 1e30));
+  int64_t power = s.initialScalePower, hysteresis = s.hysteresis;
+  RETURN_IF_ERROR(r.readWholeNumber("initial_scale_power", &power, false, 0, 100));
+  RETURN_IF_ERROR(r.readWholeNumber("loss_scale_window", &s.window, false, 1, kMaxBatch));
+  RETURN_IF_ERROR(r.readWholeNumber("hysteresis", &hysteresis, false, 1, 1'000'000));
+  RETURN_IF_ERROR(r.readBool("consecutive_hysteresis", &s.consecutiveHysteresis));
+  RETURN_IF_ERROR(r.readDouble("min_loss_scale", &s.minScale, false, 1e-30, 1e30));
+  s.initialScalePower = static_cast<int>(power);
+  s.hysteresis = static_cast<int>(hysteresis);
+  if (enabled) c->precision = Precision::kFp16;
+  return r.rejectUnknown();
+}
+
+Status parseBf16(const json& object, const char* key, DeepSpeedConfig* c) {
+  ObjectReader r(object, std::string("deepspeed.") + key);
+  bool enabled = false;
+  RETURN_IF_ERROR(r.readBool("enabled", &enabled));
+  if (enabled) {
+    if (c->precision == Precision::kFp16)
+      return invalidArgument("deepspeed.{}.enabled: fp16 and bf16 cannot both be enabled", key);
+    c->precision = Precision::kBf16;
+  }
+  return r.rejectUnknown();
+}
+
+Status parseZero(const json& object, DeepSpeedConfig* c) {
+  ObjectReader r(object, "deepspeed.zero_optimization");
+  int64_t stage = 0;
+  RETURN_IF_ERROR(r.readInt("stage", &stage, false, 0, 3));
+  if (stage != 0)
+    return invalidArgument("deepspeed.zero_optimization.stage: {} is not supported by this version (stage 0: plain "
+                           "data parallel)",
+                           stage);
+  c->zeroStage = static_cast<int>(stage);
+  return r.rejectUnknown();
+}
+
+Status parseCommsLogger(const json& object, CommsLoggerSpec* spec) {
+  ObjectReader l(object, "deepspeed.comms_logger");
+  RETURN_IF_ERROR(l.readBool("enabled", &spec->enabled));
+  RETURN_IF_ERROR(l.readBool("verbose", &spec->verbose));
+  RETURN_IF_ERROR(l.readBool("prof_all", &spec->profAll));
+  bool debug = false;  // DeepSpeed's caller-name tracing; accepted, it changes nothing here
+  RETURN_IF_ERROR(l.readBool("debug", &debug));
+  // DeepSpeed's op names, and what Loom calls the same operation.
+  static const std::map<std::string, std::string> kOpNames{
+      {"all_reduce", "all_reduce"},         {"all_gather", "all_gather"},
+      {"all_gather_into_tensor", "all_gather"}, {"all_gather_base", "all_gather"},
+      {"reduce_scatter", "reduce_scatter"}, {"reduce_scatter_tensor", "reduce_scatter"},
+      {"reduce_scatter_base", "reduce_scatter"}, {"all_to_all", "all_to_all"},
+      {"all_to_all_single", "all_to_all"},  {"broadcast", "broadcast"},
+      {"send", "send"},                     {"recv", "recv"},
+      {"barrier", "barrier"}};
+  std::set<std::string> known;
+  for (const auto& [name, ours] : kOpNames) known.insert(name);
+  std::vector<std::string> ops;
+  RETURN_IF_ERROR(l.readStrings("prof_ops", &ops, known));
+  spec->profOps.clear();
+  for (const auto& op : ops) spec->profOps.push_back(kOpNames.at(op));
+  return l.rejectUnknown();
+}
+
+// DeepSpeed's rule: given two of the three, derive the third; given one, accumulation is 1.
+Status resolveBatchSizes(ObjectReader& r, int64_t dp, bool training, DeepSpeedConfig* c) {
+  int64_t train = 0, micro = 0, gas = 0;
+  RETURN_IF_ERROR(r.readWholeNumber("train_batch_size", &train, false, 1, kMaxBatch));
+  RETURN_IF_ERROR(r.readWholeNumber("train_micro_batch_size_per_gpu", &micro, false, 1, kMaxBatch));
+  RETURN_IF_ERROR(r.readWholeNumber("gradient_accumulation_steps", &gas, false, 1, kMaxBatch));
+  if (!train && !micro) {
+    if (training)
+      return invalidArgument(
+          "deepspeed.train_batch_size: either train_batch_size or train_micro_batch_size_per_gpu must be given");
+    micro = 1;
+  }
+  auto notDivisible = [&](int64_t total, int64_t by, const char* what) {
+    return invalidArgument("deepspeed.train_batch_size: {} is not divisible by {} = {}", total, what, by);
+  };
+  if (train && micro && gas) {
+    // checked below
+  } else if (train && micro) {
+    if (train % (micro * dp)) return notDivisible(train, micro * dp, "train_micro_batch_size_per_gpu * data-parallel ranks");
+    gas = train / (micro * dp);
+  } else if (train && gas) {
+    if (train % (gas * dp)) return notDivisible(train, gas * dp, "gradient_accumulation_steps * data-parallel ranks");
+    micro = train / (gas * dp);
+  } else if (micro && gas) {
+    train = micro * gas * dp;
+  } else if (train) {
+    if (train % dp) return notDivisible(train, dp, "data-parallel ranks");
+    gas = 1;
+    micro = train / dp;
+  } else {
+    gas = 1;
+    train = micro * dp;
+  }
+  if (train != micro * gas * dp)
+    return invalidArgument(
+        "deepspeed.train_batch_size: {} != train_micro_batch_size_per_gpu {} * gradient_accumulation_steps {} * "
+        "data-parallel ranks {}",
+        train, micro, gas, dp);
+  c->trainBatchSize = train;
+  c->microBatchSize = micro;
+  c->gradientAccumulationSteps = gas;
+  return Status::ok();
+}
+
+}  // namespace
+
+StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t dpWorld, bool training) {
+  DeepSpeedConfig c;
+  ObjectReader r(object, "deepspeed");
+  RETURN_IF_ERROR(resolveBatchSizes(r, dpWorld, training, &c));
+  ASSIGN_OR_RETURN(const json* optimizer, r.readObject("optimizer"));
+  if (optimizer) {
+    RETURN_IF_ERROR(parseOptimizer(*optimizer, &c.optimizer));
+  } else if (training) {
+    return invalidArgument("deepspeed.optimizer: required for a train job (e.g. {{\"type\": \"AdamW\", \"params\": "
+                           "{{\"lr\": 3e-4}}}})");
+  }
+  ASSIGN_OR_RETURN(const json* scheduler, r.readObject("scheduler"));
+  if (scheduler) RETURN_IF_ERROR(parseScheduler(*scheduler, &c.scheduler));
+  ASSIGN_OR_RETURN(const json* fp16, r.readObject("fp16"));
+  if (fp16) RETURN_IF_ERROR(parseFp16(*fp16, &c));
+  for (const char* key : {"bf16", "bfloat16"}) {
+    ASSIGN_OR_RETURN(const json* bf16, r.readObject(key));
+    if (bf16) RETURN_IF_ERROR(parseBf16(*bf16, key, &c));
+  }
+  RETURN_IF_ERROR(r.readDouble("gradient_clipping", &c.gradientClipping, false, 0, 1e30));
+  RETURN_IF_ERROR(r.readWholeNumber("steps_per_print", &c.stepsPerPrint, false, 1, kMaxBatch));
+  ASSIGN_OR_RETURN(const json* zero, r.readObject("zero_optimization"));
+  if (zero) RETURN_IF_ERROR(parseZero(*zero, &c));
+  ASSIGN_OR_RETURN(const json* logger, r.readObject("comms_logger"));
+  if (logger) RETURN_IF_ERROR(parseCommsLogger(*logger, &c.commsLogger));
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    static const std::set<std::string> kKnown{
+        "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
+        "scheduler", "fp16", "bf16", "bfloat16", "gradient_clipping", "steps_per_print", "zero_optimization",
+        "comms_logger"};
+    if (!kKnown.count(it.key()))
+      return invalidArgument("deepspeed.{}: not supported by this version (supported: {})", it.key(),
+                             "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, "
+                             "optimizer, scheduler, fp16, bf16, gradient_clipping, steps_per_print, "
+                             "zero_optimization.stage, comms_logger");
+  }
+  return c;
+}
+
+json DeepSpeedConfig::toJson() const {
+  const auto& o = optimizer;
+  json optimizerParams{{"lr", o.lr}, {"weight_decay", o.weightDecay}};
+  if (o.type != OptimizerType::kAdagrad) optimizerParams["betas"] = {o.beta1, o.beta2};
+  if (o.type != OptimizerType::kLion) optimizerParams["eps"] = o.eps;
+  if (o.type == OptimizerType::kAdam || o.type == OptimizerType::kAdamW)
+    optimizerParams["bias_correction"] = o.biasCorrection;
+  if (o.type == OptimizerType::kAdam) optimizerParams["adam_w_mode"] = o.decoupledWeightDecay;
+  json j{
+      {"train_batch_size", trainBatchSize},
+      {"train_micro_batch_size_per_gpu", microBatchSize},
+      {"gradient_accumulation_steps", gradientAccumulationSteps},
+      {"optimizer", {{"type", optimizerTypeName(o.type)}, {"params", optimizerParams}}},
+      {"gradient_clipping", gradientClipping},
+      {"steps_per_print", stepsPerPrint},
+      {"zero_optimization", {{"stage", zeroStage}}},
+      {"fp16",
+       {{"enabled", precision == Precision::kFp16},
+        {"loss_scale", lossScale.staticScale},
+        {"initial_scale_power", lossScale.initialScalePower},
+        {"loss_scale_window", lossScale.window},
+        {"hysteresis", lossScale.hysteresis},
+        {"consecutive_hysteresis", lossScale.consecutiveHysteresis},
+        {"min_loss_scale", lossScale.minScale}}},
+      {"bf16", {{"enabled", precision == Precision::kBf16}}},
+      {"comms_logger",
+       {{"enabled", commsLogger.enabled},
+        {"verbose", commsLogger.verbose},
+        {"prof_all", commsLogger.profAll},
+        {"prof_ops", commsLogger.profOps}}},
+  };
+  if (scheduler.type != SchedulerType::kConstant) {
+    const auto& s = scheduler;
+    json params{{"warmup_num_steps", s.warmupNumSteps}, {"warmup_type", s.warmupLinear ? "linear" : "log"}};
+    if (s.type == SchedulerType::kWarmupCosineLR) {
+      params.update({{"total_num_steps", s.totalNumSteps},
+                     {"warmup_min_ratio", s.warmupMinRatio},
+                     {"cos_min_ratio", s.cosMinRatio}});
+    } else {
+      params.update({{"warmup_min_lr", s.warmupMinLr}, {"warmup_max_lr", s.warmupMaxLr}});
+      if (s.type == SchedulerType::kWarmupDecayLR) params["total_num_steps"] = s.totalNumSteps;
+    }
+    j["scheduler"] = {{"type", schedulerTypeName(s.type)}, {"params", params}};
+  }
+  return j;
+}
+
+}  // namespace loom::planner

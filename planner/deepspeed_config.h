@@ -1,0 +1,91 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace loom::planner {
+
+// A job's `deepspeed` object: a DeepSpeed config, read with DeepSpeed's key names, meanings and
+// defaults (shared/reference/deepspeed-semantics.md). A key this version does not act on is
+// refused by name, never ignored.
+
+// DeepSpeed's comms_logger section, same keys and defaults.
+struct CommsLoggerSpec {
+  bool enabled = false;
+  bool verbose = false;
+  bool profAll = true;
+  std::vector<std::string> profOps;
+};
+
+enum class OptimizerType { kAdamW, kAdam, kLion, kAdagrad };
+const char* optimizerTypeName(OptimizerType type);
+
+// optimizer {type, params}. Defaults are those of DeepSpeed's own optimizers (FusedAdam,
+// FusedLion, DeepSpeedCPUAdagrad), not torch's.
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;   // Lion: 0.99
+  double eps = 1e-8;      // Adagrad: 1e-10
+  double weightDecay = 0.0;
+  bool biasCorrection = true;
+  // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false; then weight decay is an
+  // L2 term added to the gradient.
+  bool decoupledWeightDecay = true;
+};
+
+enum class SchedulerType { kConstant, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+const char* schedulerTypeName(SchedulerType type);
+
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::kConstant;
+  double warmupMinLr = 0.0;
+  double warmupMaxLr = 1e-3;
+  int64_t warmupNumSteps = 1000;
+  bool warmupLinear = false;  // warmup_type "linear"; DeepSpeed's default is "log"
+  int64_t totalNumSteps = 0;  // WarmupDecayLR, WarmupCosineLR
+  double warmupMinRatio = 0.0;    // WarmupCosineLR
+  double cosMinRatio = 1e-4;      // WarmupCosineLR
+};
+
+enum class Precision { kFp32, kBf16, kFp16 };
+const char* precisionName(Precision precision);
+
+// fp16's dynamic loss scaler (loss_scale 0) or a static scale.
+struct LossScaleConfig {
+  double staticScale = 0.0;  // loss_scale; 0 = dynamic
+  int initialScalePower = 16;
+  int64_t window = 1000;     // loss_scale_window
+  int hysteresis = 2;
+  bool consecutiveHysteresis = false;
+  double minScale = 1.0;     // min_loss_scale
+};
+
+struct DeepSpeedConfig {
+  // The batch-size triple, resolved against the data-parallel size (train = micro * gas * dp).
+  int64_t trainBatchSize = 0;
+  int64_t microBatchSize = 0;
+  int64_t gradientAccumulationSteps = 1;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  Precision precision = Precision::kFp32;
+  LossScaleConfig lossScale;
+  double gradientClipping = 1.0;  // 0 disables
+  int64_t stepsPerPrint = 10;
+  int zeroStage = 0;
+  CommsLoggerSpec commsLogger;
+
+  nlohmann::json toJson() const;
+};
+
+// Parses the `deepspeed` object of a job whose data-parallel size is `dpWorld`. `training` says
+// whether the batch triple is required (train jobs) or optional (eval and probe jobs).
+StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const nlohmann::json& object, int64_t dpWorld, bool training);
+
+}  // namespace loom::planner

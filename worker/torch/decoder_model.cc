@@ -1,0 +1,193 @@
+#include "worker/torch/decoder_model.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include "planner/model_parameters.h"
+#include "worker/torch/ops.h"
+
+namespace loom::worker {
+
+namespace {
+
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+at::Tensor ropeInverseFrequencies(const planner::ModelConfig& config) {
+  using Type = planner::RopeConfig::Type;
+  const auto& rope = config.rope;
+  const int64_t dim = config.headDim;
+  at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  at::Tensor inv = 1.0 / at::pow(rope.theta, exponents);
+  if (rope.type == Type::kLinear) return inv / rope.factor;
+  if (rope.type != Type::kLlama3) return inv;
+  // Llama 3: long wavelengths slowed by `factor`, short ones kept, the band between blended.
+  const double oldContext = static_cast<double>(rope.originalMaxPositions);
+  const double lowFreqWavelen = oldContext / rope.lowFreqFactor;
+  const double highFreqWavelen = oldContext / rope.highFreqFactor;
+  at::Tensor wavelen = 2 * M_PI / inv;
+  at::Tensor scaled = at::where(wavelen > lowFreqWavelen, inv / rope.factor, inv);
+  at::Tensor smooth = (oldContext / wavelen - rope.lowFreqFactor) / (rope.highFreqFactor - rope.lowFreqFactor);
+  at::Tensor smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled;
+  at::Tensor medium = (wavelen < highFreqWavelen).logical_not().logical_and((wavelen > lowFreqWavelen).logical_not());
+  return at::where(medium, smoothed, scaled);
+}
+
+DecoderModel::DecoderModel(const planner::ModelConfig& config, at::ScalarType dtype)
+    : config_(config), dtype_(dtype) {}
+
+StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const planner::ModelConfig& config,
+                                                             at::ScalarType dtype) {
+  if (config.isMoe())
+    return invalidArgument("model: {} is a mixture-of-experts model; this version trains dense decoders only "
+                           "(llama, mistral, qwen2, qwen3)",
+                           planner::modelFamilyName(config.family));
+  std::unique_ptr<DecoderModel> model(new DecoderModel(config, dtype));
+  for (const auto& p : planner::enumerateParameters(config)) {
+    at::Tensor t = at::empty(p.shape, at::TensorOptions().dtype(dtype));
+    t.set_requires_grad(true);
+    model->parameters_.emplace_back(p.name, std::move(t));
+  }
+  model->bindLayers();
+  model->inverseFrequencies_ = ropeInverseFrequencies(config);
+  return model;
+}
+
+at::Tensor DecoderModel::parameter(const std::string& name) const {
+  for (const auto& [n, t] : parameters_) {
+    if (n == name) return t;
+  }
+  return {};
+}
+
+void DecoderModel::bindLayers() {
+  embed_ = parameter("model.embed_tokens.weight");
+  finalNorm_ = parameter("model.norm.weight");
+  head_ = config_.tieWordEmbeddings ? embed_ : parameter("lm_head.weight");
+  layers_.clear();
+  for (int64_t i = 0; i < config_.numLayers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    layers_.push_back(Layer{
+        .inputNorm = parameter(p + "input_layernorm.weight"),
+        .q = parameter(p + "self_attn.q_proj.weight"),
+        .k = parameter(p + "self_attn.k_proj.weight"),
+        .v = parameter(p + "self_attn.v_proj.weight"),
+        .o = parameter(p + "self_attn.o_proj.weight"),
+        .qBias = parameter(p + "self_attn.q_proj.bias"),
+        .kBias = parameter(p + "self_attn.k_proj.bias"),
+        .vBias = parameter(p + "self_attn.v_proj.bias"),
+        .qNorm = parameter(p + "self_attn.q_norm.weight"),
+        .kNorm = parameter(p + "self_attn.k_norm.weight"),
+        .postNorm = parameter(p + "post_attention_layernorm.weight"),
+        .gate = parameter(p + "mlp.gate_proj.weight"),
+        .up = parameter(p + "mlp.up_proj.weight"),
+        .down = parameter(p + "mlp.down_proj.weight"),
+        .gateBias = parameter(p + "mlp.gate_proj.bias"),
+        .upBias = parameter(p + "mlp.up_proj.bias"),
+        .downBias = parameter(p + "mlp.down_proj.bias"),
+    });
+  }
+}
+
+void DecoderModel::initRandom(int64_t seed) {
+  at::NoGradGuard noGrad;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
+  for (auto& [name, t] : parameters_) {
+    if (endsWith(name, "norm.weight")) {
+      t.fill_(1.0);
+    } else if (endsWith(name, ".bias")) {
+      t.zero_();
+    } else {
+      // Drawn in fp32 and cast, so a bf16 model starts from the rounded fp32 weights.
+      at::Tensor w = at::empty(t.sizes(), at::kFloat);
+      w.normal_(0.0, config_.initializerRange, generator);
+      t.copy_(w);
+    }
+  }
+}
+
+Status DecoderModel::loadWeights(const TensorMap& weights, const std::string& source) {
+  at::NoGradGuard noGrad;
+  for (auto& [name, t] : parameters_) {
+    auto it = weights.find(name);
+    if (it == weights.end()) return invalidArgument("{}: tensor {} is missing", source, name);
+    if (it->second.sizes() != t.sizes())
+      return invalidArgument("{}: tensor {} has shape {}, the model's config wants {}", source, name,
+                             c10::str(it->second.sizes()), c10::str(t.sizes()));
+    t.copy_(it->second);
+  }
+  for (const auto& [name, tensor] : weights) {
+    if (name == "lm_head.weight" && config_.tieWordEmbeddings) continue;
+    if (parameter(name).defined()) continue;
+    // Rotary caches some exporters store are derived, not learned.
+    if (endsWith(name, "rotary_emb.inv_freq")) continue;
+    return invalidArgument("{}: tensor {} is not a parameter of this {} model", source, name,
+                           planner::modelFamilyName(config_.family));
+  }
+  return Status::ok();
+}
+
+TensorMap DecoderModel::stateDict() const {
+  TensorMap out;
+  for (const auto& [name, t] : parameters_) out[name] = t.detach();
+  return out;
+}
+
+std::pair<at::Tensor, at::Tensor> DecoderModel::rotary(int64_t seqLen) {
+  if (seqLen != rotarySeqLen_) {
+    at::Tensor positions = at::arange(seqLen, at::kLong).to(at::kFloat);
+    at::Tensor freqs = at::outer(positions, inverseFrequencies_);  // [S, D/2]
+    at::Tensor angles = at::cat({freqs, freqs}, -1);
+    cos_ = angles.cos().to(dtype_);
+    sin_ = angles.sin().to(dtype_);
+    rotarySeqLen_ = seqLen;
+  }
+  return {cos_, sin_};
+}
+
+at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& x, const at::Tensor& cos,
+                                        const at::Tensor& sin) {
+  const int64_t b = x.size(0), s = x.size(1), d = config_.headDim;
+  auto heads = [&](const at::Tensor& w, const at::Tensor& bias, int64_t n) {
+    return at::linear(x, w, bias).view({b, s, n, d});
+  };
+  at::Tensor q = heads(l.q, l.qBias, config_.numHeads);
+  at::Tensor k = heads(l.k, l.kBias, config_.numKvHeads);
+  at::Tensor v = heads(l.v, l.vBias, config_.numKvHeads).transpose(1, 2);
+  if (config_.qkNorm) {
+    q = ops().rmsNorm(q, l.qNorm, config_.rmsNormEps);
+    k = ops().rmsNorm(k, l.kNorm, config_.rmsNormEps);
+  }
+  auto [qr, kr] = ops().rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin);
+  at::Tensor out = ops().attention(qr, kr, v, config_.slidingWindow);  // [B, H, S, D]
+  return at::linear(out.transpose(1, 2).reshape({b, s, config_.numHeads * d}), l.o);
+}
+
+at::Tensor DecoderModel::mlpBlock(const Layer& l, const at::Tensor& x) {
+  at::Tensor hidden = ops().swiglu(at::linear(x, l.gate, l.gateBias), at::linear(x, l.up, l.upBias));
+  return at::linear(hidden, l.down, l.downBias);
+}
+
+at::Tensor DecoderModel::logits(const at::Tensor& tokens) {
+  auto [cos, sin] = rotary(tokens.size(1));
+  at::Tensor h = at::embedding(embed_, tokens);
+  for (const auto& layer : layers_) {
+    h = h + attentionBlock(layer, ops().rmsNorm(h, layer.inputNorm, config_.rmsNormEps), cos, sin);
+    h = h + mlpBlock(layer, ops().rmsNorm(h, layer.postNorm, config_.rmsNormEps));
+  }
+  return at::linear(ops().rmsNorm(h, finalNorm_, config_.rmsNormEps), head_);
+}
+
+at::Tensor DecoderModel::loss(const at::Tensor& inputs, const at::Tensor& labels) {
+  at::Tensor out = logits(inputs);
+  return ops().crossEntropy(out.view({-1, out.size(-1)}), labels.reshape({-1}));
+}
+
+}  // namespace loom::worker

@@ -1,0 +1,73 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "common/status.h"
+#include "planner/model_config.h"
+#include "worker/torch/safetensors.h"
+
+namespace loom::worker {
+
+// A Llama-family decoder (llama, mistral, qwen2, qwen3) computing what Hugging Face's
+// *ForCausalLM computes: RMSNorm, split-half RoPE (default, linear or llama3 frequencies),
+// grouped-query causal attention (optionally windowed), SwiGLU MLP, tied or untied head. Its
+// parameters are exactly those the planner enumerates for the config (names and shapes as HF
+// has them), so HF safetensors load as they are and what it saves loads into HF.
+class DecoderModel {
+ public:
+  // Parameters are allocated (uninitialised) in `dtype`; call initRandom or loadWeights.
+  static StatusOr<std::unique_ptr<DecoderModel>> create(const planner::ModelConfig& config, at::ScalarType dtype);
+
+  // HF's init: linear and embedding weights ~ N(0, initializer_range), biases 0, norms 1. The
+  // same seed gives the same weights on every rank.
+  void initRandom(int64_t seed);
+  // Copies every parameter from `weights` (cast to the model's dtype). Missing, unexpected or
+  // misshapen tensors are errors naming the tensor and `source`; a tied model ignores a stored
+  // lm_head.weight.
+  Status loadWeights(const TensorMap& weights, const std::string& source);
+
+  const planner::ModelConfig& config() const { return config_; }
+  at::ScalarType dtype() const { return dtype_; }
+  // In HF order.
+  const std::vector<std::pair<std::string, at::Tensor>>& parameters() const { return parameters_; }
+  TensorMap stateDict() const;
+
+  // tokens [B, S] (int64) -> logits [B, S, V] in the model's dtype.
+  at::Tensor logits(const at::Tensor& tokens);
+  // Mean cross-entropy of the next-token predictions: inputs and labels [B, S].
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& labels);
+
+ private:
+  struct Layer {
+    at::Tensor inputNorm, q, k, v, o, qBias, kBias, vBias, qNorm, kNorm;
+    at::Tensor postNorm, gate, up, down, gateBias, upBias, downBias;
+  };
+
+  DecoderModel(const planner::ModelConfig& config, at::ScalarType dtype);
+  // The named parameter; undefined for optional ones the config leaves out (biases, q/k norms).
+  at::Tensor parameter(const std::string& name) const;
+  void bindLayers();
+  at::Tensor attentionBlock(const Layer& layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  at::Tensor mlpBlock(const Layer& layer, const at::Tensor& x);
+  // cos and sin [S, head_dim] for positions 0..S-1, in the model's dtype (cached per S).
+  std::pair<at::Tensor, at::Tensor> rotary(int64_t seqLen);
+
+  planner::ModelConfig config_;
+  at::ScalarType dtype_;
+  std::vector<std::pair<std::string, at::Tensor>> parameters_;
+  at::Tensor embed_, finalNorm_, head_;
+  std::vector<Layer> layers_;
+  at::Tensor inverseFrequencies_;  // [head_dim / 2], fp32
+  int64_t rotarySeqLen_ = 0;
+  at::Tensor cos_, sin_;
+};
+
+// RoPE inverse frequencies as HF computes them (fp32), for the config's rope type.
+at::Tensor ropeInverseFrequencies(const planner::ModelConfig& config);
+
+}  // namespace loom::worker

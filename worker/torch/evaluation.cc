@@ -1,0 +1,47 @@
+#include "worker/torch/evaluation.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "worker/torch/ops.h"
+
+namespace loom::worker {
+
+StatusOr<EvalResult> evaluate(DecoderModel& model, const TokenSamples& data, int64_t micro, int64_t maxBatches,
+                              bool wantLogprobs, int dpRank, backends::Communicator* comm) {
+  at::NoGradGuard noGrad;
+  const int64_t dp = comm ? comm->size() : 1;
+  int64_t count = data.numSamples();
+  if (maxBatches > 0) count = std::min(count, maxBatches * micro * dp);
+  const int64_t seq = data.seqLen();
+  EvalResult result;
+  result.samples = count;
+  at::Tensor logprobs = wantLogprobs ? at::zeros({count, seq}, at::kFloat) : at::Tensor();
+  double lossSum = 0;
+  for (int64_t first = dpRank * micro; first < count; first += micro * dp) {
+    std::vector<int64_t> samples;
+    for (int64_t i = first; i < std::min(count, first + micro); ++i) samples.push_back(i);
+    at::Tensor batch = data.gather(samples);
+    at::Tensor inputs = batch.slice(1, 0, seq), labels = batch.slice(1, 1, seq + 1);
+    at::Tensor logits = model.logits(inputs);
+    at::Tensor flat = logits.view({-1, logits.size(-1)});
+    at::Tensor tokenLogprobs = ops().logprobs(flat, labels.reshape({-1}));
+    lossSum -= tokenLogprobs.sum().item<double>();
+    if (wantLogprobs) logprobs.slice(0, first, first + static_cast<int64_t>(samples.size())).copy_(tokenLogprobs.view({-1, seq}));
+  }
+  at::Tensor sums = at::tensor({lossSum}, at::kDouble);
+  if (comm) {
+    RETURN_IF_ERROR(comm->allReduce(sums, backends::ReduceOp::kSum)->wait().withContext("eval: summing the loss"));
+    // Each row was written by one rank; the others hold zeros there.
+    if (wantLogprobs)
+      RETURN_IF_ERROR(comm->allReduce(logprobs, backends::ReduceOp::kSum)->wait().withContext("eval: gathering logprobs"));
+  }
+  result.tokens = count * seq;
+  result.meanLoss = result.tokens ? sums.item<double>() / static_cast<double>(result.tokens) : 0.0;
+  result.logprobs = logprobs;
+  return result;
+}
+
+}  // namespace loom::worker

@@ -1,0 +1,44 @@
+#include "worker/torch/model_setup.h"
+
+#include <algorithm>
+#include <thread>
+
+#include <ATen/Parallel.h>
+
+#include "common/files.h"
+
+namespace loom::worker {
+
+at::ScalarType modelDtype(planner::Precision precision) {
+  switch (precision) {
+    case planner::Precision::kBf16: return at::kBFloat16;
+    case planner::Precision::kFp16: return at::kHalf;
+    case planner::Precision::kFp32: return at::kFloat;
+  }
+  return at::kFloat;
+}
+
+StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec) {
+  BuiltModel built;
+  auto text = files::readFile(spec.model.config);
+  if (!text.isOk()) return text.status().withContext("model.config");
+  built.configText = *text;
+  auto config = planner::parseModelConfig(*text, spec.model.config);
+  if (!config.isOk()) return config.status().withContext("model.config");
+  ASSIGN_OR_RETURN(built.model, DecoderModel::create(*config, modelDtype(spec.deepspeed.precision)));
+  if (spec.model.weights.empty()) {
+    built.model->initRandom(spec.model.initSeed);
+    return built;
+  }
+  auto weights = loadSafetensors(spec.model.weights);
+  if (!weights.isOk()) return weights.status().withContext("model.weights");
+  RETURN_IF_ERROR(built.model->loadWeights(*weights, spec.model.weights).withContext("model.weights"));
+  return built;
+}
+
+void setThreadsForRanks(int localWorldSize) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(std::max(1, cores / std::max(1, localWorldSize)));
+}
+
+}  // namespace loom::worker

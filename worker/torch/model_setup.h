@@ -1,0 +1,29 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <ATen/core/ScalarType.h>
+
+#include "common/status.h"
+#include "planner/job_spec.h"
+#include "worker/torch/decoder_model.h"
+
+namespace loom::worker {
+
+// The model dtype a DeepSpeed precision trains in (master weights stay fp32 regardless).
+at::ScalarType modelDtype(planner::Precision precision);
+
+struct BuiltModel {
+  std::unique_ptr<DecoderModel> model;
+  std::string configText;  // the HF config.json, saved with checkpoints
+};
+
+// Reads model.config, builds the decoder in the job's precision, and loads model.weights or
+// draws the seeded init. Errors name the spec field and the file.
+StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec);
+
+// Threads for libtorch: the machine's cores shared among the ranks on this node.
+void setThreadsForRanks(int localWorldSize);
+
+}  // namespace loom::worker

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include <ATen/core/Tensor.h>
+
+namespace loom::worker {
+
+// The named ops the models call. Every layer goes through this one table, so that a kernel
+// plugin can take an op over without the models knowing; the entries start as the libtorch
+// reference implementations below, which autograd differentiates.
+struct OpTable {
+  // HF's RMSNorm: normalise in fp32, scale by `weight` in the input's dtype. x [..., d].
+  at::Tensor (*rmsNorm)(const at::Tensor& x, const at::Tensor& weight, double eps);
+  // HF's split-half rotary embedding of q [B, H, S, D] and k [B, Hkv, S, D]; cos and sin [S, D].
+  std::pair<at::Tensor, at::Tensor> (*rope)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                            const at::Tensor& sin);
+  // silu(gate) * up.
+  at::Tensor (*swiglu)(const at::Tensor& gate, const at::Tensor& up);
+  // Causal attention, q [B, H, S, D], k and v [B, Hkv, S, D] (grouped-query: H % Hkv == 0). A
+  // positive `window` limits each query to the last `window` keys (Mistral). Returns [B, H, S, D].
+  at::Tensor (*attention)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window);
+  // Mean cross-entropy of logits [N, V] against labels [N] (computed in fp32; label -100 is ignored).
+  at::Tensor (*crossEntropy)(const at::Tensor& logits, const at::Tensor& labels);
+  // log p(label) per row of logits [N, V], in fp32: [N].
+  at::Tensor (*logprobs)(const at::Tensor& logits, const at::Tensor& labels);
+};
+
+// The table in use (the libtorch references unless a plugin replaced an entry).
+OpTable& ops();
+// The libtorch reference implementations.
+const OpTable& referenceOps();
+
+}  // namespace loom::worker

@@ -1,0 +1,112 @@
+#include "worker/torch/optimizer.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+namespace loom::worker {
+
+using planner::OptimizerType;
+
+Optimizer::Optimizer(const planner::OptimizerConfig& config, std::vector<std::pair<std::string, at::Tensor>> masters)
+    : config_(config) {
+  for (auto& [name, param] : masters) {
+    Slot slot{.name = name, .param = param};
+    slot.first = at::zeros_like(param);
+    if (config.type == OptimizerType::kAdam || config.type == OptimizerType::kAdamW) slot.second = at::zeros_like(param);
+    slots_.push_back(std::move(slot));
+  }
+}
+
+std::vector<std::string> Optimizer::stateNames() const {
+  switch (config_.type) {
+    case OptimizerType::kAdam:
+    case OptimizerType::kAdamW: return {"exp_avg", "exp_avg_sq"};
+    case OptimizerType::kLion: return {"exp_avg"};
+    case OptimizerType::kAdagrad: return {"sum"};
+  }
+  return {};
+}
+
+void Optimizer::step(double lr, const std::vector<at::Tensor>& grads) {
+  at::NoGradGuard noGrad;
+  ++steps_;
+  const auto& c = config_;
+  const double t = static_cast<double>(steps_);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    at::Tensor g = grads[i];
+    at::Tensor& p = s.param;
+    switch (c.type) {
+      case OptimizerType::kAdam:
+      case OptimizerType::kAdamW: {
+        if (c.weightDecay != 0) {
+          if (c.decoupledWeightDecay) {
+            p.mul_(1.0 - lr * c.weightDecay);
+          } else {
+            g = g.add(p, c.weightDecay);
+          }
+        }
+        s.first.mul_(c.beta1).add_(g, 1.0 - c.beta1);
+        s.second.mul_(c.beta2).addcmul_(g, g, 1.0 - c.beta2);
+        const double bc1 = c.biasCorrection ? 1.0 - std::pow(c.beta1, t) : 1.0;
+        const double bc2 = c.biasCorrection ? 1.0 - std::pow(c.beta2, t) : 1.0;
+        at::Tensor denom = (s.second.sqrt() / std::sqrt(bc2)).add_(c.eps);
+        p.addcdiv_(s.first, denom, -lr / bc1);
+        break;
+      }
+      case OptimizerType::kLion: {
+        at::Tensor update = (s.first * c.beta1).add_(g, 1.0 - c.beta1).sign_();
+        if (c.weightDecay != 0) p.mul_(1.0 - lr * c.weightDecay);
+        p.add_(update, -lr);
+        s.first.mul_(c.beta2).add_(g, 1.0 - c.beta2);
+        break;
+      }
+      case OptimizerType::kAdagrad: {
+        if (c.weightDecay != 0) g = g.add(p, c.weightDecay);
+        s.first.addcmul_(g, g, 1.0);
+        p.addcdiv_(g, s.first.sqrt().add_(c.eps), -lr);
+        break;
+      }
+    }
+  }
+}
+
+TensorMap Optimizer::state() const {
+  TensorMap out;
+  const auto names = stateNames();
+  for (const auto& s : slots_) {
+    out[s.name + "." + names[0]] = s.first;
+    if (names.size() > 1) out[s.name + "." + names[1]] = s.second;
+  }
+  out["step"] = at::tensor({steps_}, at::kLong);
+  return out;
+}
+
+Status Optimizer::restore(const TensorMap& state, const std::string& source) {
+  at::NoGradGuard noGrad;
+  const auto names = stateNames();
+  auto take = [&](const std::string& key, at::Tensor& into) -> Status {
+    auto it = state.find(key);
+    if (it == state.end())
+      return invalidArgument("{}: optimizer state {} is missing (was the checkpoint written with another optimizer "
+                             "than {}?)",
+                             source, key, planner::optimizerTypeName(config_.type));
+    if (it->second.sizes() != into.sizes())
+      return invalidArgument("{}: optimizer state {} has shape {}, expected {}", source, key,
+                             c10::str(it->second.sizes()), c10::str(into.sizes()));
+    into.copy_(it->second);
+    return Status::ok();
+  };
+  for (auto& s : slots_) {
+    RETURN_IF_ERROR(take(s.name + "." + names[0], s.first));
+    if (names.size() > 1) RETURN_IF_ERROR(take(s.name + "." + names[1], s.second));
+  }
+  auto step = state.find("step");
+  if (step == state.end()) return invalidArgument("{}: optimizer state step is missing", source);
+  steps_ = step->second.item<int64_t>();
+  return Status::ok();
+}
+
+}  // namespace loom::worker

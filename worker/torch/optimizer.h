@@ -1,0 +1,50 @@
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "common/status.h"
+#include "planner/deepspeed_config.h"
+#include "worker/torch/safetensors.h"
+
+namespace loom::worker {
+
+// DeepSpeed's optimizers over fp32 master weights, updated in place:
+// - AdamW / Adam: moments m, v; bias correction unless disabled; decoupled weight decay
+//   (p -= lr * wd * p) or, for Adam with adam_w_mode false, L2 (g += wd * p). The same update
+//   as torch.optim.AdamW / Adam.
+// - Lion: p -= lr * (sign(b1 m + (1 - b1) g) + wd p); m = b2 m + (1 - b2) g.
+// - Adagrad: g += wd * p; s += g^2; p -= lr * g / (sqrt(s) + eps).
+// Every parameter gets the configured weight decay, as when DeepSpeed builds the optimizer
+// from its config.
+class Optimizer {
+ public:
+  Optimizer(const planner::OptimizerConfig& config, std::vector<std::pair<std::string, at::Tensor>> masters);
+
+  // One update with learning rate `lr`; grads[i] belongs to masters[i] (fp32, same shape).
+  void step(double lr, const std::vector<at::Tensor>& grads);
+  int64_t steps() const { return steps_; }
+
+  // "<param>.exp_avg", "<param>.exp_avg_sq" (Adam), "<param>.exp_avg" (Lion), "<param>.sum"
+  // (Adagrad), and "step".
+  TensorMap state() const;
+  // Restores what state() returned; errors name the missing or misshapen tensor.
+  Status restore(const TensorMap& state, const std::string& source);
+
+ private:
+  struct Slot {
+    std::string name;
+    at::Tensor param;
+    at::Tensor first, second;  // exp_avg / exp_avg_sq, or exp_avg (Lion), or sum (Adagrad)
+  };
+  std::vector<std::string> stateNames() const;
+
+  planner::OptimizerConfig config_;
+  std::vector<Slot> slots_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace loom::worker

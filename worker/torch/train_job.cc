@@ -1,0 +1,337 @@
+#include "worker/torch/train_job.h"
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include "worker/torch/checkpoint.h"
+#include "worker/torch/evaluation.h"
+#include "worker/torch/model_setup.h"
+#include "worker/torch/optimizer.h"
+#include "worker/torch/token_samples.h"
+#include "worker/torch/world.h"
+#include "worker/train/loss_scaler.h"
+#include "worker/train/lr_schedule.h"
+#include "worker/train/sample_order.h"
+
+namespace loom::worker {
+
+namespace {
+
+using backends::ReduceOp;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// Flat fp32 buffers with one view per parameter: gradients are accumulated, all-reduced,
+// unscaled, measured and clipped as one tensor.
+struct FlatBuffer {
+  at::Tensor flat;
+  std::vector<at::Tensor> views;
+
+  static FlatBuffer like(const std::vector<at::Tensor>& params) {
+    int64_t total = 0;
+    for (const auto& p : params) total += p.numel();
+    FlatBuffer b{at::zeros({total}, at::kFloat), {}};
+    int64_t offset = 0;
+    for (const auto& p : params) {
+      b.views.push_back(b.flat.slice(0, offset, offset + p.numel()).view(p.sizes()));
+      offset += p.numel();
+    }
+    return b;
+  }
+};
+
+class Trainer {
+ public:
+  Trainer(const RankContext& ctx, const planner::JobSpec& spec, const TorchRuntime::ProgressFn& progress)
+      : ctx_(ctx), spec_(spec), ds_(spec.deepspeed), progress_(progress), scaler_(spec.deepspeed) {}
+
+  Status setUp();
+  Status run();
+
+ private:
+  Status trainStep();
+  Status evaluateNow();
+  Status saveNow();
+  Status resume();
+  bool mixedPrecision() const { return ds_.precision != planner::Precision::kFp32; }
+  backends::Communicator* comm() { return world_.comm.get(); }
+  std::vector<std::pair<std::string, at::Tensor>> namedMasters() const;
+
+  const RankContext& ctx_;
+  const planner::JobSpec& spec_;
+  const planner::DeepSpeedConfig& ds_;
+  const TorchRuntime::ProgressFn& progress_;
+
+  World world_;
+  BuiltModel built_;
+  std::vector<at::Tensor> params_;
+  FlatBuffer grads_;
+  std::optional<FlatBuffer> masters_;  // fp32 copies under bf16 / fp16; fp32 trains the parameters
+  std::unique_ptr<Optimizer> optimizer_;
+  train::LossScaler scaler_;
+  std::optional<TokenSamples> train_, eval_;
+  std::unique_ptr<train::SampleOrder> order_;
+
+  int64_t step_ = 0;          // optimizer steps taken (global_steps)
+  int64_t appliedSteps_ = 0;  // ... of which not skipped for an fp16 overflow; the schedule's clock
+  int64_t skippedSteps_ = 0;
+  int64_t lastSavedStep_ = -1;
+};
+
+std::vector<std::pair<std::string, at::Tensor>> Trainer::namedMasters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  const auto& named = built_.model->parameters();
+  for (size_t i = 0; i < named.size(); ++i) out.emplace_back(named[i].first, masters_ ? masters_->views[i] : params_[i]);
+  return out;
+}
+
+Status Trainer::setUp() {
+  setThreadsForRanks(ctx_.localWorldSize);
+  if (ctx_.worldSize > 1) {
+    ASSIGN_OR_RETURN(world_, connectWorld(ctx_, spec_));
+  }
+  ASSIGN_OR_RETURN(built_, buildModel(spec_));
+  const auto& config = built_.model->config();
+  ASSIGN_OR_RETURN(auto train, TokenSamples::open(spec_.data.train, spec_.data.seqLen, config.vocabSize, "data.train"));
+  train_.emplace(std::move(train));
+  if (!spec_.data.eval.empty()) {
+    ASSIGN_OR_RETURN(auto eval, TokenSamples::open(spec_.data.eval, spec_.data.seqLen, config.vocabSize, "data.eval"));
+    eval_.emplace(std::move(eval));
+  }
+  order_ = std::make_unique<train::SampleOrder>(train_->numSamples(), static_cast<uint64_t>(spec_.data.seed));
+
+  for (const auto& [name, p] : built_.model->parameters()) params_.push_back(p);
+  grads_ = FlatBuffer::like(params_);
+  if (mixedPrecision()) {
+    masters_ = FlatBuffer::like(params_);
+    at::NoGradGuard noGrad;
+    for (size_t i = 0; i < params_.size(); ++i) masters_->views[i].copy_(params_[i]);
+  }
+  optimizer_ = std::make_unique<Optimizer>(ds_.optimizer, namedMasters());
+  if (spec_.train.resume && !spec_.train.checkpointDir.empty()) RETURN_IF_ERROR(resume());
+
+  if (ctx_.rank == 0) {
+    int64_t count = 0;
+    for (const auto& p : params_) count += p.numel();
+    std::printf("model: %s, %.2fM parameters, %s; data: %lld samples of %lld tokens; batch %lld = micro %lld x "
+                "accumulation %lld x %d ranks; optimizer %s\n",
+                planner::modelFamilyName(config.family), count / 1e6, planner::precisionName(ds_.precision),
+                static_cast<long long>(train_->numSamples()), static_cast<long long>(spec_.data.seqLen),
+                static_cast<long long>(ds_.trainBatchSize), static_cast<long long>(ds_.microBatchSize),
+                static_cast<long long>(ds_.gradientAccumulationSteps), ctx_.worldSize,
+                planner::optimizerTypeName(ds_.optimizer.type));
+  }
+  return Status::ok();
+}
+
+Status Trainer::resume() {
+  auto loaded = loadLatestCheckpoint(spec_.train.checkpointDir, ctx_.rank);
+  if (!loaded.isOk()) return loaded.status().withContext("train.checkpoint_dir");
+  if (!*loaded) return Status::ok();
+  auto& c = **loaded;
+  const json& t = c.trainer;
+  const std::string where = spec_.train.checkpointDir + "/" + t.value("tag", std::string("?"));
+  if (t.value("train_batch_size", int64_t(0)) != ds_.trainBatchSize)
+    return failedPrecondition("{}: written with train_batch_size {}, this job has {}: the data position would not "
+                              "carry over",
+                              where, t.value("train_batch_size", int64_t(0)), ds_.trainBatchSize);
+  RETURN_IF_ERROR(built_.model->loadWeights(c.model, where));
+  if (masters_) {
+    at::NoGradGuard noGrad;
+    const auto& named = built_.model->parameters();
+    for (size_t i = 0; i < named.size(); ++i) {
+      auto it = c.optimizer.find("master." + named[i].first);
+      if (it == c.optimizer.end()) return invalidArgument("{}: fp32 master weight of {} is missing", where, named[i].first);
+      masters_->views[i].copy_(it->second);
+    }
+  }
+  RETURN_IF_ERROR(optimizer_->restore(c.optimizer, where));
+  RETURN_IF_ERROR(scaler_.restore(t.at("loss_scaler")));
+  step_ = t.at("step").get<int64_t>();
+  appliedSteps_ = t.at("applied_steps").get<int64_t>();
+  skippedSteps_ = t.at("skipped_steps").get<int64_t>();
+  if (auto rng = c.rank.find("rng"); rng != c.rank.end()) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    generator.set_state(rng->second);
+  }
+  lastSavedStep_ = step_;
+  if (ctx_.rank == 0) std::printf("resumed from %s at step %lld\n", where.c_str(), static_cast<long long>(step_));
+  return Status::ok();
+}
+
+Status Trainer::trainStep() {
+  const auto started = Clock::now();
+  const int64_t micro = ds_.microBatchSize, gas = ds_.gradientAccumulationSteps, seq = spec_.data.seqLen;
+  const int dp = ctx_.worldSize;
+  const double scale = scaler_.scale();
+  grads_.flat.zero_();
+  double lossSum = 0;
+  for (int64_t m = 0; m < gas; ++m) {
+    const int64_t start = train::microBatchStart(step_, ds_.trainBatchSize, m, micro, ctx_.rank, dp);
+    std::vector<int64_t> samples;
+    for (int64_t i = 0; i < micro; ++i) samples.push_back(order_->sampleAt(start + i));
+    at::Tensor batch = train_->gather(samples);
+    at::Tensor loss = built_.model->loss(batch.slice(1, 0, seq), batch.slice(1, 1, seq + 1));
+    lossSum += loss.item<double>();
+    // DeepSpeed scales by 1 / gradient_accumulation_steps: the step's gradient is the mean.
+    (loss * (scale / static_cast<double>(gas))).backward();
+    at::NoGradGuard noGrad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      grads_.views[i].add_(params_[i].grad());
+      params_[i].mutable_grad().reset();
+    }
+  }
+  at::NoGradGuard noGrad;
+  double loss = lossSum / static_cast<double>(gas);
+  if (comm()) {
+    RETURN_IF_ERROR(comm()->allReduce(grads_.flat, ReduceOp::kAvg)->wait().withContext("gradient all-reduce"));
+    at::Tensor lossTensor = at::tensor({loss}, at::kDouble);
+    RETURN_IF_ERROR(comm()->allReduce(lossTensor, ReduceOp::kAvg)->wait().withContext("loss all-reduce"));
+    loss = lossTensor.item<double>();
+  }
+  if (scale != 1.0) grads_.flat.div_(scale);
+  const bool overflow = ds_.precision == planner::Precision::kFp16 && !at::isfinite(grads_.flat).all().item<bool>();
+  const double gradNorm = overflow ? std::nan("") : grads_.flat.norm().item<double>();
+  const double lr = train::learningRate(ds_.scheduler, ds_.optimizer.lr, appliedSteps_);
+  if (overflow) {
+    ++skippedSteps_;
+    if (ctx_.rank == 0)
+      std::printf("step %lld: fp16 gradients overflow at loss scale %g: step skipped\n",
+                  static_cast<long long>(step_ + 1), scale);
+  } else {
+    if (ds_.gradientClipping > 0) {
+      const double coefficient = ds_.gradientClipping / (gradNorm + 1e-6);
+      if (coefficient < 1.0) grads_.flat.mul_(coefficient);
+    }
+    optimizer_->step(lr, grads_.views);
+    if (masters_) {
+      for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(masters_->views[i]);
+    }
+    ++appliedSteps_;
+  }
+  RETURN_IF_ERROR(scaler_.update(overflow));
+  ++step_;
+
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  const double tokens = static_cast<double>(ds_.trainBatchSize * seq);
+  std::map<std::string, double> metrics{{"loss", loss},
+                                        {"lr", lr},
+                                        {"grad_norm", gradNorm},
+                                        {"tokens_per_s", tokens / seconds},
+                                        {"step_time_s", seconds},
+                                        {"samples", static_cast<double>(step_ * ds_.trainBatchSize)},
+                                        {"skipped_steps", static_cast<double>(skippedSteps_)},
+                                        {"progress", static_cast<double>(step_) / spec_.train.steps}};
+  if (ds_.precision == planner::Precision::kFp16) metrics["loss_scale"] = scaler_.scale();
+  progress_(step_, metrics);
+  if (ctx_.rank == 0 && (step_ % ds_.stepsPerPrint == 0 || step_ == 1 || step_ == spec_.train.steps)) {
+    std::printf("step %lld/%lld: loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f%s\n", static_cast<long long>(step_),
+                static_cast<long long>(spec_.train.steps), loss, lr, gradNorm, tokens / seconds,
+                ds_.precision == planner::Precision::kFp16
+                    ? fmt::format(" loss_scale {} skipped {}", scaler_.scale(), skippedSteps_).c_str()
+                    : "");
+    std::fflush(stdout);
+  }
+  return Status::ok();
+}
+
+Status Trainer::evaluateNow() {
+  ASSIGN_OR_RETURN(EvalResult r, evaluate(*built_.model, *eval_, ds_.microBatchSize, spec_.train.evalBatches,
+                                          /*wantLogprobs=*/false, ctx_.rank, comm()));
+  progress_(step_, {{"eval_loss", r.meanLoss}});
+  if (ctx_.rank == 0) {
+    std::printf("step %lld: eval_loss %.4f over %lld samples\n", static_cast<long long>(step_), r.meanLoss,
+                static_cast<long long>(r.samples));
+    std::fflush(stdout);
+  }
+  return Status::ok();
+}
+
+Status Trainer::saveNow() {
+  CheckpointContents c;
+  c.rank["rng"] = at::detail::getDefaultCPUGenerator().get_state();
+  if (ctx_.rank == 0) {
+    c.model = built_.model->stateDict();
+    c.optimizer = optimizer_->state();
+    if (masters_) {
+      for (const auto& [name, master] : namedMasters()) c.optimizer["master." + name] = master;
+    }
+    c.modelConfig = built_.configText;
+    c.trainer = {{"step", step_},
+                 {"applied_steps", appliedSteps_},
+                 {"skipped_steps", skippedSteps_},
+                 {"consumed_samples", step_ * ds_.trainBatchSize},
+                 {"train_batch_size", ds_.trainBatchSize},
+                 {"dp_world_size", ctx_.worldSize},
+                 {"data_seed", spec_.data.seed},
+                 {"loss_scaler", scaler_.state()},
+                 {"deepspeed", ds_.toJson()}};
+  }
+  const auto started = Clock::now();
+  RETURN_IF_ERROR(saveCheckpoint(spec_.train.checkpointDir, step_, c, ctx_.rank, comm()));
+  lastSavedStep_ = step_;
+  if (ctx_.rank == 0) {
+    std::printf("step %lld: checkpoint %s/%s written in %.2f s\n", static_cast<long long>(step_),
+                spec_.train.checkpointDir.c_str(), checkpointTag(step_).c_str(),
+                std::chrono::duration<double>(Clock::now() - started).count());
+    std::fflush(stdout);
+  }
+  return Status::ok();
+}
+
+Status Trainer::run() {
+  const auto& t = spec_.train;
+  while (step_ < t.steps) {
+    RETURN_IF_ERROR(trainStep());
+    if (eval_ && t.evalEvery > 0 && step_ % t.evalEvery == 0) RETURN_IF_ERROR(evaluateNow());
+    if (!t.checkpointDir.empty() && t.checkpointEvery > 0 && step_ % t.checkpointEvery == 0)
+      RETURN_IF_ERROR(saveNow());
+  }
+  if (!t.checkpointDir.empty() && lastSavedStep_ != step_) RETURN_IF_ERROR(saveNow());
+  if (ctx_.rank == 0) std::printf("training done: %lld steps, %lld skipped\n", static_cast<long long>(step_),
+                                  static_cast<long long>(skippedSteps_));
+  return comm() ? comm()->barrier()->wait() : Status::ok();
+}
+
+}  // namespace
+
+Status runTrain(const RankContext& ctx, const planner::JobSpec& spec, const TorchRuntime::ProgressFn& progress) {
+  Trainer trainer(ctx, spec, progress);
+  RETURN_IF_ERROR(trainer.setUp());
+  return trainer.run();
+}
+
+Status runEval(const RankContext& ctx, const planner::JobSpec& spec, const TorchRuntime::ProgressFn& progress) {
+  setThreadsForRanks(ctx.localWorldSize);
+  World world;
+  if (ctx.worldSize > 1) {
+    ASSIGN_OR_RETURN(world, connectWorld(ctx, spec));
+  }
+  ASSIGN_OR_RETURN(BuiltModel built, buildModel(spec));
+  ASSIGN_OR_RETURN(TokenSamples data, TokenSamples::open(spec.data.eval, spec.data.seqLen,
+                                                         built.model->config().vocabSize, "data.eval"));
+  const bool wantLogprobs = !spec.eval.logprobsOutput.empty();
+  ASSIGN_OR_RETURN(EvalResult r, evaluate(*built.model, data, spec.deepspeed.microBatchSize, spec.eval.maxBatches,
+                                          wantLogprobs, ctx.rank, world.comm.get()));
+  progress(1, {{"eval_loss", r.meanLoss}, {"eval_tokens", static_cast<double>(r.tokens)}});
+  if (ctx.rank == 0) {
+    std::printf("eval: loss %.6f over %lld samples (%lld tokens)\n", r.meanLoss, static_cast<long long>(r.samples),
+                static_cast<long long>(r.tokens));
+    if (wantLogprobs) {
+      RETURN_IF_ERROR(saveSafetensorsFile(spec.eval.logprobsOutput, {{"logprobs", r.logprobs}})
+                          .withContext("eval.logprobs_output"));
+      std::printf("eval: logprobs [%lld, %lld] written to %s\n", static_cast<long long>(r.samples),
+                  static_cast<long long>(spec.data.seqLen), spec.eval.logprobsOutput.c_str());
+    }
+    std::fflush(stdout);
+  }
+  return world.comm ? world.comm->barrier()->wait() : Status::ok();
+}
+
+}  // namespace loom::worker
