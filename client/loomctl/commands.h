@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "client/loomctl/output.h"
+#include "worker/data/prepare.h"
 
 namespace loom::loomctl {
 
@@ -33,6 +34,10 @@ struct RunOptions {
 // Runs one job on an embedded control plane (planner + daemon in this process) and returns its
 // result as the exit code.
 int runCommand(const GlobalOptions& g, const RunOptions& options);
+
+// Tokenizes text or jsonl files into one token file (worker/data/prepare.h) and prints what it
+// wrote. Local: no server is contacted.
+int dataPrepareCommand(const GlobalOptions& g, const data::PrepareOptions& options);
 
 // Reads a spec file; the error names the file.
 StatusOr<std::string> readSpecFile(const std::string& path);

@@ -66,6 +66,19 @@ int main(int argc, char** argv) {
 
   auto* nodes = app.add_subcommand("nodes", "list the node daemons attached to the planner");
 
+  loom::data::PrepareOptions prepare;
+  auto* dataCmd = app.add_subcommand("data", "training data (local: no server)");
+  dataCmd->require_subcommand(1);
+  auto* prepareCmd = dataCmd->add_subcommand("prepare", "tokenize text or jsonl files into one token file");
+  prepareCmd->add_option("inputs", prepare.inputs, "input files")->required();
+  prepareCmd->add_option("--output", prepare.output, "the token file to write (e.g. train.tokens)")->required();
+  prepareCmd->add_option("--format", prepare.format, "auto: jsonl for *.jsonl and *.json-lines, text otherwise")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "text", "jsonl"}));
+  prepareCmd->add_option("--text-key", prepare.textKey, "jsonl: the key holding each document")->capture_default_str();
+  prepareCmd->add_option("--separator", prepare.separator,
+                         "text: a line equal to this ends a document (e.g. %); default: one document per file");
+
   CLI11_PARSE(app, argc, argv);
   g.format = output == "json" ? OutputFormat::kJson : OutputFormat::kHuman;
 
@@ -79,5 +92,6 @@ int main(int argc, char** argv) {
   if (waitCmd->parsed()) return waitCommand(g, jobId, timeoutS);
   if (validate->parsed()) return validateCommand(g, file);
   if (nodes->parsed()) return nodesCommand(g);
+  if (prepareCmd->parsed()) return dataPrepareCommand(g, prepare);
   return 2;
 }

@@ -118,3 +118,42 @@ TEST_CASE("loom-worker --version loads its libtorch runtime - a wrong path is na
   CHECK(WEXITSTATUS(rc) == 1);
   CHECK(files::readFile(out).value().find("/nowhere/libloom_torch.so") != std::string::npos);
 }
+
+TEST_CASE("loomctl data prepare writes a token file - a bad input is named with its line", "[integration]") {
+  TempDir dir;
+  std::string fortunes = writeSpec(dir, "fortunes", "one\n%\ntwo\n");
+  std::string out = dir.path() + "/fortunes.tokens";
+  Result ok = loomctl("data prepare " + fortunes + " --separator % --output " + out, dir.path());
+  INFO(ok.err);
+  CHECK(ok.exitCode == 0);
+  CHECK(ok.out == "2 documents, 10 tokens, vocab size 257 (bytes tokenizer) -> " + out + "\n");
+  std::string raw = files::readFile(out).value();
+  REQUIRE(raw.size() > 16);
+  CHECK(raw.substr(0, 8) == "LOOMTOK1");
+  size_t headerBytes = 0;
+  for (int i = 0; i < 8; ++i) headerBytes |= size_t{static_cast<unsigned char>(raw[8 + i])} << (8 * i);
+  auto header = nlohmann::json::parse(raw.substr(16, headerBytes));
+  CHECK(header["num_tokens"] == 10);
+  CHECK(header["document_starts"] == nlohmann::json::array({0, 5}));
+  CHECK(raw.size() == (16 + headerBytes + 63) / 64 * 64 + 10 * 2);
+
+  std::string jsonl = writeSpec(dir, "docs.jsonl", "{\"text\": \"a\"}\n{\"body\": \"b\"}\n");
+  Result json = loomctl("-o json data prepare " + jsonl + " --output " + dir.path() + "/docs.tokens", dir.path());
+  CHECK(json.exitCode == 2);
+  CHECK(json.err == "loomctl: INVALID_ARGUMENT: " + jsonl + ":2: key \"text\" is missing\n");
+  CHECK_FALSE(files::exists(dir.path() + "/docs.tokens"));
+  std::string bodies = writeSpec(dir, "bodies.jsonl", "{\"body\": \"b\"}\n{\"body\": \"\u00e9\"}\n");
+  json = loomctl("-o json data prepare " + bodies + " --text-key body --output " + dir.path() + "/docs.tokens",
+                 dir.path());
+  INFO(json.err);
+  REQUIRE(json.exitCode == 0);
+  auto summary = nlohmann::json::parse(json.out);
+  CHECK(summary["documents"] == 2);
+  CHECK(summary["tokens"] == 5);  // "b" and the two bytes of "é", each + EOS
+  CHECK(summary["output"] == dir.path() + "/docs.tokens");
+  CHECK(files::exists(dir.path() + "/docs.tokens"));
+
+  Result missing = loomctl("data prepare " + dir.path() + "/absent.txt --output " + out, dir.path());
+  CHECK(missing.exitCode == 2);
+  CHECK(missing.err.find(dir.path() + "/absent.txt: no such file") != std::string::npos);
+}
