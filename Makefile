@@ -15,8 +15,12 @@ build: setup
 test: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j2
 
+# Trains a small Llama on 2 CPU ranks for a few minutes: the loss falls from ~5.6 to ~2, and the
+# last checkpoint lands in .demo/checkpoints (HF safetensors + optimizer state).
 demo: build
-	$(BUILD)/bin/loomctl run examples/jobs/probe.json
+	@scripts/demo-data $(BUILD)/bin/loomctl
+	@rm -rf .demo
+	$(BUILD)/bin/loomctl run examples/jobs/train-llama.json
 
 clean:
 	rm -rf $(BUILD)

@@ -11,6 +11,7 @@ static const char* typeName(WorkerMessage::Type t) {
     case WorkerMessage::Type::kHeartbeat: return "heartbeat";
     case WorkerMessage::Type::kReady: return "ready";
     case WorkerMessage::Type::kProgress: return "progress";
+    case WorkerMessage::Type::kFailing: return "failing";
   }
   return "heartbeat";
 }
@@ -36,6 +37,8 @@ StatusOr<WorkerMessage> WorkerMessage::decode(const std::string& datagram) {
       m.type = Type::kReady;
     } else if (type == "progress") {
       m.type = Type::kProgress;
+    } else if (type == "failing") {
+      m.type = Type::kFailing;
     } else {
       return invalidArgument("worker message: unknown type \"{}\"", type);
     }

@@ -12,7 +12,8 @@ namespace loom {
 // LOOM_REPORT_SOCKET. Datagrams need no connection: a daemon that restarts simply receives the
 // next one, and a stopped rank sends nothing, which is how a hang is noticed.
 struct WorkerMessage {
-  enum class Type { kHeartbeat, kReady, kProgress };
+  // kFailing: the rank is about to exit non-zero; `detail` says why (it becomes the job's reason).
+  enum class Type { kHeartbeat, kReady, kProgress, kFailing };
   Type type = Type::kHeartbeat;
   std::string jobId;
   int attempt = 0;

@@ -274,6 +274,7 @@ void Daemon::onWorkerMessage(const WorkerMessage& m) {
   const bool ready = r.lastReport.event == RankEvent::kReady;
   if ((m.type == WorkerMessage::Type::kReady || m.type == WorkerMessage::Type::kProgress) && !ready)
     report(r, RankEvent::kReady, m.detail);
+  if (m.type == WorkerMessage::Type::kFailing) r.failure = m.detail;
   if (m.type == WorkerMessage::Type::kProgress) {
     // Progress is passed on, not persisted: the record keeps the lifecycle report.
     link_->sendRankReport(RankReport{.jobId = r.jobId, .attempt = r.attempt, .rank = r.rank,
@@ -306,7 +307,7 @@ void Daemon::tick() {
     for (auto& [key, r] : ranks_) {
       if (r.child && r.pid == pid && !r.exited) {
         auto exit = process::decodeWaitStatus(status);
-        markExited(r, exit.exitCode, exit.signal, r.heartbeatLost ? r.lastReport.detail : "");
+        markExited(r, exit.exitCode, exit.signal, r.heartbeatLost ? r.lastReport.detail : r.failure);
         break;
       }
     }

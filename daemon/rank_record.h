@@ -30,6 +30,7 @@ struct RankRecord {
   int64_t killDeadlineMs = 0;    // SIGKILL after this (steady clock); 0: none pending
   bool stopping = false;         // a kill was ordered: silence is expected, not a lost heartbeat
   bool heartbeatLost = false;
+  std::string failure;           // what the rank said before exiting non-zero
 
   std::string key() const { return jobId + "." + std::to_string(attempt) + "." + std::to_string(rank); }
 };

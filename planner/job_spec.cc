@@ -2,6 +2,7 @@
 
 #include "planner/json_reader.h"
 
+#include <filesystem>
 #include <map>
 #include <set>
 #include <tuple>
@@ -258,7 +259,7 @@ std::string resolveSpecPaths(const std::string& specJson, const std::string& bas
     auto v = s->find(key);
     if (v == s->end() || !v->is_string()) continue;
     std::string p = v->get<std::string>();
-    if (!p.empty() && p[0] != '/') *v = baseDir + "/" + p;
+    if (!p.empty() && p[0] != '/') *v = (std::filesystem::path(baseDir) / p).lexically_normal().string();
   }
   return root.dump(2);
 }

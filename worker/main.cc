@@ -78,6 +78,9 @@ int main(int argc, char** argv) {
       result = runModelJob(ctx, *spec, **reports);
       break;
   }
-  if (!result.isOk()) return fail(result);
+  if (!result.isOk()) {
+    (*reports)->failing(result.message());
+    return fail(result);
+  }
   return finish(ctx, 0);
 }

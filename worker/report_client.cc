@@ -77,6 +77,14 @@ void ReportClient::progress(int64_t step, const std::map<std::string, double>& m
   send(m.encode());
 }
 
+void ReportClient::failing(const std::string& why) {
+  constexpr size_t kMaxDetail = 2000;  // a datagram, and one line of the job's reason
+  WorkerMessage m{.type = WorkerMessage::Type::kFailing, .jobId = context_.jobId, .attempt = context_.attempt,
+                  .rank = context_.rank, .pid = ::getpid(), .step = 0, .metrics = {},
+                  .detail = why.size() > kMaxDetail ? why.substr(0, kMaxDetail) + "..." : why};
+  send(m.encode());
+}
+
 void ReportClient::heartbeatLoop() {
   const std::string beat = WorkerMessage{.type = WorkerMessage::Type::kHeartbeat, .jobId = context_.jobId,
                                          .attempt = context_.attempt, .rank = context_.rank, .pid = ::getpid(),

@@ -23,6 +23,8 @@ class ReportClient {
 
   void ready(const std::string& detail);
   void progress(int64_t step, const std::map<std::string, double>& metrics);
+  // Why the rank is about to fail; the daemon attaches it to the rank's exit.
+  void failing(const std::string& why);
 
  private:
   ReportClient(const RankContext& context, int fd);

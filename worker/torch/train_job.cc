@@ -231,7 +231,7 @@ Status Trainer::trainStep() {
   if (ds_.precision == planner::Precision::kFp16) metrics["loss_scale"] = scaler_.scale();
   progress_(step_, metrics);
   if (ctx_.rank == 0 && (step_ % ds_.stepsPerPrint == 0 || step_ == 1 || step_ == spec_.train.steps)) {
-    std::printf("step %lld/%lld: loss %.4f lr %.3e grad_norm %.4f tokens/s %.0f%s\n", static_cast<long long>(step_),
+    std::printf("step %lld/%lld: loss %.6f lr %.6g grad_norm %.6g tokens/s %.0f%s\n", static_cast<long long>(step_),
                 static_cast<long long>(spec_.train.steps), loss, lr, gradNorm, tokens / seconds,
                 ds_.precision == planner::Precision::kFp16
                     ? fmt::format(" loss_scale {} skipped {}", scaler_.scale(), skippedSteps_).c_str()

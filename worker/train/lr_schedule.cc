@@ -18,9 +18,8 @@ bool inWarmup(const planner::SchedulerConfig& s, int64_t step) {
   return step < std::max<int64_t>(2, s.warmupNumSteps) && s.warmupNumSteps > 0;
 }
 
-}  // namespace
-
-double learningRate(const planner::SchedulerConfig& s, double optimizerLr, int64_t step) {
+// DeepSpeed's get_lr() at scheduler iteration `step`.
+double scheduleValue(const planner::SchedulerConfig& s, double optimizerLr, int64_t step) {
   using planner::SchedulerType;
   switch (s.type) {
     case SchedulerType::kConstant:
@@ -54,6 +53,15 @@ double learningRate(const planner::SchedulerConfig& s, double optimizerLr, int64
     }
   }
   return optimizerLr;
+}
+
+}  // namespace
+
+double learningRate(const planner::SchedulerConfig& s, double optimizerLr, int64_t step) {
+  using planner::SchedulerType;
+  if (s.type == SchedulerType::kConstant) return optimizerLr;
+  if (step == 0) return s.type == SchedulerType::kWarmupCosineLR ? 0.0 : s.warmupMinLr;
+  return scheduleValue(s, optimizerLr, step - 1);
 }
 
 }  // namespace loom::train
