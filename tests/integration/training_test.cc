@@ -150,6 +150,44 @@ TEST_CASE("train: a rank killed mid-run - the restarted attempt resumes from the
   for (const auto& [step, loss] : after) CHECK(std::abs(loss - expected[step]) <= 1e-4);
 }
 
+TEST_CASE("train: bf16 follows the fp32 run within bf16 tolerance", "[integration][train]") {
+  TrainingFiles f;
+  Standalone cluster(2);
+  json bf16 = f.trainSpec("bf16", 2, 12);
+  bf16["deepspeed"]["bf16"] = {{"enabled", true}};
+  v1::Job fp32Job = runToEnd(cluster, f.trainSpec("fp32", 2, 12));
+  v1::Job bf16Job = runToEnd(cluster, bf16);
+  REQUIRE(fp32Job.state() == v1::SUCCEEDED);
+  REQUIRE(bf16Job.state() == v1::SUCCEEDED);
+  auto a = losses(rankLog(*cluster.client, fp32Job.id(), 0));
+  auto b = losses(rankLog(*cluster.client, bf16Job.id(), 0));
+  REQUIRE(b.size() == 12);
+  // fp32 master weights and optimizer state: bf16 rounding only in the forward and backward.
+  for (int s = 1; s <= 12; ++s) CHECK(std::abs(a[s] - b[s]) <= 0.05);
+  CHECK(b[12] < b[1] - 0.5);
+}
+
+TEST_CASE("train: fp16 overflows are skipped and counted - and the loss scale backs off", "[integration][train]") {
+  TrainingFiles f;
+  Standalone cluster(2);
+  json spec = f.trainSpec("fp16", 2, 24);
+  // 2^24 overflows this model's fp16 gradients at once; without hysteresis each overflow halves
+  // the scale, until it fits.
+  spec["deepspeed"]["fp16"] = {{"enabled", true}, {"initial_scale_power", 24}, {"hysteresis", 1}};
+  v1::Job job = runToEnd(cluster, spec);
+  INFO(job.reason());
+  REQUIRE(job.state() == v1::SUCCEEDED);
+  const double skipped = job.metrics().at("skipped_steps");
+  CHECK(skipped >= 1);
+  CHECK(skipped < 12);
+  CHECK(job.metrics().at("loss_scale") == std::ldexp(1.0, 24 - static_cast<int>(skipped)));
+  const std::string log = rankLog(*cluster.client, job.id(), 0);
+  CHECK(log.find("step 1: fp16 gradients overflow at loss scale 1.67772e+07: step skipped") != std::string::npos);
+  // Steps after the back-off train: the loss moves.
+  auto l = losses(log);
+  CHECK(l[24] < l[1] - 0.3);
+}
+
 TEST_CASE("eval: mean loss and per-token logprobs of a trained checkpoint", "[integration][train]") {
   TrainingFiles f;
   Standalone cluster(2);

@@ -4,11 +4,15 @@
    (sliding window 8, shorter than the sequence), Loom's eval job writes per-token logprobs of a
    random HF model's weights; Hugging Face transformers computes the same in fp32. Max difference
    <= 1e-4.
+3. Optimizers and schedules DeepSpeed cannot run on a CPU here (its Adagrad and Lion need built
+   ops): Adam with L2 weight decay + WarmupDecayLR, Adagrad + WarmupCosineLR and Lion, by Loom
+   (1 rank) and by a plain training loop over torch.optim.Adam / Adagrad, a Lion written from
+   the paper, and DeepSpeed's own scheduler classes. Losses within 1e-5 relative, weights 1e-5.
 2. Training semantics: the same model, data, order and DeepSpeed config trained by DeepSpeed
    0.19.8 (1 rank, gradient accumulation 4) and by Loom (2 data-parallel ranks, accumulation 2):
    per-step lr equal, loss and grad norm within 1e-5 relative, final weights within 1e-5.
 
-  python3 tests/oracles/parity_test.py --bin build/bin [--only numerics|training]
+  python3 tests/oracles/parity_test.py --bin build/bin [--only numerics|training|optimizers]
 """
 import argparse
 import glob
@@ -54,11 +58,12 @@ def loom_run(bin_dir, spec, work, name):
     return log
 
 
-def save_model(family, out, tie=False, llama3=False, seed=1):
+def save_model(family, out, tie=False, llama3=False, seed=1, sharded=False):
     torch.manual_seed(seed)
     config = make_config(family, 300, tie, llama3)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.save_pretrained(out, safe_serialization=True)
+    # sharded: several model-0000i-of-0000n.safetensors files and their index, as large models ship.
+    model.save_pretrained(out, safe_serialization=True, max_shard_size="40KB" if sharded else "5GB")
     return model
 
 
@@ -67,10 +72,13 @@ def numerics(bin_dir, work):
     tokens = np.random.default_rng(5).integers(0, 300, samples * seq + 1)
     data = os.path.join(work, "numerics.tokens")
     write_token_file(data, tokens, 300, "uint16")
-    cases = [("llama", dict(llama3=True)), ("qwen2", dict(tie=True)), ("qwen3", {}), ("mistral", {})]
+    cases = [("llama", dict(llama3=True)), ("qwen2", dict(tie=True)), ("qwen3", dict(sharded=True)),
+             ("mistral", {})]
     for family, options in cases:
         model_dir = os.path.join(work, family)
         model = save_model(family, model_dir, **options).eval()
+        if options.get("sharded"):
+            check(os.path.exists(os.path.join(model_dir, "model.safetensors.index.json")), "qwen3 weights are sharded")
         out = os.path.join(work, family + "-logprobs.safetensors")
         loom_run(bin_dir, {
             "name": "numerics-" + family, "kind": "eval", "resources": {"ranks": 1},
@@ -137,17 +145,117 @@ def training(bin_dir, work):
               f"training step {ref['step']}: loss {got.get('loss')} vs DeepSpeed {ref['loss']:.6f}")
         check(rel(got.get("grad_norm", 0), ref["grad_norm"]) <= 1e-5,
               f"training step {ref['step']}: grad_norm {got.get('grad_norm')} vs DeepSpeed {ref['grad_norm']:.6f}")
-    final = load_file(os.path.join(checkpoints, f"global_step{steps}", "model.safetensors"))
+    # Loom's checkpoint directory is a Hugging Face model directory.
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(checkpoints, f"global_step{steps}"),
+                                                               dtype=torch.float32)
+    final = {name: t.detach() for name, t in loaded.named_parameters()}
     theirs = load_file(os.path.join(reference_dir, "model.safetensors"))
     worst = max((final[name] - tensor).abs().max().item() for name, tensor in theirs.items())
     check(set(final) == set(theirs) and worst <= 1e-5,
-          f"training: final weights vs DeepSpeed, max |difference| = {worst:.2e}")
+          f"training: final weights (Loom's checkpoint loaded by transformers) vs DeepSpeed, max |difference| = "
+          f"{worst:.2e}")
+
+
+def lion_step(params, state, lr, beta1, beta2, weight_decay):
+    """Lion (Chen et al. 2023, Algorithm 2): sign of the interpolated momentum, decoupled decay."""
+    with torch.no_grad():
+        for p in params:
+            m = state.setdefault(p, torch.zeros_like(p))
+            update = (m * beta1 + p.grad * (1 - beta1)).sign()
+            p.mul_(1 - lr * weight_decay)
+            p.add_(update, alpha=-lr)
+            m.mul_(beta2).add_(p.grad, alpha=1 - beta2)
+
+
+def reference_loop(model_dir, tokens, seq, seed, steps, ds):
+    """One process, the DeepSpeed rules: loss / GA, clip at the boundary, scheduler after the step."""
+    from deepspeed.runtime import lr_schedules
+    from token_file import SampleOrder, micro_batch_start, num_samples
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                              attn_implementation="sdpa")
+    params = list(model.parameters())
+    o = ds["optimizer"]["params"]
+    kind = ds["optimizer"]["type"]
+    if kind == "Adam":
+        optimizer = torch.optim.Adam(params, lr=o["lr"], betas=o["betas"], eps=o["eps"], weight_decay=o["weight_decay"])
+    elif kind == "Adagrad":
+        optimizer = torch.optim.Adagrad(params, lr=o["lr"], eps=o["eps"], weight_decay=o["weight_decay"])
+    else:
+        optimizer = torch.optim.SGD(params, lr=o["lr"])  # only holds the lr for the scheduler; Lion below
+    scheduler = None
+    if "scheduler" in ds:
+        scheduler = getattr(lr_schedules, ds["scheduler"]["type"])(optimizer, **ds["scheduler"]["params"])
+    micro, tbs = ds["train_micro_batch_size_per_gpu"], ds["train_batch_size"]
+    ga = tbs // micro
+    order = SampleOrder(num_samples(len(tokens), seq), seed)
+    lion_state, losses = {}, []
+    for s in range(steps):
+        total = 0.0
+        for m in range(ga):
+            start = micro_batch_start(s, tbs, m, micro, 0, 1)
+            pairs = [sample(tokens, order.sample_at(start + k), seq) for k in range(micro)]
+            inputs = torch.from_numpy(np.stack([x for x, _ in pairs])).long()
+            labels = torch.from_numpy(np.stack([y for _, y in pairs])).long()
+            logits = model(input_ids=inputs).logits
+            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), labels.view(-1))
+            (loss / ga).backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(params, ds["gradient_clipping"])
+        if kind == "Lion":
+            lion_step(params, lion_state, optimizer.param_groups[0]["lr"], o["betas"][0], o["betas"][1],
+                      o["weight_decay"])
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        for p in params:
+            p.grad = None
+        if scheduler:
+            scheduler.step()
+        losses.append(total / ga)
+    return losses, dict(model.named_parameters())
+
+
+def optimizers(bin_dir, work):
+    seq, steps, seed = 32, 6, 5
+    data = os.path.join(work, "optim.tokens")
+    subprocess.run([os.path.join(bin_dir, "loomctl"), "data", "prepare", "/usr/share/common-licenses/GPL-3",
+                    "--output", data], check=True, capture_output=True)
+    _, tokens = read_token_file(data)
+    model_dir = os.path.join(work, "optim-llama")
+    save_model("llama", model_dir, seed=4)
+    base = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0, "steps_per_print": 1}
+    cases = {
+        "Adam-L2": {"optimizer": {"type": "Adam", "params": {"lr": 3e-3, "betas": [0.9, 0.99], "eps": 1e-8,
+                                                             "weight_decay": 0.05, "adam_w_mode": False}},
+                    "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 1e-4, "warmup_max_lr": 3e-3,
+                                                                      "warmup_num_steps": 3, "total_num_steps": 8}}},
+        "Adagrad": {"optimizer": {"type": "Adagrad", "params": {"lr": 3e-2, "eps": 1e-10, "weight_decay": 0.01}},
+                    "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 8, "warmup_num_steps": 2,
+                                                                       "warmup_min_ratio": 0.1}}},
+        "Lion": {"optimizer": {"type": "Lion", "params": {"lr": 3e-4, "betas": [0.9, 0.99], "weight_decay": 0.1}}},
+    }
+    for name, extra in cases.items():
+        ds = dict(base, **extra)
+        checkpoints = os.path.join(work, "optim-" + name)
+        log = loom_run(bin_dir, {
+            "name": "optim-" + name, "kind": "train", "resources": {"ranks": 1},
+            "model": {"config": model_dir + "/config.json", "weights": model_dir},
+            "data": {"train": data, "seq_len": seq, "seed": seed},
+            "train": {"steps": steps, "checkpoint_dir": checkpoints}, "deepspeed": ds}, work, "optim-" + name)
+        ours = [float(line.split()[3]) for line in log.splitlines() if line.startswith("step ") and ": loss " in line]
+        theirs, weights = reference_loop(model_dir, tokens, seq, seed, steps, ds)
+        worst_loss = max(abs(a - b) / b for a, b in zip(ours, theirs)) if len(ours) == len(theirs) else float("inf")
+        check(worst_loss <= 1e-5, f"optimizer {name}: {len(ours)} losses vs torch, worst relative difference "
+                                  f"{worst_loss:.2e}")
+        final = load_file(os.path.join(checkpoints, f"global_step{steps}", "model.safetensors"))
+        worst = max((final[n] - t.detach()).abs().max().item() for n, t in weights.items())
+        check(worst <= 1e-5, f"optimizer {name}: final weights vs torch, max |difference| = {worst:.2e}")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["numerics", "training"])
+    p.add_argument("--only", choices=["numerics", "training", "optimizers"])
     a = p.parse_args()
     bin_dir = os.path.abspath(a.bin)
     with tempfile.TemporaryDirectory(prefix="loom-parity-") as work:
@@ -155,6 +263,8 @@ def main():
             numerics(bin_dir, work)
         if a.only in (None, "training"):
             training(bin_dir, work)
+        if a.only in (None, "optimizers"):
+            optimizers(bin_dir, work)
     if failures:
         raise SystemExit(f"{len(failures)} checks failed")
 

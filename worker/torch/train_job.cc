@@ -222,12 +222,12 @@ Status Trainer::trainStep() {
   const double tokens = static_cast<double>(ds_.trainBatchSize * seq);
   std::map<std::string, double> metrics{{"loss", loss},
                                         {"lr", lr},
-                                        {"grad_norm", gradNorm},
                                         {"tokens_per_s", tokens / seconds},
                                         {"step_time_s", seconds},
                                         {"samples", static_cast<double>(step_ * ds_.trainBatchSize)},
                                         {"skipped_steps", static_cast<double>(skippedSteps_)},
                                         {"progress", static_cast<double>(step_) / spec_.train.steps}};
+  if (!overflow) metrics["grad_norm"] = gradNorm;  // an overflowed step has no norm (and JSON has no NaN)
   if (ds_.precision == planner::Precision::kFp16) metrics["loss_scale"] = scaler_.scale();
   progress_(step_, metrics);
   if (ctx_.rank == 0 && (step_ % ds_.stepsPerPrint == 0 || step_ == 1 || step_ == spec_.train.steps)) {
