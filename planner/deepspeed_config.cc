@@ -171,15 +171,51 @@ Status parseBf16(const json& object, const char* key, DeepSpeedConfig* c) {
   return r.rejectUnknown();
 }
 
+Status parseOffload(const json& object, ZeroConfig* z) {
+  ObjectReader r(object, "deepspeed.zero_optimization.offload_optimizer");
+  RETURN_IF_ERROR(r.readString("device", &z->offloadOptimizer, false));
+  if (z->offloadOptimizer != "none" && z->offloadOptimizer != "cpu")
+    return invalidArgument("deepspeed.zero_optimization.offload_optimizer.device: \"{}\" is not supported (none, "
+                           "cpu)",
+                           z->offloadOptimizer);
+  RETURN_IF_ERROR(r.readBool("pin_memory", &z->offloadPinMemory));
+  RETURN_IF_ERROR(r.readDouble("ratio", &z->offloadRatio, false, 0, 1));
+  if (z->offloadRatio != 1.0)
+    return invalidArgument("deepspeed.zero_optimization.offload_optimizer.ratio: only 1.0 (the whole optimizer) is "
+                           "supported, got {}",
+                           z->offloadRatio);
+  if (z->offloadOptimizer == "cpu" && z->stage == 0)
+    return invalidArgument("deepspeed.zero_optimization.offload_optimizer: needs ZeRO stage 1, 2 or 3 (as in "
+                           "DeepSpeed)");
+  return r.rejectUnknown();
+}
+
 Status parseZero(const json& object, DeepSpeedConfig* c) {
   ObjectReader r(object, "deepspeed.zero_optimization");
+  auto& z = c->zero;
   int64_t stage = 0;
   RETURN_IF_ERROR(r.readInt("stage", &stage, false, 0, 3));
-  if (stage != 0)
-    return invalidArgument("deepspeed.zero_optimization.stage: {} is not supported by this version (stage 0: plain "
-                           "data parallel)",
-                           stage);
-  c->zeroStage = static_cast<int>(stage);
+  z.stage = static_cast<int>(stage);
+  z.overlapComm = z.stage == 3;
+  constexpr int64_t kMax = int64_t(1) << 50;
+  RETURN_IF_ERROR(r.readBool("contiguous_gradients", &z.contiguousGradients));
+  RETURN_IF_ERROR(r.readBool("reduce_scatter", &z.reduceScatter));
+  RETURN_IF_ERROR(r.readWholeNumber("reduce_bucket_size", &z.reduceBucketSize, false, 1, kMax));
+  RETURN_IF_ERROR(r.readBool("allgather_partitions", &z.allgatherPartitions));
+  RETURN_IF_ERROR(r.readWholeNumber("allgather_bucket_size", &z.allgatherBucketSize, false, 1, kMax));
+  RETURN_IF_ERROR(r.readBool("overlap_comm", &z.overlapComm));
+  RETURN_IF_ERROR(r.readWholeNumber("stage3_prefetch_bucket_size", &z.prefetchBucketSize, false, 0, kMax));
+  RETURN_IF_ERROR(r.readWholeNumber("stage3_param_persistence_threshold", &z.paramPersistenceThreshold, false, 0, kMax));
+  RETURN_IF_ERROR(r.readWholeNumber("stage3_model_persistence_threshold", &z.modelPersistenceThreshold, false, 0,
+                                    INT64_MAX));
+  RETURN_IF_ERROR(r.readWholeNumber("stage3_max_live_parameters", &z.maxLiveParameters, false, 0, kMax));
+  RETURN_IF_ERROR(r.readWholeNumber("stage3_max_reuse_distance", &z.maxReuseDistance, false, 0, kMax));
+  RETURN_IF_ERROR(r.readBool("stage3_gather_16bit_weights_on_model_save", &z.gather16BitWeightsOnModelSave));
+  RETURN_IF_ERROR(r.readWholeNumber("sub_group_size", &z.subGroupSize, false, 1, kMax));
+  ASSIGN_OR_RETURN(const json* offload, r.readObject("offload_optimizer"));
+  if (offload) RETURN_IF_ERROR(parseOffload(*offload, &z));
+  if (z.stage == 3)
+    return invalidArgument("deepspeed.zero_optimization.stage: 3 is not supported by this version yet (0, 1, 2)");
   return r.rejectUnknown();
 }
 
@@ -288,7 +324,7 @@ StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t dpWor
       return invalidArgument("deepspeed.{}: not supported by this version (supported: {})", it.key(),
                              "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, "
                              "optimizer, scheduler, fp16, bf16, gradient_clipping, steps_per_print, "
-                             "zero_optimization.stage, comms_logger");
+                             "zero_optimization, comms_logger");
   }
   return c;
 }
@@ -308,7 +344,23 @@ json DeepSpeedConfig::toJson() const {
       {"optimizer", {{"type", optimizerTypeName(o.type)}, {"params", optimizerParams}}},
       {"gradient_clipping", gradientClipping},
       {"steps_per_print", stepsPerPrint},
-      {"zero_optimization", {{"stage", zeroStage}}},
+      {"zero_optimization",
+       {{"stage", zero.stage},
+        {"contiguous_gradients", zero.contiguousGradients},
+        {"reduce_scatter", zero.reduceScatter},
+        {"reduce_bucket_size", zero.reduceBucketSize},
+        {"allgather_partitions", zero.allgatherPartitions},
+        {"allgather_bucket_size", zero.allgatherBucketSize},
+        {"overlap_comm", zero.overlapComm},
+        {"stage3_prefetch_bucket_size", zero.prefetchBucketSize},
+        {"stage3_param_persistence_threshold", zero.paramPersistenceThreshold},
+        {"stage3_model_persistence_threshold", zero.modelPersistenceThreshold},
+        {"stage3_max_live_parameters", zero.maxLiveParameters},
+        {"stage3_max_reuse_distance", zero.maxReuseDistance},
+        {"stage3_gather_16bit_weights_on_model_save", zero.gather16BitWeightsOnModelSave},
+        {"sub_group_size", zero.subGroupSize},
+        {"offload_optimizer",
+         {{"device", zero.offloadOptimizer}, {"pin_memory", zero.offloadPinMemory}, {"ratio", zero.offloadRatio}}}}},
       {"fp16",
        {{"enabled", precision == Precision::kFp16},
         {"loss_scale", lossScale.staticScale},

@@ -67,6 +67,29 @@ struct LossScaleConfig {
   double minScale = 1.0;     // min_loss_scale
 };
 
+// zero_optimization, with DeepSpeed's keys and defaults. The bucket and prefetch sizes tune
+// communication only; they never change the result.
+struct ZeroConfig {
+  int stage = 0;
+  bool contiguousGradients = true;
+  bool reduceScatter = true;
+  int64_t reduceBucketSize = 500'000'000;     // elements
+  bool allgatherPartitions = true;
+  int64_t allgatherBucketSize = 500'000'000;  // elements
+  bool overlapComm = false;                   // DeepSpeed: true for stage 3
+  int64_t prefetchBucketSize = 50'000'000;    // stage3_prefetch_bucket_size
+  int64_t paramPersistenceThreshold = 100'000;  // stage3_param_persistence_threshold
+  int64_t modelPersistenceThreshold = INT64_MAX;  // stage3_model_persistence_threshold
+  int64_t maxLiveParameters = 1'000'000'000;    // stage3_max_live_parameters
+  int64_t maxReuseDistance = 1'000'000'000;     // stage3_max_reuse_distance
+  bool gather16BitWeightsOnModelSave = false;   // stage3_gather_16bit_weights_on_model_save
+  int64_t subGroupSize = 1'000'000'000;
+  // offload_optimizer.device: "none" or "cpu" (optimizer state and step on the host).
+  std::string offloadOptimizer = "none";
+  bool offloadPinMemory = true;
+  double offloadRatio = 1.0;
+};
+
 struct DeepSpeedConfig {
   // The batch-size triple, resolved against the data-parallel size (train = micro * gas * dp).
   int64_t trainBatchSize = 0;
@@ -78,7 +101,7 @@ struct DeepSpeedConfig {
   LossScaleConfig lossScale;
   double gradientClipping = 1.0;  // 0 disables
   int64_t stepsPerPrint = 10;
-  int zeroStage = 0;
+  ZeroConfig zero;
   CommsLoggerSpec commsLogger;
 
   nlohmann::json toJson() const;

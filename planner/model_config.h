@@ -7,23 +7,61 @@
 
 namespace loom::planner {
 
-enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kQwen3Moe };
+enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kQwen3Moe, kDeepseekV3 };
 const char* modelFamilyName(ModelFamily family);
 
 // Rotary position embedding: HF's rope_parameters (transformers 5) or rope_theta + rope_scaling
-// (transformers 4). Types default, linear and llama3; others are refused by name.
+// (transformers 4). Types default, linear and llama3; yarn for deepseek_v3 only (the worker does
+// not compute yarn yet, and refuses deepseek_v3); others are refused by name.
 struct RopeConfig {
-  enum class Type { kDefault, kLinear, kLlama3 };
+  enum class Type { kDefault, kLinear, kLlama3, kYarn };
   Type type = Type::kDefault;
   double theta = 10000.0;
   double factor = 1.0;
   double lowFreqFactor = 1.0;            // llama3
   double highFreqFactor = 4.0;           // llama3
-  int64_t originalMaxPositions = 8192;   // llama3: original_max_position_embeddings
+  int64_t originalMaxPositions = 8192;   // llama3, yarn: original_max_position_embeddings
+  double betaFast = 32.0;                // yarn: beta_fast
+  double betaSlow = 1.0;                 // yarn: beta_slow
+  double mscale = 0.0;                   // yarn: mscale; 0 when absent
+  double mscaleAllDim = 0.0;             // yarn: mscale_all_dim; 0 when absent (MLA's softmax scale uses it too)
+  double attentionFactor = 0.0;          // yarn: attention_factor; 0: derived from factor and the mscales
+  bool truncate = true;                  // yarn: truncate, rounding the correction range to whole dimensions
+};
+
+// Multi-head latent attention (deepseek_v3): queries and keys/values are projected down to
+// low-rank latents, normalized, and projected back up per head. Every query head gets its own key
+// and value (num_key_value_heads equals num_attention_heads); a query/key head is a part without
+// rotary (qk_nope_head_dim) followed by a rotary part (qk_rope_head_dim) whose key is shared by all
+// heads.
+struct MlaConfig {
+  int64_t qLoraRank = 0;       // q_lora_rank; 0 (null in config.json): a plain q_proj, no query latent
+  int64_t kvLoraRank = 0;      // kv_lora_rank; 0: not MLA
+  int64_t qkNopeHeadDim = 0;   // qk_nope_head_dim
+  int64_t qkRopeHeadDim = 0;   // qk_rope_head_dim
+  int64_t vHeadDim = 0;        // v_head_dim
+  bool ropeInterleave = true;  // rope_interleave: rotary pairs are adjacent, not split in halves
+  int64_t qkHeadDim() const { return qkNopeHeadDim + qkRopeHeadDim; }
+};
+
+// How a mixture-of-experts router picks and weights a token's experts. The parameters do not
+// depend on it; expert parallelism (DeepSpeed's AutoEP: score_func, route_norm, route_scale,
+// num_expert_groups, num_limited_groups) does.
+struct RouterConfig {
+  enum class Scoring { kSoftmax, kSigmoid };
+  Scoring scoring = Scoring::kSoftmax;  // scoring_func: softmax (mixtral, qwen*_moe), sigmoid (deepseek_v3)
+  bool normalizeTopK = false;           // norm_topk_prob: the chosen experts' weights rescaled to sum to 1
+  double scalingFactor = 1.0;           // routed_scaling_factor: multiplies the chosen experts' weights
+  int64_t groups = 1;                   // n_group: the experts form this many equal groups...
+  int64_t groupsPerToken = 1;           // topk_group: ...and a token picks its experts from this many of them
+  // deepseek_v3's mlp.gate.e_score_correction_bias: added to the scores to choose the experts, not
+  // to weight them; learned by the load-balancing rule, not by gradients.
+  bool scoreCorrectionBias = false;
 };
 
 // The fields of a Hugging Face decoder `config.json` that decide the parameters, with HF's
-// defaults. Llama-family decoders, dense and mixture-of-experts (Mixtral, Qwen2-MoE, Qwen3-MoE).
+// defaults. Llama-family decoders, dense and mixture-of-experts (Mixtral, Qwen2-MoE, Qwen3-MoE),
+// and DeepSeek-V3 (latent attention, dense first layers, routed and shared experts).
 struct ModelConfig {
   ModelFamily family = ModelFamily::kLlama;
   int64_t vocabSize = 0;
@@ -32,17 +70,28 @@ struct ModelConfig {
   int64_t numLayers = 0;
   int64_t numHeads = 0;
   int64_t numKvHeads = 0;        // num_key_value_heads, default num_attention_heads
-  int64_t headDim = 0;           // head_dim, default hidden_size / num_attention_heads
+  // head_dim, default hidden_size / num_attention_heads. Under MLA it is qk_rope_head_dim, the
+  // rotary width, as HF sets it; the widths of the attention heads are in `mla`.
+  int64_t headDim = 0;
   bool tieWordEmbeddings = false;
   bool attentionBias = false;    // q/k/v biases (qwen2 always; llama's attention_bias)
   bool qkNorm = false;           // per-head RMSNorm of q and k (qwen3)
   bool mlpBias = false;
+  MlaConfig mla;                 // deepseek_v3
+  bool isMla() const { return mla.kvLoraRank > 0; }
   // Mixture of experts: 0 experts for a dense model.
-  int64_t numExperts = 0;              // num_local_experts (mixtral), num_experts (qwen3_moe)
+  int64_t numExperts = 0;              // num_local_experts (mixtral), num_experts (qwen*_moe), n_routed_experts
   int64_t expertsPerToken = 0;         // num_experts_per_tok
-  int64_t expertIntermediateSize = 0;  // moe_intermediate_size (qwen*_moe); intermediate_size for mixtral
-  int64_t sharedExpertIntermediateSize = 0;  // shared_expert_intermediate_size (qwen2_moe); 0: none
+  int64_t expertIntermediateSize = 0;  // moe_intermediate_size (qwen*_moe, deepseek_v3); intermediate_size for mixtral
+  // The shared experts every token goes through, as one MLP of this width; 0: none.
+  // shared_expert_intermediate_size (qwen2_moe); moe_intermediate_size x n_shared_experts (deepseek_v3).
+  int64_t sharedExpertIntermediateSize = 0;
+  // first_k_dense_replace (deepseek_v3): layers below this index have a dense MLP of
+  // intermediate_size instead of experts.
+  int64_t firstDenseLayers = 0;
+  RouterConfig router;
   bool isMoe() const { return numExperts > 0; }
+  bool isMoeLayer(int64_t layer) const { return isMoe() && layer >= firstDenseLayers; }
 
   // Numerics: what the worker needs to compute what HF computes (the planner ignores them).
   double rmsNormEps = 1e-6;

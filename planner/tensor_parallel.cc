@@ -24,9 +24,16 @@ bool endsWith(const std::string& s, const std::string& suffix) {
 TpSplit defaultSplit(const ParameterInfo& p) {
   const std::string& n = p.name;
   if (n == "model.embed_tokens.weight" || n == "lm_head.weight") return TpSplit::kVocab;
-  // Routers stay whole (DeepSpeed skips mlp.gate, block_sparse_moe.gate and shared_expert_gate).
+  // Routers stay whole (DeepSpeed skips mlp.gate, block_sparse_moe.gate and shared_expert_gate),
+  // and so does deepseek_v3's router bias.
   if (endsWith(n, "mlp.gate.weight") || endsWith(n, "block_sparse_moe.gate.weight") ||
-      endsWith(n, "shared_expert_gate.weight"))
+      endsWith(n, "shared_expert_gate.weight") || endsWith(n, "mlp.gate.e_score_correction_bias"))
+    return TpSplit::kReplicated;
+  // Latent attention (DeepSpeed's deepseek_v2 preset): the projections down to the latents stay
+  // whole with their biases, so every rank has the whole latent to normalize (its norms are whole
+  // like every norm); q_b_proj and kv_b_proj then split by heads like q/k/v, and o_proj by rows.
+  if (n.find("self_attn.q_a_proj.") != std::string::npos ||
+      n.find("self_attn.kv_a_proj_with_mqa.") != std::string::npos)
     return TpSplit::kReplicated;
   if (n.find("o_proj.") != std::string::npos || n.find("down_proj.") != std::string::npos || n.find(".w2.") != std::string::npos)
     return endsWith(n, ".bias") ? TpSplit::kReplicated : TpSplit::kRow;  // a row-parallel bias is added once, whole
@@ -54,10 +61,13 @@ StatusOr<std::vector<TpLayout>> layoutTensorParallel(const ModelConfig& c, const
                              tp, c.numKvHeads);
     kvReplication = tp / static_cast<int>(c.numKvHeads);  // each rank holds one KV head, shared by tp/kv ranks
   }
-  if (!c.isMoe() && c.intermediateSize % tp != 0)
+  const bool denseMlps = !c.isMoe() || c.firstDenseLayers > 0;  // deepseek_v3's first layers are dense
+  if (denseMlps && c.intermediateSize % tp != 0)
     return invalidArgument("tensor parallel {}: intermediate_size {} is not a multiple of it", tp, c.intermediateSize);
   if (c.sharedExpertIntermediateSize % tp != 0)
-    return invalidArgument("tensor parallel {}: shared_expert_intermediate_size {} is not a multiple of it", tp,
+    return invalidArgument("tensor parallel {}: {} {} is not a multiple of it", tp,
+                           c.family == ModelFamily::kDeepseekV3 ? "moe_intermediate_size x n_shared_experts"
+                                                                : "shared_expert_intermediate_size",
                            c.sharedExpertIntermediateSize);
   if (c.isMoe() && c.expertIntermediateSize % tp != 0)
     return invalidArgument("tensor parallel {}: the experts' intermediate size {} is not a multiple of it", tp,

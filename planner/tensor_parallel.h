@@ -33,8 +33,10 @@ struct TpLayout {
 
 // AutoTP's layout of every parameter over `tp` ranks: row-parallel for o_proj and down_proj,
 // column-parallel for the other projections, vocabulary-parallel embedding and head, the rest
-// replicated; `specs` override by pattern, first match wins. Heads stay whole: InvalidArgument
-// names what does not divide (heads % tp, the KV heads against tp, vocab % tp, ...).
+// replicated. Latent attention follows DeepSpeed's deepseek_v2 preset: q_a_proj and
+// kv_a_proj_with_mqa whole, q_b_proj and kv_b_proj column-parallel by heads. `specs` override by
+// pattern, first match wins. Heads stay whole: InvalidArgument names what does not divide
+// (heads % tp, the KV heads against tp, vocab % tp, ...).
 StatusOr<std::vector<TpLayout>> layoutTensorParallel(const ModelConfig& config,
                                                      const std::vector<ParameterInfo>& parameters, int tp,
                                                      const std::vector<TpLayerSpec>& specs = {});

@@ -9,10 +9,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include "common/human_bytes.h"
 #include "worker/torch/checkpoint.h"
 #include "worker/torch/evaluation.h"
 #include "worker/torch/model_setup.h"
-#include "worker/torch/optimizer.h"
+#include "worker/torch/zero_optimizer.h"
 #include "worker/torch/token_samples.h"
 #include "worker/torch/world.h"
 #include "worker/train/loss_scaler.h"
@@ -27,25 +28,6 @@ using backends::ReduceOp;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// Flat fp32 buffers with one view per parameter: gradients are accumulated, all-reduced,
-// unscaled, measured and clipped as one tensor.
-struct FlatBuffer {
-  at::Tensor flat;
-  std::vector<at::Tensor> views;
-
-  static FlatBuffer like(const std::vector<at::Tensor>& params) {
-    int64_t total = 0;
-    for (const auto& p : params) total += p.numel();
-    FlatBuffer b{at::zeros({total}, at::kFloat), {}};
-    int64_t offset = 0;
-    for (const auto& p : params) {
-      b.views.push_back(b.flat.slice(0, offset, offset + p.numel()).view(p.sizes()));
-      offset += p.numel();
-    }
-    return b;
-  }
-};
-
 class Trainer {
  public:
   Trainer(const RankContext& ctx, const planner::JobSpec& spec, const TorchRuntime::ProgressFn& progress)
@@ -59,9 +41,8 @@ class Trainer {
   Status evaluateNow();
   Status saveNow();
   Status resume();
-  bool mixedPrecision() const { return ds_.precision != planner::Precision::kFp32; }
   backends::Communicator* comm() { return world_.comm.get(); }
-  std::vector<std::pair<std::string, at::Tensor>> namedMasters() const;
+  std::map<std::string, double> memoryMetrics() const;
 
   const RankContext& ctx_;
   const planner::JobSpec& spec_;
@@ -70,10 +51,7 @@ class Trainer {
 
   World world_;
   BuiltModel built_;
-  std::vector<at::Tensor> params_;
-  FlatBuffer grads_;
-  std::optional<FlatBuffer> masters_;  // fp32 copies under bf16 / fp16; fp32 trains the parameters
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<ZeroOptimizer> zero_;
   train::LossScaler scaler_;
   std::optional<TokenSamples> train_, eval_;
   std::unique_ptr<train::SampleOrder> order_;
@@ -84,11 +62,25 @@ class Trainer {
   int64_t lastSavedStep_ = -1;
 };
 
-std::vector<std::pair<std::string, at::Tensor>> Trainer::namedMasters() const {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  const auto& named = built_.model->parameters();
-  for (size_t i = 0; i < named.size(); ++i) out.emplace_back(named[i].first, masters_ ? masters_->views[i] : params_[i]);
-  return out;
+// Peak resident memory of this process (VmHWM), in bytes; 0 where /proc is not there.
+int64_t peakResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long long kb = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return static_cast<int64_t>(kb) * 1024;
+}
+
+std::map<std::string, double> Trainer::memoryMetrics() const {
+  const ZeroMemory m = zero_->memory();
+  return {{"memory.parameter_bytes", static_cast<double>(m.parameterBytes)},
+          {"memory.gradient_bytes", static_cast<double>(m.gradientBytes)},
+          {"memory.optimizer_state_bytes", static_cast<double>(m.optimizerStateBytes)},
+          {"memory.peak_rss_bytes", static_cast<double>(peakResidentBytes())}};
 }
 
 Status Trainer::setUp() {
@@ -106,26 +98,19 @@ Status Trainer::setUp() {
   }
   order_ = std::make_unique<train::SampleOrder>(train_->numSamples(), static_cast<uint64_t>(spec_.data.seed));
 
-  for (const auto& [name, p] : built_.model->parameters()) params_.push_back(p);
-  grads_ = FlatBuffer::like(params_);
-  if (mixedPrecision()) {
-    masters_ = FlatBuffer::like(params_);
-    at::NoGradGuard noGrad;
-    for (size_t i = 0; i < params_.size(); ++i) masters_->views[i].copy_(params_[i]);
-  }
-  optimizer_ = std::make_unique<Optimizer>(ds_.optimizer, namedMasters());
+  zero_ = std::make_unique<ZeroOptimizer>(ds_, built_.model->parameters(), comm());
   if (spec_.train.resume && !spec_.train.checkpointDir.empty()) RETURN_IF_ERROR(resume());
 
   if (ctx_.rank == 0) {
     int64_t count = 0;
-    for (const auto& p : params_) count += p.numel();
+    for (const auto& [name, p] : built_.model->parameters()) count += p.numel();
     std::printf("model: %s, %.2fM parameters, %s; data: %lld samples of %lld tokens; batch %lld = micro %lld x "
-                "accumulation %lld x %d ranks; optimizer %s\n",
+                "accumulation %lld x %d ranks; optimizer %s; ZeRO stage %d\n",
                 planner::modelFamilyName(config.family), count / 1e6, planner::precisionName(ds_.precision),
                 static_cast<long long>(train_->numSamples()), static_cast<long long>(spec_.data.seqLen),
                 static_cast<long long>(ds_.trainBatchSize), static_cast<long long>(ds_.microBatchSize),
                 static_cast<long long>(ds_.gradientAccumulationSteps), ctx_.worldSize,
-                planner::optimizerTypeName(ds_.optimizer.type));
+                planner::optimizerTypeName(ds_.optimizer.type), ds_.zero.stage);
   }
   return Status::ok();
 }
@@ -141,17 +126,14 @@ Status Trainer::resume() {
     return failedPrecondition("{}: written with train_batch_size {}, this job has {}: the data position would not "
                               "carry over",
                               where, t.value("train_batch_size", int64_t(0)), ds_.trainBatchSize);
+  // A ZeRO checkpoint holds each rank's partition: it loads at the same stage and size only.
+  const int stage = t.value("zero_stage", 0), dp = t.value("dp_world_size", ctx_.worldSize);
+  if (stage != ds_.zero.stage || (stage > 0 && dp != ctx_.worldSize))
+    return failedPrecondition("{}: written at ZeRO stage {} by {} ranks; this job runs stage {} on {} ranks (stage 0 "
+                              "checkpoints load at any size; a ZeRO checkpoint at its own stage and size only)",
+                              where, stage, dp, ds_.zero.stage, ctx_.worldSize);
   RETURN_IF_ERROR(built_.model->loadWeights(c.model, where));
-  if (masters_) {
-    at::NoGradGuard noGrad;
-    const auto& named = built_.model->parameters();
-    for (size_t i = 0; i < named.size(); ++i) {
-      auto it = c.optimizer.find("master." + named[i].first);
-      if (it == c.optimizer.end()) return invalidArgument("{}: fp32 master weight of {} is missing", where, named[i].first);
-      masters_->views[i].copy_(it->second);
-    }
-  }
-  RETURN_IF_ERROR(optimizer_->restore(c.optimizer, where));
+  RETURN_IF_ERROR(zero_->restore(stage > 0 ? c.rank : c.optimizer, where));
   RETURN_IF_ERROR(scaler_.restore(t.at("loss_scaler")));
   step_ = t.at("step").get<int64_t>();
   appliedSteps_ = t.at("applied_steps").get<int64_t>();
@@ -170,7 +152,7 @@ Status Trainer::trainStep() {
   const int64_t micro = ds_.microBatchSize, gas = ds_.gradientAccumulationSteps, seq = spec_.data.seqLen;
   const int dp = ctx_.worldSize;
   const double scale = scaler_.scale();
-  grads_.flat.zero_();
+  zero_->zeroGradients();
   double lossSum = 0;
   for (int64_t m = 0; m < gas; ++m) {
     const int64_t start = train::microBatchStart(step_, ds_.trainBatchSize, m, micro, ctx_.rank, dp);
@@ -181,23 +163,17 @@ Status Trainer::trainStep() {
     lossSum += loss.item<double>();
     // DeepSpeed scales by 1 / gradient_accumulation_steps: the step's gradient is the mean.
     (loss * (scale / static_cast<double>(gas))).backward();
-    at::NoGradGuard noGrad;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      grads_.views[i].add_(params_[i].grad());
-      params_[i].mutable_grad().reset();
-    }
+    RETURN_IF_ERROR(zero_->accumulate());
   }
   at::NoGradGuard noGrad;
   double loss = lossSum / static_cast<double>(gas);
   if (comm()) {
-    RETURN_IF_ERROR(comm()->allReduce(grads_.flat, ReduceOp::kAvg)->wait().withContext("gradient all-reduce"));
     at::Tensor lossTensor = at::tensor({loss}, at::kDouble);
     RETURN_IF_ERROR(comm()->allReduce(lossTensor, ReduceOp::kAvg)->wait().withContext("loss all-reduce"));
     loss = lossTensor.item<double>();
   }
-  if (scale != 1.0) grads_.flat.div_(scale);
-  const bool overflow = ds_.precision == planner::Precision::kFp16 && !at::isfinite(grads_.flat).all().item<bool>();
-  const double gradNorm = overflow ? std::nan("") : grads_.flat.norm().item<double>();
+  ASSIGN_OR_RETURN(const double gradNorm, zero_->reduce(scale));
+  const bool overflow = ds_.precision == planner::Precision::kFp16 && !std::isfinite(gradNorm);
   const double lr = train::learningRate(ds_.scheduler, ds_.optimizer.lr, appliedSteps_);
   if (overflow) {
     ++skippedSteps_;
@@ -205,14 +181,8 @@ Status Trainer::trainStep() {
       std::printf("step %lld: fp16 gradients overflow at loss scale %g: step skipped\n",
                   static_cast<long long>(step_ + 1), scale);
   } else {
-    if (ds_.gradientClipping > 0) {
-      const double coefficient = ds_.gradientClipping / (gradNorm + 1e-6);
-      if (coefficient < 1.0) grads_.flat.mul_(coefficient);
-    }
-    optimizer_->step(lr, grads_.views);
-    if (masters_) {
-      for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(masters_->views[i]);
-    }
+    const double clip = ds_.gradientClipping > 0 ? std::min(1.0, ds_.gradientClipping / (gradNorm + 1e-6)) : 1.0;
+    RETURN_IF_ERROR(zero_->step(lr, clip));
     ++appliedSteps_;
   }
   RETURN_IF_ERROR(scaler_.update(overflow));
@@ -227,7 +197,14 @@ Status Trainer::trainStep() {
                                         {"samples", static_cast<double>(step_ * ds_.trainBatchSize)},
                                         {"skipped_steps", static_cast<double>(skippedSteps_)},
                                         {"progress", static_cast<double>(step_) / spec_.train.steps}};
-  if (!overflow) metrics["grad_norm"] = gradNorm;  // an overflowed step has no norm (and JSON has no NaN)
+  if (!overflow) metrics["grad_norm"] = gradNorm;
+  if (step_ == 1 || step_ % ds_.stepsPerPrint == 0) metrics.merge(memoryMetrics());
+  if (step_ == 1 && ctx_.rank == 0) {
+    const ZeroMemory m = zero_->memory();
+    std::printf("memory per rank (ZeRO stage %d): parameters %s, gradients %s, optimizer state %s, peak RSS %s\n",
+                ds_.zero.stage, humanBytes(m.parameterBytes).c_str(), humanBytes(m.gradientBytes).c_str(),
+                humanBytes(m.optimizerStateBytes).c_str(), humanBytes(peakResidentBytes()).c_str());
+  }  // an overflowed step has no norm (and JSON has no NaN)
   if (ds_.precision == planner::Precision::kFp16) metrics["loss_scale"] = scaler_.scale();
   progress_(step_, metrics);
   if (ctx_.rank == 0 && (step_ % ds_.stepsPerPrint == 0 || step_ == 1 || step_ == spec_.train.steps)) {
@@ -255,13 +232,12 @@ Status Trainer::evaluateNow() {
 
 Status Trainer::saveNow() {
   CheckpointContents c;
+  // ZeRO partitions go in each rank's own file; stage 0's whole state once, with the model.
+  if (ds_.zero.stage > 0) c.rank = zero_->state();
   c.rank["rng"] = at::detail::getDefaultCPUGenerator().get_state();
   if (ctx_.rank == 0) {
     c.model = built_.model->stateDict();
-    c.optimizer = optimizer_->state();
-    if (masters_) {
-      for (const auto& [name, master] : namedMasters()) c.optimizer["master." + name] = master;
-    }
+    if (ds_.zero.stage == 0) c.optimizer = zero_->state();
     c.modelConfig = built_.configText;
     c.trainer = {{"step", step_},
                  {"applied_steps", appliedSteps_},
@@ -269,6 +245,7 @@ Status Trainer::saveNow() {
                  {"consumed_samples", step_ * ds_.trainBatchSize},
                  {"train_batch_size", ds_.trainBatchSize},
                  {"dp_world_size", ctx_.worldSize},
+                 {"zero_stage", ds_.zero.stage},
                  {"data_seed", spec_.data.seed},
                  {"loss_scaler", scaler_.state()},
                  {"deepspeed", ds_.toJson()}};

@@ -97,8 +97,19 @@ TEST_CASE("deepspeed: precision, schedulers and unsupported keys", "[planner][de
         "deepspeed.scheduler.params.total_num_steps: required field is missing");
   CHECK(errorOf(std::string(R"({"train_batch_size": 2, "scheduler": {"type": "OneCycle"}, )") + kAdam + "}")
             .find("deepspeed.scheduler.type: \"OneCycle\" is not supported") == 0);
-  CHECK(errorOf(std::string(R"({"train_batch_size": 2, "zero_optimization": {"stage": 2}, )") + kAdam + "}") ==
-        "deepspeed.zero_optimization.stage: 2 is not supported by this version (stage 0: plain data parallel)");
+  auto zero2 = parsed(std::string(R"({"train_batch_size": 2, "zero_optimization": {"stage": 2,
+      "reduce_bucket_size": 5e7, "overlap_comm": true, "offload_optimizer": {"device": "cpu"}}, )") + kAdam + "}");
+  CHECK(zero2.zero.stage == 2);
+  CHECK(zero2.zero.reduceBucketSize == 50'000'000);
+  CHECK(zero2.zero.offloadOptimizer == "cpu");
+  CHECK(errorOf(std::string(R"({"train_batch_size": 2, "zero_optimization": {"stage": 1,
+      "offload_optimizer": {"device": "nvme"}}, )") + kAdam + "}") ==
+        "deepspeed.zero_optimization.offload_optimizer.device: \"nvme\" is not supported (none, cpu)");
+  CHECK(errorOf(std::string(R"({"train_batch_size": 2, "zero_optimization": {"offload_optimizer": {"device": "cpu"}},
+      )") + kAdam + "}") ==
+        "deepspeed.zero_optimization.offload_optimizer: needs ZeRO stage 1, 2 or 3 (as in DeepSpeed)");
+  CHECK(errorOf(std::string(R"({"train_batch_size": 2, "zero_optimization": {"stage": 2, "round_robin": true}, )") +
+                kAdam + "}") == "deepspeed.zero_optimization.round_robin: unknown key");
   CHECK(errorOf(std::string(R"({"train_batch_size": 2, "activation_checkpointing": {}, )") + kAdam + "}")
             .find("deepspeed.activation_checkpointing: not supported by this version") == 0);
   // The normalized config parses back to itself.

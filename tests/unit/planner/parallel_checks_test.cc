@@ -42,3 +42,20 @@ TEST_CASE("expert owners: consecutive experts per rank", "[planner]") {
   CHECK(expertOwner(8, 64, 8) == 1);
   CHECK(expertOwner(63, 64, 8) == 7);
 }
+
+TEST_CASE("DeepSeek-V3: latent attention has a key and value per query head - 256 experts", "[planner]") {
+  auto c = parseModelConfig(R"({"model_type": "deepseek_v3", "vocab_size": 129280, "hidden_size": 7168,
+    "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61, "first_k_dense_replace": 3,
+    "num_attention_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 256, "n_shared_experts": 1,
+    "num_experts_per_tok": 8})");
+  REQUIRE(c.isOk());
+  CHECK(c->numKvHeads == 128);  // Ulysses scatters the up-projected keys and values by head, like the queries
+  CHECK(checkSequenceParallel(*c, 8, 4096).isOk());
+  CHECK(checkSequenceParallel(*c, 256, 4096).message() ==
+        "sequence_parallel_size 256: num_attention_heads 128 is not a multiple of it");
+  CHECK(checkExpertParallel(*c, 64).isOk());
+  CHECK(checkExpertParallel(*c, 3).message() ==
+        "expert_parallel.autoep_size 3: the 256 experts do not split evenly over it");
+  CHECK(expertOwner(255, c->numExperts, 64) == 63);
+}
