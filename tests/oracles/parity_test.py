@@ -8,11 +8,14 @@
    ops): Adam with L2 weight decay + WarmupDecayLR, Adagrad + WarmupCosineLR and Lion, by Loom
    (1 rank) and by a plain training loop over torch.optim.Adam / Adagrad, a Lion written from
    the paper, and DeepSpeed's own scheduler classes. Losses within 1e-5 relative, weights 1e-5.
+4. ZeRO: stages 1, 2 and 2 with CPU optimizer offload on 4 ranks give stage 0's 1-rank losses
+   (1e-5 relative over 30 steps) and final weights (1e-5); per-rank optimizer-state bytes are
+   1/4 of stage 0's from stage 1 on, gradient bytes 1/4 from stage 2 on.
 2. Training semantics: the same model, data, order and DeepSpeed config trained by DeepSpeed
    0.19.8 (1 rank, gradient accumulation 4) and by Loom (2 data-parallel ranks, accumulation 2):
    per-step lr equal, loss and grad norm within 1e-5 relative, final weights within 1e-5.
 
-  python3 tests/oracles/parity_test.py --bin build/bin [--only numerics|training|optimizers]
+  python3 tests/oracles/parity_test.py --bin build/bin [--only numerics|training|optimizers|zero]
 """
 import argparse
 import glob
@@ -252,10 +255,73 @@ def optimizers(bin_dir, work):
         check(worst <= 1e-5, f"optimizer {name}: final weights vs torch, max |difference| = {worst:.2e}")
 
 
+def loom_losses(log):
+    out = {}
+    for line in log.splitlines():
+        if line.startswith("step ") and ": loss " in line:
+            out[int(line.split()[1].split("/")[0])] = float(line.split()[3])
+    return out
+
+
+def memory_line(log):
+    """{"parameters": bytes, ...} from rank 0's "memory per rank" line."""
+    units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    for line in log.splitlines():
+        if line.startswith("memory per rank"):
+            fields = line.split(": ", 1)[1].split(", ")
+            return {f.rsplit(" ", 2)[0]: float(f.rsplit(" ", 2)[1]) * units[f.rsplit(" ", 2)[2]] for f in fields}
+    return {}
+
+
+def zero(bin_dir, work):
+    """ZeRO stages on 4 ranks against stage 0 on 1 rank: the same losses and weights, and the
+    per-rank memory that each stage promises."""
+    seq, steps = 32, 30
+    data = os.path.join(work, "zero.tokens")
+    subprocess.run([os.path.join(bin_dir, "loomctl"), "data", "prepare", "/usr/share/common-licenses/GPL-3",
+                    "--output", data], check=True, capture_output=True)
+    model_dir = os.path.join(work, "zero-llama")
+    save_model("llama", model_dir, seed=6)
+    base = {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
+            "steps_per_print": 1,
+            "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.01}},
+            "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 2e-3, "warmup_num_steps": 5}}}
+    runs = {"stage0-1rank": (1, {"stage": 0}), "stage0": (4, {"stage": 0}), "stage1": (4, {"stage": 1}),
+            "stage2": (4, {"stage": 2, "reduce_bucket_size": 20000}),
+            "stage2-offload": (4, {"stage": 2, "offload_optimizer": {"device": "cpu"}})}
+    results = {}
+    for name, (ranks, zero_config) in runs.items():
+        checkpoints = os.path.join(work, "zero-" + name)
+        log = loom_run(bin_dir, {
+            "name": "zero-" + name, "kind": "train", "resources": {"ranks": ranks},
+            "model": {"config": model_dir + "/config.json", "weights": model_dir},
+            "data": {"train": data, "seq_len": seq, "seed": 2},
+            "train": {"steps": steps, "checkpoint_dir": checkpoints},
+            "deepspeed": dict(base, zero_optimization=zero_config)}, work, "zero-" + name)
+        weights = load_file(os.path.join(checkpoints, f"global_step{steps}", "model.safetensors"))
+        results[name] = (loom_losses(log), weights, memory_line(log))
+    ref_losses, ref_weights, ref_memory = results["stage0"]
+    one_losses, one_weights, _ = results["stage0-1rank"]
+    for name, (losses, weights, memory) in results.items():
+        worst = max(abs(losses.get(s, 0) - one_losses[s]) / one_losses[s] for s in one_losses)
+        check(len(losses) == steps and worst <= 1e-5,
+              f"ZeRO {name}: {len(losses)} losses vs stage 0 on 1 rank, worst relative difference {worst:.2e}")
+        diff = max((weights[k] - one_weights[k]).abs().max().item() for k in one_weights)
+        check(diff <= 1e-5, f"ZeRO {name}: final weights vs stage 0 on 1 rank, max |difference| = {diff:.2e}")
+        print(f"      {name}: " + ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in memory.items()), flush=True)
+    # Per rank, 4 ranks: optimizer state 1/4 of stage 0's from stage 1, gradients 1/4 from stage 2.
+    for name in ("stage1", "stage2", "stage2-offload"):
+        ratio = results[name][2]["optimizer state"] / ref_memory["optimizer state"]
+        check(abs(ratio - 0.25) < 0.02, f"ZeRO {name}: optimizer-state bytes {ratio:.3f} of stage 0's")
+    for name in ("stage2", "stage2-offload"):
+        ratio = results[name][2]["gradients"] / ref_memory["gradients"]
+        check(abs(ratio - 0.25) < 0.02, f"ZeRO {name}: gradient bytes {ratio:.3f} of stage 0's")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["numerics", "training", "optimizers"])
+    p.add_argument("--only", choices=["numerics", "training", "optimizers", "zero"])
     a = p.parse_args()
     bin_dir = os.path.abspath(a.bin)
     with tempfile.TemporaryDirectory(prefix="loom-parity-") as work:
@@ -265,6 +331,8 @@ def main():
             training(bin_dir, work)
         if a.only in (None, "optimizers"):
             optimizers(bin_dir, work)
+        if a.only in (None, "zero"):
+            zero(bin_dir, work)
     if failures:
         raise SystemExit(f"{len(failures)} checks failed")
 
