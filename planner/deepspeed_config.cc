@@ -214,8 +214,6 @@ Status parseZero(const json& object, DeepSpeedConfig* c) {
   RETURN_IF_ERROR(r.readWholeNumber("sub_group_size", &z.subGroupSize, false, 1, kMax));
   ASSIGN_OR_RETURN(const json* offload, r.readObject("offload_optimizer"));
   if (offload) RETURN_IF_ERROR(parseOffload(*offload, &z));
-  if (z.stage == 3)
-    return invalidArgument("deepspeed.zero_optimization.stage: 3 is not supported by this version yet (0, 1, 2)");
   return r.rejectUnknown();
 }
 

@@ -8,9 +8,10 @@
    ops): Adam with L2 weight decay + WarmupDecayLR, Adagrad + WarmupCosineLR and Lion, by Loom
    (1 rank) and by a plain training loop over torch.optim.Adam / Adagrad, a Lion written from
    the paper, and DeepSpeed's own scheduler classes. Losses within 1e-5 relative, weights 1e-5.
-4. ZeRO: stages 1, 2 and 2 with CPU optimizer offload on 4 ranks give stage 0's 1-rank losses
-   (1e-5 relative over 30 steps) and final weights (1e-5); per-rank optimizer-state bytes are
-   1/4 of stage 0's from stage 1 on, gradient bytes 1/4 from stage 2 on.
+4. ZeRO: stages 1, 2, 2 with CPU optimizer offload, and 3 (evaluating between steps) on 4 ranks
+   give stage 0's 1-rank losses (1e-5 relative over 30 steps) and final weights (1e-5); per-rank
+   optimizer-state bytes are 1/4 of stage 0's from stage 1 on, gradient bytes 1/4 from stage 2
+   on, and parameter bytes 1/4 (plus 1/4 fp32 masters) at stage 3.
 2. Training semantics: the same model, data, order and DeepSpeed config trained by DeepSpeed
    0.19.8 (1 rank, gradient accumulation 4) and by Loom (2 data-parallel ranks, accumulation 2):
    per-step lr equal, loss and grad norm within 1e-5 relative, final weights within 1e-5.
@@ -288,15 +289,18 @@ def zero(bin_dir, work):
             "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 2e-3, "warmup_num_steps": 5}}}
     runs = {"stage0-1rank": (1, {"stage": 0}), "stage0": (4, {"stage": 0}), "stage1": (4, {"stage": 1}),
             "stage2": (4, {"stage": 2, "reduce_bucket_size": 20000}),
-            "stage2-offload": (4, {"stage": 2, "offload_optimizer": {"device": "cpu"}})}
+            "stage2-offload": (4, {"stage": 2, "offload_optimizer": {"device": "cpu"}}),
+            # Only the norms (64 elements) stay whole; evaluations run between the steps.
+            "stage3": (4, {"stage": 3, "stage3_param_persistence_threshold": 1000})}
     results = {}
     for name, (ranks, zero_config) in runs.items():
         checkpoints = os.path.join(work, "zero-" + name)
         log = loom_run(bin_dir, {
             "name": "zero-" + name, "kind": "train", "resources": {"ranks": ranks},
             "model": {"config": model_dir + "/config.json", "weights": model_dir},
-            "data": {"train": data, "seq_len": seq, "seed": 2},
-            "train": {"steps": steps, "checkpoint_dir": checkpoints},
+            "data": {"train": data, "eval": data, "seq_len": seq, "seed": 2},
+            "train": dict({"steps": steps, "checkpoint_dir": checkpoints},
+                          **({"eval_every": 10, "eval_batches": 2} if zero_config["stage"] == 3 else {})),
             "deepspeed": dict(base, zero_optimization=zero_config)}, work, "zero-" + name)
         weights = load_file(os.path.join(checkpoints, f"global_step{steps}", "model.safetensors"))
         results[name] = (loom_losses(log), weights, memory_line(log))
@@ -310,12 +314,16 @@ def zero(bin_dir, work):
         check(diff <= 1e-5, f"ZeRO {name}: final weights vs stage 0 on 1 rank, max |difference| = {diff:.2e}")
         print(f"      {name}: " + ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in memory.items()), flush=True)
     # Per rank, 4 ranks: optimizer state 1/4 of stage 0's from stage 1, gradients 1/4 from stage 2.
-    for name in ("stage1", "stage2", "stage2-offload"):
+    for name in ("stage1", "stage2", "stage2-offload", "stage3"):
         ratio = results[name][2]["optimizer state"] / ref_memory["optimizer state"]
         check(abs(ratio - 0.25) < 0.02, f"ZeRO {name}: optimizer-state bytes {ratio:.3f} of stage 0's")
-    for name in ("stage2", "stage2-offload"):
+    for name in ("stage2", "stage2-offload", "stage3"):
         ratio = results[name][2]["gradients"] / ref_memory["gradients"]
         check(abs(ratio - 0.25) < 0.02, f"ZeRO {name}: gradient bytes {ratio:.3f} of stage 0's")
+    # Stage 3 keeps a quarter of the fp32 parameters (stage 0's parameter bytes) as its model part
+    # and a quarter as fp32 masters: half in all, plus the whole norms.
+    ratio = results["stage3"][2]["parameters"] / ref_memory["parameters"]
+    check(abs(ratio - 0.5) < 0.02, f"ZeRO stage3: parameter bytes {ratio:.3f} of stage 0's (1/4 part + 1/4 masters)")
 
 
 def main():

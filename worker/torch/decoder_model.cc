@@ -45,6 +45,8 @@ DecoderModel::DecoderModel(const planner::ModelConfig& config, at::ScalarType dt
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const planner::ModelConfig& config,
                                                              at::ScalarType dtype) {
+  if (config.rope.type == planner::RopeConfig::Type::kYarn)
+    return invalidArgument("model: rope_type yarn is not built by the worker yet (default, linear, llama3)");
   if (config.isMoe())
     return invalidArgument("model: {} is a mixture-of-experts model; this version trains dense decoders only "
                            "(llama, mistral, qwen2, qwen3)",
@@ -68,6 +70,23 @@ at::Tensor DecoderModel::parameter(const std::string& name) const {
 }
 
 void DecoderModel::bindLayers() {
+  auto indexOf = [&](const std::string& name) {
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (parameters_[i].first == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  blockParameters_.assign(numBlocks(), {});
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const std::string& name = parameters_[i].first;
+    if (name.rfind("model.layers.", 0) == 0) {
+      const int layer = std::stoi(name.substr(13));
+      blockParameters_[layer + 1].push_back(static_cast<int>(i));
+    }
+  }
+  blockParameters_.front() = {indexOf("model.embed_tokens.weight")};
+  blockParameters_.back() = {indexOf("model.norm.weight"),
+                             indexOf(config_.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight")};
   embed_ = parameter("model.embed_tokens.weight");
   finalNorm_ = parameter("model.norm.weight");
   head_ = config_.tieWordEmbeddings ? embed_ : parameter("lm_head.weight");
@@ -175,14 +194,19 @@ at::Tensor DecoderModel::mlpBlock(const Layer& l, const at::Tensor& x) {
   return at::linear(hidden, l.down, l.downBias);
 }
 
+at::Tensor DecoderModel::block(int index, const at::Tensor& input) {
+  if (index == 0) return at::embedding(embed_, input);
+  if (index == numBlocks() - 1) return at::linear(ops().rmsNorm(input, finalNorm_, config_.rmsNormEps), head_);
+  const Layer& layer = layers_[index - 1];
+  auto [cos, sin] = rotary(input.size(1));
+  at::Tensor h = input + attentionBlock(layer, ops().rmsNorm(input, layer.inputNorm, config_.rmsNormEps), cos, sin);
+  return h + mlpBlock(layer, ops().rmsNorm(h, layer.postNorm, config_.rmsNormEps));
+}
+
 at::Tensor DecoderModel::logits(const at::Tensor& tokens) {
-  auto [cos, sin] = rotary(tokens.size(1));
-  at::Tensor h = at::embedding(embed_, tokens);
-  for (const auto& layer : layers_) {
-    h = h + attentionBlock(layer, ops().rmsNorm(h, layer.inputNorm, config_.rmsNormEps), cos, sin);
-    h = h + mlpBlock(layer, ops().rmsNorm(h, layer.postNorm, config_.rmsNormEps));
-  }
-  return at::linear(ops().rmsNorm(h, finalNorm_, config_.rmsNormEps), head_);
+  at::Tensor h = tokens;
+  for (int i = 0; i < numBlocks(); ++i) h = runner_ ? runner_->run(*this, i, h) : block(i, h);
+  return h;
 }
 
 at::Tensor DecoderModel::loss(const at::Tensor& inputs, const at::Tensor& labels) {

@@ -13,6 +13,17 @@
 
 namespace loom::worker {
 
+class DecoderModel;
+
+// Runs the model's blocks when something must happen around each (ZeRO stage 3 gathers a
+// block's parameters before it and releases them after). Without one, blocks run directly.
+class BlockRunner {
+ public:
+  virtual ~BlockRunner() = default;
+  // Must return model.block(index, input), however it arranges for the parameters.
+  virtual at::Tensor run(DecoderModel& model, int index, const at::Tensor& input) = 0;
+};
+
 // A Llama-family decoder (llama, mistral, qwen2, qwen3) computing what Hugging Face's
 // *ForCausalLM computes: RMSNorm, split-half RoPE (default, linear or llama3 frequencies),
 // grouped-query causal attention (optionally windowed), SwiGLU MLP, tied or untied head. Its
@@ -39,6 +50,14 @@ class DecoderModel {
 
   // tokens [B, S] (int64) -> logits [B, S, V] in the model's dtype.
   at::Tensor logits(const at::Tensor& tokens);
+
+  // The forward pass as a chain of blocks: 0 the embedding (tokens in), 1..L the decoder layers,
+  // L + 1 the final norm and the head (logits out).
+  int numBlocks() const { return static_cast<int>(config_.numLayers) + 2; }
+  at::Tensor block(int index, const at::Tensor& input);
+  // Indices into parameters() of the parameters block `index` uses.
+  const std::vector<int>& blockParameters(int index) const { return blockParameters_[index]; }
+  void setBlockRunner(BlockRunner* runner) { runner_ = runner; }
   // Mean cross-entropy of the next-token predictions: inputs and labels [B, S].
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& labels);
 
@@ -62,6 +81,8 @@ class DecoderModel {
   std::vector<std::pair<std::string, at::Tensor>> parameters_;
   at::Tensor embed_, finalNorm_, head_;
   std::vector<Layer> layers_;
+  std::vector<std::vector<int>> blockParameters_;
+  BlockRunner* runner_ = nullptr;
   at::Tensor inverseFrequencies_;  // [head_dim / 2], fp32
   int64_t rotarySeqLen_ = 0;
   at::Tensor cos_, sin_;

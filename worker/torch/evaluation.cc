@@ -20,12 +20,18 @@ StatusOr<EvalResult> evaluate(DecoderModel& model, const TokenSamples& data, int
   result.samples = count;
   at::Tensor logprobs = wantLogprobs ? at::zeros({count, seq}, at::kFloat) : at::Tensor();
   double lossSum = 0;
-  for (int64_t first = dpRank * micro; first < count; first += micro * dp) {
+  // Every rank runs the same number of forward passes (ZeRO-3 gathers parameters collectively in
+  // each): a rank whose share ran out repeats sample 0 and discards the result.
+  for (int64_t round = 0; round * micro * dp < count; ++round) {
+    const int64_t first = (round * dp + dpRank) * micro;
     std::vector<int64_t> samples;
     for (int64_t i = first; i < std::min(count, first + micro); ++i) samples.push_back(i);
+    const bool idle = samples.empty();
+    if (idle) samples.push_back(0);
     at::Tensor batch = data.gather(samples);
     at::Tensor inputs = batch.slice(1, 0, seq), labels = batch.slice(1, 1, seq + 1);
     at::Tensor logits = model.logits(inputs);
+    if (idle) continue;
     at::Tensor flat = logits.view({-1, logits.size(-1)});
     at::Tensor tokenLogprobs = ops().logprobs(flat, labels.reshape({-1}));
     lossSum -= tokenLogprobs.sum().item<double>();

@@ -51,7 +51,7 @@ class Trainer {
 
   World world_;
   BuiltModel built_;
-  std::unique_ptr<ZeroOptimizer> zero_;
+  std::unique_ptr<ZeroEngine> zero_;
   train::LossScaler scaler_;
   std::optional<TokenSamples> train_, eval_;
   std::unique_ptr<train::SampleOrder> order_;
@@ -98,7 +98,7 @@ Status Trainer::setUp() {
   }
   order_ = std::make_unique<train::SampleOrder>(train_->numSamples(), static_cast<uint64_t>(spec_.data.seed));
 
-  zero_ = std::make_unique<ZeroOptimizer>(ds_, built_.model->parameters(), comm());
+  zero_ = makeZeroEngine(ds_, *built_.model, comm());
   if (spec_.train.resume && !spec_.train.checkpointDir.empty()) RETURN_IF_ERROR(resume());
 
   if (ctx_.rank == 0) {
@@ -132,7 +132,8 @@ Status Trainer::resume() {
     return failedPrecondition("{}: written at ZeRO stage {} by {} ranks; this job runs stage {} on {} ranks (stage 0 "
                               "checkpoints load at any size; a ZeRO checkpoint at its own stage and size only)",
                               where, stage, dp, ds_.zero.stage, ctx_.worldSize);
-  RETURN_IF_ERROR(built_.model->loadWeights(c.model, where));
+  // Stage 3 restores its parameter parts from the fp32 masters; the others load the weights.
+  if (stage < 3) RETURN_IF_ERROR(built_.model->loadWeights(c.model, where));
   RETURN_IF_ERROR(zero_->restore(stage > 0 ? c.rank : c.optimizer, where));
   RETURN_IF_ERROR(scaler_.restore(t.at("loss_scaler")));
   step_ = t.at("step").get<int64_t>();
@@ -235,8 +236,10 @@ Status Trainer::saveNow() {
   // ZeRO partitions go in each rank's own file; stage 0's whole state once, with the model.
   if (ds_.zero.stage > 0) c.rank = zero_->state();
   c.rank["rng"] = at::detail::getDefaultCPUGenerator().get_state();
+  // Every rank takes part: stage 3 gathers the weights.
+  ASSIGN_OR_RETURN(TensorMap weights, zero_->fullWeights());
   if (ctx_.rank == 0) {
-    c.model = built_.model->stateDict();
+    c.model = std::move(weights);
     if (ds_.zero.stage == 0) c.optimizer = zero_->state();
     c.modelConfig = built_.configText;
     c.trainer = {{"step", step_},

@@ -5,6 +5,9 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include "worker/torch/decoder_model.h"
+#include "worker/torch/zero_stage3.h"
+
 namespace loom::worker {
 
 using backends::ReduceOp;
@@ -190,6 +193,12 @@ Status ZeroOptimizer::restore(const TensorMap& state, const std::string& source)
   return optimizer_->restore(state, source);
 }
 
+StatusOr<TensorMap> ZeroOptimizer::fullWeights() {
+  TensorMap out;
+  for (const auto& [name, p] : params_) out[name] = p.detach();
+  return out;
+}
+
 ZeroMemory ZeroOptimizer::memory() const {
   ZeroMemory m;
   for (const auto& [name, p] : params_) m.parameterBytes += bytesOf(p);
@@ -199,6 +208,12 @@ ZeroMemory ZeroOptimizer::memory() const {
     if (name != "step") m.optimizerStateBytes += bytesOf(t);
   }
   return m;
+}
+
+std::unique_ptr<ZeroEngine> makeZeroEngine(const planner::DeepSpeedConfig& config, DecoderModel& model,
+                                           backends::Communicator* comm) {
+  if (config.zero.stage == 3) return makeZeroStage3(config, model, comm);
+  return std::make_unique<ZeroOptimizer>(config, model.parameters(), comm);
 }
 
 }  // namespace loom::worker

@@ -1,0 +1,326 @@
+#include "worker/torch/zero_stage3.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "planner/zero_partition.h"
+#include "worker/torch/decoder_model.h"
+#include "worker/torch/optimizer.h"
+
+namespace loom::worker {
+namespace {
+
+using backends::ReduceOp;
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// Collective failures inside autograd travel as exceptions; the runtime turns them back into a
+// Status at the job's edge (worker/torch/runtime.cc).
+void throwIfError(const Status& status) {
+  if (!status.isOk()) throw std::runtime_error(status.toString());
+}
+
+class ZeroStage3 final : public ZeroEngine, public BlockRunner {
+ public:
+  ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm);
+
+  void zeroGradients() override;
+  Status accumulate() override { return Status::ok(); }  // reduced during backward
+  StatusOr<double> reduce(double lossScale) override;
+  Status step(double lr, double clipCoefficient) override;
+  TensorMap state() const override;
+  Status restore(const TensorMap& state, const std::string& source) override;
+  ZeroMemory memory() const override;
+  StatusOr<TensorMap> fullWeights() override;
+  at::Tensor run(DecoderModel& model, int index, const at::Tensor& input) override;
+
+  // Used by the block function.
+  at::Tensor modelBlock(int block, const at::Tensor& input) { return model_.block(block, input); }
+  void gather(int block);
+  void release(int block);
+  void reduceGradients(int block);
+
+ private:
+  struct Param {
+    std::string name;
+    at::Tensor tensor;  // the model's parameter: whole while gathered, empty otherwise
+    std::vector<int64_t> shape;
+    int64_t numel = 0;
+    bool persistent = false;
+    int64_t part = 0;    // elements of this rank's part (the whole parameter when persistent)
+    at::Tensor local;    // this rank's part in the model's dtype (non-persistent)
+    at::Tensor master;   // fp32 [part]
+    at::Tensor grad;     // fp32 [part]
+  };
+  std::vector<int> partitioned(int block) const;
+
+  const planner::DeepSpeedConfig& config_;
+  DecoderModel& model_;
+  backends::Communicator* comm_;
+  int dp_ = 1;
+  int rank_ = 0;
+  at::ScalarType dtype_;
+  std::vector<Param> params_;
+  std::unique_ptr<Optimizer> optimizer_;
+  at::Tensor anchor_;  // an input that requires grad, so that autograd records every block
+};
+
+// One block of the model with its parameters gathered only while it runs.
+struct GatheredBlock : public torch::autograd::Function<GatheredBlock> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& anchor, int64_t engine,
+                            int64_t block) {
+    auto* zero = reinterpret_cast<ZeroStage3*>(engine);
+    ctx->saved_data["engine"] = engine;
+    ctx->saved_data["block"] = block;
+    ctx->save_for_backward({input});
+    zero->gather(static_cast<int>(block));
+    at::Tensor out = zero->modelBlock(static_cast<int>(block), input);
+    zero->release(static_cast<int>(block));
+    return out;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto* zero = reinterpret_cast<ZeroStage3*>(ctx->saved_data["engine"].toInt());
+    const int block = static_cast<int>(ctx->saved_data["block"].toInt());
+    at::Tensor input = ctx->get_saved_variables()[0];
+    zero->gather(block);
+    at::Tensor x = input.is_floating_point() ? input.detach().requires_grad_(true) : input;
+    {
+      at::AutoGradMode enable(true);
+      at::Tensor out = zero->modelBlock(block, x);
+      torch::autograd::backward({out}, {grads[0]});
+    }
+    zero->reduceGradients(block);
+    zero->release(block);
+    return {x.requires_grad() ? x.grad() : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
+    : config_(config), model_(model), comm_(comm), dtype_(model.dtype()) {
+  at::NoGradGuard noGrad;
+  dp_ = comm ? comm->size() : 1;
+  rank_ = comm ? comm->rank() : 0;
+  std::vector<int64_t> numels;
+  for (const auto& [name, t] : model.parameters()) numels.push_back(t.numel());
+  const auto layout = planner::partitionPerParameter(numels, dp_, config.zero.paramPersistenceThreshold,
+                                                     config.zero.modelPersistenceThreshold);
+  std::vector<std::pair<std::string, at::Tensor>> masters;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    const auto& [name, t] = model.parameters()[i];
+    Param p{.name = name, .tensor = t, .shape = t.sizes().vec(), .numel = t.numel(),
+            .persistent = layout[i].persistent, .part = layout[i].partitionNumel};
+    if (p.persistent) {
+      p.master = t.detach().to(at::kFloat).reshape({-1}).clone();
+    } else {
+      at::Tensor padded = at::zeros({p.part * dp_}, dtype_);
+      padded.slice(0, 0, p.numel).copy_(t.reshape({-1}));
+      p.local = padded.slice(0, rank_ * p.part, (rank_ + 1) * p.part).clone();
+      p.master = p.local.to(at::kFloat);
+      t.set_data(at::empty({0}, dtype_));  // released until a block needs it
+    }
+    p.grad = at::zeros({p.master.numel()}, at::kFloat);
+    masters.emplace_back(name, p.master);
+    params_.push_back(std::move(p));
+  }
+  optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters));
+  anchor_ = at::zeros({1}, at::kFloat).requires_grad_(true);
+  model.setBlockRunner(this);
+}
+
+std::vector<int> ZeroStage3::partitioned(int block) const {
+  std::vector<int> out;
+  for (int i : model_.blockParameters(block)) {
+    if (!params_[i].persistent) out.push_back(i);
+  }
+  return out;
+}
+
+at::Tensor ZeroStage3::run(DecoderModel& model, int index, const at::Tensor& input) {
+  return GatheredBlock::apply(input, anchor_, reinterpret_cast<int64_t>(this), static_cast<int64_t>(index));
+}
+
+void ZeroStage3::gather(int block) {
+  at::NoGradGuard noGrad;
+  const std::vector<int> ids = partitioned(block);
+  if (ids.empty()) return;
+  // The block's parts end to end: one all-gather for the whole block.
+  int64_t width = 0;
+  std::vector<at::Tensor> locals;
+  for (int i : ids) {
+    width += params_[i].part;
+    locals.push_back(params_[i].local);
+  }
+  at::Tensor mine = at::cat(locals);
+  at::Tensor all = at::empty({dp_ * width}, dtype_);
+  if (comm_) {
+    throwIfError(comm_->allGather(all, mine)->wait().withContext("ZeRO-3 parameter all-gather"));
+  } else {
+    all.copy_(mine);
+  }
+  at::Tensor byRank = all.view({dp_, width});
+  int64_t offset = 0;
+  for (int i : ids) {
+    Param& p = params_[i];
+    at::Tensor whole = byRank.slice(1, offset, offset + p.part).reshape({-1}).slice(0, 0, p.numel);
+    p.tensor.set_data(whole.reshape(p.shape).clone());
+    offset += p.part;
+  }
+}
+
+void ZeroStage3::release(int block) {
+  for (int i : partitioned(block)) params_[i].tensor.set_data(at::empty({0}, dtype_));
+}
+
+void ZeroStage3::reduceGradients(int block) {
+  at::NoGradGuard noGrad;
+  const std::vector<int> ids = partitioned(block);
+  int64_t width = 0;
+  for (int i : ids) width += params_[i].part;
+  if (!ids.empty()) {
+    // Rank r's slice of every parameter's gradient, laid out rank after rank for the
+    // reduce-scatter; a parameter that got no gradient this time contributes zeros.
+    at::Tensor input = at::zeros({dp_, width}, at::kFloat);
+    int64_t offset = 0;
+    for (int i : ids) {
+      Param& p = params_[i];
+      if (p.tensor.grad().defined()) {
+        at::Tensor padded = at::zeros({p.part * dp_}, at::kFloat);
+        padded.slice(0, 0, p.numel).copy_(p.tensor.grad().reshape({-1}));
+        input.slice(1, offset, offset + p.part).copy_(padded.view({dp_, p.part}));
+      }
+      offset += p.part;
+    }
+    at::Tensor output = at::empty({width}, at::kFloat);
+    if (comm_) {
+      throwIfError(comm_->reduceScatter(output, input.view({-1}), ReduceOp::kAvg)->wait().withContext(
+          "ZeRO-3 gradient reduce-scatter"));
+    } else {
+      output.copy_(input.view({-1}));
+    }
+    offset = 0;
+    for (int i : ids) {
+      params_[i].grad.add_(output.slice(0, offset, offset + params_[i].part));
+      offset += params_[i].part;
+    }
+  }
+  for (int i : model_.blockParameters(block)) {
+    Param& p = params_[i];
+    if (!p.tensor.grad().defined()) continue;
+    if (p.persistent) {
+      at::Tensor g = p.tensor.grad().to(at::kFloat).reshape({-1}).contiguous();
+      if (comm_) throwIfError(comm_->allReduce(g, ReduceOp::kAvg)->wait().withContext("ZeRO-3 gradient all-reduce"));
+      p.grad.add_(g);
+    }
+    p.tensor.mutable_grad().reset();
+  }
+}
+
+void ZeroStage3::zeroGradients() {
+  for (auto& p : params_) p.grad.zero_();
+}
+
+StatusOr<double> ZeroStage3::reduce(double lossScale) {
+  at::NoGradGuard noGrad;
+  double persistentSquares = 0;
+  at::Tensor squares = at::zeros({1}, at::kDouble);
+  for (auto& p : params_) {
+    if (lossScale != 1.0) p.grad.div_(lossScale);
+    const double s = p.grad.pow(2).sum().item<double>();
+    if (p.persistent) {
+      persistentSquares += s;  // the same on every rank: counted once
+    } else {
+      squares += s;
+    }
+  }
+  if (comm_) RETURN_IF_ERROR(comm_->allReduce(squares, ReduceOp::kSum)->wait().withContext("gradient norm all-reduce"));
+  return std::sqrt(squares.item<double>() + persistentSquares);
+}
+
+Status ZeroStage3::step(double lr, double clipCoefficient) {
+  at::NoGradGuard noGrad;
+  std::vector<at::Tensor> grads;
+  for (auto& p : params_) {
+    if (clipCoefficient < 1.0) p.grad.mul_(clipCoefficient);
+    grads.push_back(p.grad);
+  }
+  optimizer_->step(lr, grads);
+  for (auto& p : params_) {
+    if (p.persistent) {
+      p.tensor.copy_(p.master.view(p.shape));
+    } else {
+      p.local.copy_(p.master);
+    }
+  }
+  return Status::ok();
+}
+
+TensorMap ZeroStage3::state() const {
+  TensorMap out = optimizer_->state();
+  for (const auto& p : params_) out["master." + p.name] = p.master;
+  return out;
+}
+
+Status ZeroStage3::restore(const TensorMap& state, const std::string& source) {
+  at::NoGradGuard noGrad;
+  for (auto& p : params_) {
+    auto it = state.find("master." + p.name);
+    if (it == state.end()) return invalidArgument("{}: master.{} is missing", source, p.name);
+    if (it->second.numel() != p.master.numel())
+      return invalidArgument("{}: master.{} has {} elements, this rank's ZeRO-3 part has {}", source, p.name,
+                             it->second.numel(), p.master.numel());
+    p.master.copy_(it->second.reshape({-1}));
+    if (p.persistent) {
+      p.tensor.copy_(p.master.view(p.shape));
+    } else {
+      p.local.copy_(p.master);
+    }
+  }
+  return optimizer_->restore(state, source);
+}
+
+ZeroMemory ZeroStage3::memory() const {
+  ZeroMemory m;
+  for (const auto& p : params_) {
+    const int64_t held = p.persistent ? p.numel * c10::elementSize(dtype_) : p.local.numel() * p.local.element_size();
+    m.parameterBytes += held + p.master.numel() * 4;
+    m.gradientBytes += p.grad.numel() * 4;
+  }
+  for (const auto& [name, t] : optimizer_->state()) {
+    if (name != "step") m.optimizerStateBytes += t.numel() * t.element_size();
+  }
+  return m;
+}
+
+StatusOr<TensorMap> ZeroStage3::fullWeights() {
+  at::NoGradGuard noGrad;
+  TensorMap out;
+  for (auto& p : params_) {
+    if (p.persistent) {
+      out[p.name] = p.tensor.detach().clone();
+      continue;
+    }
+    at::Tensor all = at::empty({dp_ * p.part}, dtype_);
+    if (comm_) {
+      RETURN_IF_ERROR(comm_->allGather(all, p.local)->wait().withContext("ZeRO-3 gathering " + p.name));
+    } else {
+      all.copy_(p.local);
+    }
+    out[p.name] = all.slice(0, 0, p.numel).view(p.shape).clone();
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<ZeroEngine> makeZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& model,
+                                           backends::Communicator* comm) {
+  return std::make_unique<ZeroStage3>(config, model, comm);
+}
+
+}  // namespace loom::worker
