@@ -236,6 +236,18 @@ TEST_CASE("train: bad inputs fail the job with a reason naming the field and the
     CHECK(job.reason().find("model.weights: " + f.dir.path() + "/ckpt/global_step1: tensor "
                             "model.layers.2.input_layernorm.weight is missing") != std::string::npos);
   }
+  SECTION("a ZeRO checkpoint resumed at another stage or size is refused, naming both") {
+    const std::string ckpt = f.dir.path() + "/ckpt";
+    json zero2 = f.trainSpec("z2", 1, 2, ckpt);
+    zero2["deepspeed"]["zero_optimization"] = {{"stage", 2}};
+    REQUIRE(runToEnd(cluster, zero2).state() == v1::SUCCEEDED);
+    json zero1 = f.trainSpec("z1", 1, 4, ckpt);
+    zero1["deepspeed"]["zero_optimization"] = {{"stage", 1}};
+    v1::Job job = runToEnd(cluster, zero1);
+    CHECK(job.state() == v1::FAILED);
+    CHECK(job.reason().find("global_step2: written at ZeRO stage 2 by 1 ranks; this job runs stage 1 on 1 ranks") !=
+          std::string::npos);
+  }
   SECTION("a corrupt checkpoint is refused, not resumed from") {
     const std::string ckpt = f.dir.path() + "/ckpt";
     REQUIRE(runToEnd(cluster, f.trainSpec("t", 1, 2, ckpt)).state() == v1::SUCCEEDED);
