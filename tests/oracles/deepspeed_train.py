@@ -30,6 +30,8 @@ from token_file import SampleOrder, micro_batch_start, num_samples, read_token_f
 def grad_norm(params):
     """The 2-norm of all gradients, computed as deepspeed.runtime.utils.clip_grad_norm_ does."""
     norms = [p.grad.detach().float().norm(2) for p in params if p.grad is not None]
+    if not norms:  # ZeRO stages 2 and 3 keep gradients in their own partitions
+        return float("nan")
     return torch.stack(norms).pow(2).sum().pow(0.5).item()
 
 
@@ -75,7 +77,9 @@ def worker(rank, world, port, a):
     out = open(a.out, "w") if rank == 0 else None
     params = [p for p in engine.module.parameters() if p.requires_grad]
 
+    import time
     for s in range(a.steps):
+        started = time.perf_counter()
         lr = engine.get_lr()[0]  # the scheduler moves the lr after the update, so this is the one used
         loss_sum = 0.0
         for m in range(ga):
@@ -98,7 +102,8 @@ def worker(rank, world, port, a):
             norm = clip_norms[-1]
         mean_loss = torch.tensor([loss_sum / ga], dtype=torch.float64)
         torch.distributed.all_reduce(mean_loss)
-        line = {"step": s + 1, "loss": mean_loss.item() / world, "lr": lr, "grad_norm": norm}
+        line = {"step": s + 1, "loss": mean_loss.item() / world, "lr": lr, "grad_norm": norm,
+                "seconds": time.perf_counter() - started}
         if out:
             out.write(json.dumps(line) + "\n")
             out.flush()

@@ -40,8 +40,16 @@ at::Tensor ropeInverseFrequencies(const planner::ModelConfig& config) {
   return at::where(medium, smoothed, scaled);
 }
 
+namespace {
+
+at::Tensor plainLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return at::linear(x, weight, bias);
+}
+
+}  // namespace
+
 DecoderModel::DecoderModel(const planner::ModelConfig& config, at::ScalarType dtype)
-    : config_(config), dtype_(dtype) {}
+    : config_(config), dtype_(dtype), linear_(plainLinear) {}
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const planner::ModelConfig& config,
                                                              at::ScalarType dtype) {
@@ -175,7 +183,7 @@ at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& x, con
                                         const at::Tensor& sin) {
   const int64_t b = x.size(0), s = x.size(1), d = config_.headDim;
   auto heads = [&](const at::Tensor& w, const at::Tensor& bias, int64_t n) {
-    return at::linear(x, w, bias).view({b, s, n, d});
+    return linear_(x, w, bias).view({b, s, n, d});
   };
   at::Tensor q = heads(l.q, l.qBias, config_.numHeads);
   at::Tensor k = heads(l.k, l.kBias, config_.numKvHeads);
@@ -186,17 +194,17 @@ at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& x, con
   }
   auto [qr, kr] = ops().rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin);
   at::Tensor out = ops().attention(qr, kr, v, config_.slidingWindow);  // [B, H, S, D]
-  return at::linear(out.transpose(1, 2).reshape({b, s, config_.numHeads * d}), l.o);
+  return linear_(out.transpose(1, 2).reshape({b, s, config_.numHeads * d}), l.o, {});
 }
 
 at::Tensor DecoderModel::mlpBlock(const Layer& l, const at::Tensor& x) {
-  at::Tensor hidden = ops().swiglu(at::linear(x, l.gate, l.gateBias), at::linear(x, l.up, l.upBias));
-  return at::linear(hidden, l.down, l.downBias);
+  at::Tensor hidden = ops().swiglu(linear_(x, l.gate, l.gateBias), linear_(x, l.up, l.upBias));
+  return linear_(hidden, l.down, l.downBias);
 }
 
 at::Tensor DecoderModel::block(int index, const at::Tensor& input) {
   if (index == 0) return at::embedding(embed_, input);
-  if (index == numBlocks() - 1) return at::linear(ops().rmsNorm(input, finalNorm_, config_.rmsNormEps), head_);
+  if (index == numBlocks() - 1) return linear_(ops().rmsNorm(input, finalNorm_, config_.rmsNormEps), head_, {});
   const Layer& layer = layers_[index - 1];
   auto [cos, sin] = rotary(input.size(1));
   at::Tensor h = input + attentionBlock(layer, ops().rmsNorm(input, layer.inputNorm, config_.rmsNormEps), cos, sin);

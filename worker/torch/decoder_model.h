@@ -58,6 +58,10 @@ class DecoderModel {
   // Indices into parameters() of the parameters block `index` uses.
   const std::vector<int>& blockParameters(int index) const { return blockParameters_[index]; }
   void setBlockRunner(BlockRunner* runner) { runner_ = runner; }
+  // How the model's linear layers run: at::linear unless replaced (ZeRO-3 needs one whose
+  // backward keeps the weight parameter itself, not a view of its data).
+  using LinearFn = at::Tensor (*)(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+  void setLinear(LinearFn linear) { linear_ = linear; }
   // Mean cross-entropy of the next-token predictions: inputs and labels [B, S].
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& labels);
 
@@ -83,6 +87,7 @@ class DecoderModel {
   std::vector<Layer> layers_;
   std::vector<std::vector<int>> blockParameters_;
   BlockRunner* runner_ = nullptr;
+  LinearFn linear_;
   at::Tensor inverseFrequencies_;  // [head_dim / 2], fp32
   int64_t rotarySeqLen_ = 0;
   at::Tensor cos_, sin_;

@@ -30,7 +30,9 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner {
   ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm);
 
   void zeroGradients() override;
-  Status accumulate() override { return Status::ok(); }  // reduced during backward
+  // Reduced during backward, block by block; the embedding's (whose input is the tokens, which
+  // carry no gradient) after it.
+  Status accumulate() override;
   StatusOr<double> reduce(double lossScale) override;
   Status step(double lr, double clipCoefficient) override;
   TensorMap state() const override;
@@ -39,8 +41,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner {
   StatusOr<TensorMap> fullWeights() override;
   at::Tensor run(DecoderModel& model, int index, const at::Tensor& input) override;
 
-  // Used by the block function.
-  at::Tensor modelBlock(int block, const at::Tensor& input) { return model_.block(block, input); }
+  // Used by the autograd functions around each block.
   void gather(int block);
   void release(int block);
   void reduceGradients(int block);
@@ -67,37 +68,63 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner {
   at::ScalarType dtype_;
   std::vector<Param> params_;
   std::unique_ptr<Optimizer> optimizer_;
-  at::Tensor anchor_;  // an input that requires grad, so that autograd records every block
 };
 
-// One block of the model with its parameters gathered only while it runs.
-struct GatheredBlock : public torch::autograd::Function<GatheredBlock> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& anchor, int64_t engine,
-                            int64_t block) {
-    auto* zero = reinterpret_cast<ZeroStage3*>(engine);
+// A linear layer whose backward keeps the weight parameter itself rather than a view of its
+// data (at::linear saves weight.t(), which would pin the gathered storage until backward): the
+// weight's storage can then be released after forward and gathered again before backward.
+struct ParameterLinear : public torch::autograd::Function<ParameterLinear> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight) {
+    ctx->save_for_backward({x, weight});
+    return at::linear(x, weight);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& g = grads[0];
+    at::Tensor g2 = g.reshape({-1, g.size(-1)});
+    at::Tensor gx = g.matmul(weight);
+    at::Tensor gw = g2.t().mm(x.reshape({-1, x.size(-1)}));
+    return {gx, gw};
+  }
+};
+
+at::Tensor parameterLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  at::Tensor out = ParameterLinear::apply(x, weight);
+  return bias.defined() ? out + bias : out;
+}
+
+// Identity on a block's output; in backward, before the block's own backward runs, gathers the
+// block's parameters again.
+struct GatherBeforeBackward : public torch::autograd::Function<GatherBeforeBackward> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& output, int64_t engine, int64_t block) {
     ctx->saved_data["engine"] = engine;
     ctx->saved_data["block"] = block;
-    ctx->save_for_backward({input});
-    zero->gather(static_cast<int>(block));
-    at::Tensor out = zero->modelBlock(static_cast<int>(block), input);
-    zero->release(static_cast<int>(block));
-    return out;
+    return output.view_as(output);
   }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto* zero = reinterpret_cast<ZeroStage3*>(ctx->saved_data["engine"].toInt());
+    zero->gather(static_cast<int>(ctx->saved_data["block"].toInt()));
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
 
+// Identity on a block's input; in backward, once the block's gradients are all computed (the
+// parameters' accumulation runs before the gradient reaches the block's input), reduce-scatters
+// them into each rank's part and releases the parameters.
+struct ReduceAfterBackward : public torch::autograd::Function<ReduceAfterBackward> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t engine, int64_t block) {
+    ctx->saved_data["engine"] = engine;
+    ctx->saved_data["block"] = block;
+    return input.view_as(input);
+  }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     auto* zero = reinterpret_cast<ZeroStage3*>(ctx->saved_data["engine"].toInt());
     const int block = static_cast<int>(ctx->saved_data["block"].toInt());
-    at::Tensor input = ctx->get_saved_variables()[0];
-    zero->gather(block);
-    at::Tensor x = input.is_floating_point() ? input.detach().requires_grad_(true) : input;
-    {
-      at::AutoGradMode enable(true);
-      at::Tensor out = zero->modelBlock(block, x);
-      torch::autograd::backward({out}, {grads[0]});
-    }
     zero->reduceGradients(block);
     zero->release(block);
-    return {x.requires_grad() ? x.grad() : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grads[0], at::Tensor(), at::Tensor()};
   }
 };
 
@@ -129,8 +156,8 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& mod
     params_.push_back(std::move(p));
   }
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters));
-  anchor_ = at::zeros({1}, at::kFloat).requires_grad_(true);
   model.setBlockRunner(this);
+  model.setLinear(parameterLinear);
 }
 
 std::vector<int> ZeroStage3::partitioned(int block) const {
@@ -142,7 +169,28 @@ std::vector<int> ZeroStage3::partitioned(int block) const {
 }
 
 at::Tensor ZeroStage3::run(DecoderModel& model, int index, const at::Tensor& input) {
-  return GatheredBlock::apply(input, anchor_, reinterpret_cast<int64_t>(this), static_cast<int64_t>(index));
+  const auto engine = reinterpret_cast<int64_t>(this);
+  const bool training = at::GradMode::is_enabled();
+  at::Tensor x = training && input.requires_grad() ? ReduceAfterBackward::apply(input, engine, index) : input;
+  gather(index);
+  at::Tensor out = model.block(index, x);
+  release(index);
+  return training && out.requires_grad() ? GatherBeforeBackward::apply(out, engine, index) : out;
+}
+
+Status ZeroStage3::accumulate() {
+  try {
+    for (int block = 0; block < model_.numBlocks(); ++block) {
+      bool pending = false;
+      for (int i : model_.blockParameters(block)) pending |= params_[i].tensor.grad().defined();
+      if (!pending) continue;
+      reduceGradients(block);
+      release(block);
+    }
+  } catch (const std::exception& e) {
+    return internalError("{}", e.what());
+  }
+  return Status::ok();
 }
 
 void ZeroStage3::gather(int block) {
