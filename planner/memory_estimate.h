@@ -5,13 +5,12 @@
 #include <vector>
 
 #include "common/status.h"
+#include "planner/deepspeed_config.h"
 #include "planner/model_config.h"
 #include "planner/model_parameters.h"
 #include "planner/tensor_parallel.h"
 
 namespace loom::planner {
-
-enum class Precision { kFp32, kBf16, kFp16 };
 
 struct TrainingShape {
   int zeroStage = 0;
