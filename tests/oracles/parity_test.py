@@ -291,7 +291,7 @@ def zero(bin_dir, work):
             "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 2e-3, "warmup_num_steps": 5}}}
     runs = {"stage0-1rank": (1, {"stage": 0}), "stage0": (4, {"stage": 0}), "stage1": (4, {"stage": 1}),
             "stage2": (4, {"stage": 2, "reduce_bucket_size": 20000}),
-            "stage2-offload": (4, {"stage": 2, "offload_optimizer": {"device": "cpu"}}),
+            "stage2-offload": (4, {"stage": 2, "overlap_comm": True, "offload_optimizer": {"device": "cpu"}}),
             # Only the norms (64 elements) stay whole; evaluations run between the steps.
             "stage3": (4, {"stage": 3, "stage3_param_persistence_threshold": 1000}),
             # Stopped at step 15 and resumed from its checkpoint (same stage, same ranks).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -9,6 +10,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "planner/zero_partition.h"
+#include "worker/torch/block_hooks.h"
 #include "worker/torch/decoder_model.h"
 #include "worker/torch/optimizer.h"
 
@@ -25,7 +27,7 @@ void throwIfError(const Status& status) {
   if (!status.isOk()) throw std::runtime_error(status.toString());
 }
 
-class ZeroStage3 final : public ZeroEngine, public BlockRunner {
+class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBackwardHooks {
  public:
   ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm);
 
@@ -40,13 +42,27 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner {
   ZeroMemory memory() const override;
   StatusOr<TensorMap> fullWeights() override;
   at::Tensor run(DecoderModel& model, int index, const at::Tensor& input) override;
-
-  // Used by the autograd functions around each block.
-  void gather(int block);
-  void release(int block);
-  void reduceGradients(int block);
+  void beforeBlockBackward(int block) override;
+  void afterBlockBackward(int block) override;
 
  private:
+  // An all-gather of a block's parts in flight, started ahead of its use (prefetch).
+  struct Gather {
+    std::shared_ptr<backends::Work> work;
+    at::Tensor all;
+  };
+  // A gradient reduce-scatter in flight and where its result goes.
+  struct Pending {
+    std::shared_ptr<backends::Work> work;
+    at::Tensor input, output;
+    std::vector<int> params;
+  };
+  void startGather(int block);
+  void gather(int block);
+  void release(int block);
+  void reduceGradients(int block, bool wait);
+  Status finishPending();
+
   struct Param {
     std::string name;
     at::Tensor tensor;  // the model's parameter: whole while gathered, empty otherwise
@@ -68,6 +84,8 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner {
   at::ScalarType dtype_;
   std::vector<Param> params_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::map<int, Gather> gathers_;  // by block
+  std::vector<Pending> pending_;
 };
 
 // A linear layer whose backward keeps the weight parameter itself rather than a view of its
@@ -94,39 +112,6 @@ at::Tensor parameterLinear(const at::Tensor& x, const at::Tensor& weight, const 
   at::Tensor out = ParameterLinear::apply(x, weight);
   return bias.defined() ? out + bias : out;
 }
-
-// Identity on a block's output; in backward, before the block's own backward runs, gathers the
-// block's parameters again.
-struct GatherBeforeBackward : public torch::autograd::Function<GatherBeforeBackward> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& output, int64_t engine, int64_t block) {
-    ctx->saved_data["engine"] = engine;
-    ctx->saved_data["block"] = block;
-    return output.view_as(output);
-  }
-  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    auto* zero = reinterpret_cast<ZeroStage3*>(ctx->saved_data["engine"].toInt());
-    zero->gather(static_cast<int>(ctx->saved_data["block"].toInt()));
-    return {grads[0], at::Tensor(), at::Tensor()};
-  }
-};
-
-// Identity on a block's input; in backward, once the block's gradients are all computed (the
-// parameters' accumulation runs before the gradient reaches the block's input), reduce-scatters
-// them into each rank's part and releases the parameters.
-struct ReduceAfterBackward : public torch::autograd::Function<ReduceAfterBackward> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t engine, int64_t block) {
-    ctx->saved_data["engine"] = engine;
-    ctx->saved_data["block"] = block;
-    return input.view_as(input);
-  }
-  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    auto* zero = reinterpret_cast<ZeroStage3*>(ctx->saved_data["engine"].toInt());
-    const int block = static_cast<int>(ctx->saved_data["block"].toInt());
-    zero->reduceGradients(block);
-    zero->release(block);
-    return {grads[0], at::Tensor(), at::Tensor()};
-  }
-};
 
 ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
     : config_(config), model_(model), comm_(comm), dtype_(model.dtype()) {
@@ -169,49 +154,87 @@ std::vector<int> ZeroStage3::partitioned(int block) const {
 }
 
 at::Tensor ZeroStage3::run(DecoderModel& model, int index, const at::Tensor& input) {
-  const auto engine = reinterpret_cast<int64_t>(this);
   const bool training = at::GradMode::is_enabled();
-  at::Tensor x = training && input.requires_grad() ? ReduceAfterBackward::apply(input, engine, index) : input;
+  at::Tensor x = training && input.requires_grad() ? hookAfterBackward(input, this, index) : input;
   gather(index);
+  // The next block's parameters travel while this one computes.
+  if (config_.zero.prefetchBucketSize > 0 && index + 1 < model.numBlocks()) startGather(index + 1);
   at::Tensor out = model.block(index, x);
   release(index);
-  return training && out.requires_grad() ? GatherBeforeBackward::apply(out, engine, index) : out;
+  return training && out.requires_grad() ? hookBeforeBackward(out, this, index) : out;
+}
+
+void ZeroStage3::beforeBlockBackward(int block) {
+  gather(block);
+  if (config_.zero.prefetchBucketSize > 0 && block > 0) startGather(block - 1);
+}
+
+void ZeroStage3::afterBlockBackward(int block) {
+  reduceGradients(block, /*wait=*/!config_.zero.overlapComm);
+  release(block);
 }
 
 Status ZeroStage3::accumulate() {
   try {
     for (int block = 0; block < model_.numBlocks(); ++block) {
-      bool pending = false;
-      for (int i : model_.blockParameters(block)) pending |= params_[i].tensor.grad().defined();
-      if (!pending) continue;
-      reduceGradients(block);
+      bool left = false;
+      for (int i : model_.blockParameters(block)) left |= params_[i].tensor.grad().defined();
+      if (!left) continue;
+      reduceGradients(block, /*wait=*/false);
       release(block);
     }
   } catch (const std::exception& e) {
     return internalError("{}", e.what());
   }
-  return Status::ok();
+  return finishPending();
+}
+
+Status ZeroStage3::finishPending() {
+  at::NoGradGuard noGrad;
+  Status status;
+  for (auto& p : pending_) {
+    Status s = p.work->wait().withContext("ZeRO-3 gradient reduce-scatter");
+    if (!s.isOk()) {
+      if (status.isOk()) status = s;
+      continue;
+    }
+    int64_t offset = 0;
+    for (int i : p.params) {
+      params_[i].grad.add_(p.output.slice(0, offset, offset + params_[i].part));
+      offset += params_[i].part;
+    }
+  }
+  pending_.clear();
+  return status;
+}
+
+void ZeroStage3::startGather(int block) {
+  const std::vector<int> ids = partitioned(block);
+  if (ids.empty() || gathers_.count(block)) return;
+  // The block's parts end to end: one all-gather for the whole block.
+  std::vector<at::Tensor> locals;
+  for (int i : ids) locals.push_back(params_[i].local);
+  at::Tensor mine = at::cat(locals);
+  Gather g{nullptr, at::empty({dp_ * mine.numel()}, dtype_)};
+  if (comm_) {
+    g.work = comm_->allGather(g.all, mine);
+  } else {
+    g.all.copy_(mine);
+  }
+  gathers_[block] = std::move(g);
 }
 
 void ZeroStage3::gather(int block) {
   at::NoGradGuard noGrad;
   const std::vector<int> ids = partitioned(block);
   if (ids.empty()) return;
-  // The block's parts end to end: one all-gather for the whole block.
+  startGather(block);
+  Gather g = std::move(gathers_[block]);
+  gathers_.erase(block);
+  if (g.work) throwIfError(g.work->wait().withContext("ZeRO-3 parameter all-gather"));
   int64_t width = 0;
-  std::vector<at::Tensor> locals;
-  for (int i : ids) {
-    width += params_[i].part;
-    locals.push_back(params_[i].local);
-  }
-  at::Tensor mine = at::cat(locals);
-  at::Tensor all = at::empty({dp_ * width}, dtype_);
-  if (comm_) {
-    throwIfError(comm_->allGather(all, mine)->wait().withContext("ZeRO-3 parameter all-gather"));
-  } else {
-    all.copy_(mine);
-  }
-  at::Tensor byRank = all.view({dp_, width});
+  for (int i : ids) width += params_[i].part;
+  at::Tensor byRank = g.all.view({dp_, width});
   int64_t offset = 0;
   for (int i : ids) {
     Param& p = params_[i];
@@ -225,7 +248,7 @@ void ZeroStage3::release(int block) {
   for (int i : partitioned(block)) params_[i].tensor.set_data(at::empty({0}, dtype_));
 }
 
-void ZeroStage3::reduceGradients(int block) {
+void ZeroStage3::reduceGradients(int block, bool wait) {
   at::NoGradGuard noGrad;
   const std::vector<int> ids = partitioned(block);
   int64_t width = 0;
@@ -244,18 +267,15 @@ void ZeroStage3::reduceGradients(int block) {
       }
       offset += p.part;
     }
-    at::Tensor output = at::empty({width}, at::kFloat);
+    Pending p{nullptr, input.view({-1}), at::empty({width}, at::kFloat), ids};
     if (comm_) {
-      throwIfError(comm_->reduceScatter(output, input.view({-1}), ReduceOp::kAvg)->wait().withContext(
-          "ZeRO-3 gradient reduce-scatter"));
+      p.work = comm_->reduceScatter(p.output, p.input, ReduceOp::kAvg);
     } else {
-      output.copy_(input.view({-1}));
+      p.output.copy_(p.input);
+      p.work = std::make_shared<backends::Work>("local reduce");
+      p.work->complete(Status::ok());
     }
-    offset = 0;
-    for (int i : ids) {
-      params_[i].grad.add_(output.slice(0, offset, offset + params_[i].part));
-      offset += params_[i].part;
-    }
+    pending_.push_back(std::move(p));
   }
   for (int i : model_.blockParameters(block)) {
     Param& p = params_[i];
@@ -267,6 +287,7 @@ void ZeroStage3::reduceGradients(int block) {
     }
     p.tensor.mutable_grad().reset();
   }
+  if (wait) throwIfError(finishPending());
 }
 
 void ZeroStage3::zeroGradients() {

@@ -1,0 +1,39 @@
+#include "worker/torch/zero_buffers.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+namespace loom::worker {
+
+std::vector<at::Tensor> viewsInto(const at::Tensor& flat, const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                  int64_t offset) {
+  std::vector<at::Tensor> views;
+  for (const auto& [name, p] : params) {
+    views.push_back(flat.slice(0, offset, offset + p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+  return views;
+}
+
+int64_t bytesOf(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
+
+int64_t stateBytes(const Optimizer& optimizer) {
+  int64_t bytes = 0;
+  for (const auto& [name, t] : optimizer.state()) {
+    if (name != "step") bytes += bytesOf(t);
+  }
+  return bytes;
+}
+
+Status restoreTensor(const TensorMap& state, const std::string& key, at::Tensor& into, const std::string& source) {
+  at::NoGradGuard noGrad;
+  auto it = state.find(key);
+  if (it == state.end()) return invalidArgument("{}: {} is missing", source, key);
+  if (it->second.numel() != into.numel())
+    return invalidArgument("{}: {} has {} elements, this rank's layout needs {}", source, key, it->second.numel(),
+                           into.numel());
+  into.copy_(it->second.reshape(into.sizes()));
+  return Status::ok();
+}
+
+}  // namespace loom::worker

@@ -1,0 +1,26 @@
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "common/status.h"
+#include "worker/torch/optimizer.h"
+#include "worker/torch/safetensors.h"
+
+namespace loom::worker {
+
+// Small helpers the ZeRO stages share.
+
+// Views of `flat` shaped like `params`, end to end from `offset`.
+std::vector<at::Tensor> viewsInto(const at::Tensor& flat, const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                  int64_t offset = 0);
+int64_t bytesOf(const at::Tensor& t);
+// The bytes of an optimizer's state tensors (its step count aside).
+int64_t stateBytes(const Optimizer& optimizer);
+// Copies state[key] into `into`, which it must match in elements; errors name `source` and key.
+Status restoreTensor(const TensorMap& state, const std::string& key, at::Tensor& into, const std::string& source);
+
+}  // namespace loom::worker

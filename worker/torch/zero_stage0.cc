@@ -1,0 +1,113 @@
+#include "worker/torch/zero_stage0.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "worker/torch/decoder_model.h"
+#include "worker/torch/optimizer.h"
+#include "worker/torch/zero_buffers.h"
+
+namespace loom::worker {
+namespace {
+
+using backends::ReduceOp;
+
+class ZeroStage0 final : public ZeroEngine {
+ public:
+  ZeroStage0(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
+      : comm_(comm), params_(model.parameters()) {
+    at::NoGradGuard noGrad;
+    int64_t total = 0;
+    for (const auto& [name, p] : params_) total += p.numel();
+    gradFlat_ = at::zeros({total}, at::kFloat);
+    gradViews_ = viewsInto(gradFlat_, params_);
+    std::vector<std::pair<std::string, at::Tensor>> masters;
+    if (config.precision != planner::Precision::kFp32) {
+      masterFlat_ = at::empty({total}, at::kFloat);
+      masterViews_ = viewsInto(masterFlat_, params_);
+      for (size_t i = 0; i < params_.size(); ++i) masterViews_[i].copy_(params_[i].second);
+    }
+    for (size_t i = 0; i < params_.size(); ++i)
+      masters.emplace_back(params_[i].first, masterFlat_.defined() ? masterViews_[i] : params_[i].second);
+    optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters));
+  }
+
+  void zeroGradients() override { gradFlat_.zero_(); }
+
+  Status accumulate() override {
+    at::NoGradGuard noGrad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      at::Tensor& p = params_[i].second;
+      if (p.grad().defined()) gradViews_[i].add_(p.grad());
+      p.mutable_grad().reset();
+    }
+    return Status::ok();
+  }
+
+  StatusOr<double> reduce(double lossScale) override {
+    at::NoGradGuard noGrad;
+    if (comm_) RETURN_IF_ERROR(comm_->allReduce(gradFlat_, ReduceOp::kAvg)->wait().withContext("gradient all-reduce"));
+    if (lossScale != 1.0) gradFlat_.div_(lossScale);
+    return std::sqrt(gradFlat_.pow(2).sum().to(at::kDouble).item<double>());
+  }
+
+  Status step(double lr, double clipCoefficient) override {
+    at::NoGradGuard noGrad;
+    if (clipCoefficient < 1.0) gradFlat_.mul_(clipCoefficient);
+    optimizer_->step(lr, gradViews_);
+    if (masterFlat_.defined()) {
+      for (size_t i = 0; i < params_.size(); ++i) params_[i].second.copy_(masterViews_[i]);
+    }
+    return Status::ok();
+  }
+
+  // "<param>.exp_avg", ... and, under bf16 / fp16, "master.<param>".
+  TensorMap state() const override {
+    TensorMap out = optimizer_->state();
+    if (masterFlat_.defined()) {
+      for (size_t i = 0; i < params_.size(); ++i) out["master." + params_[i].first] = masterViews_[i];
+    }
+    return out;
+  }
+
+  Status restore(const TensorMap& state, const std::string& source) override {
+    if (masterFlat_.defined()) {
+      for (size_t i = 0; i < params_.size(); ++i)
+        RETURN_IF_ERROR(restoreTensor(state, "master." + params_[i].first, masterViews_[i], source));
+    }
+    return optimizer_->restore(state, source);
+  }
+
+  ZeroMemory memory() const override {
+    ZeroMemory m;
+    for (const auto& [name, p] : params_) m.parameterBytes += bytesOf(p);
+    m.parameterBytes += bytesOf(masterFlat_);
+    m.gradientBytes = bytesOf(gradFlat_);
+    m.optimizerStateBytes = stateBytes(*optimizer_);
+    return m;
+  }
+
+  StatusOr<TensorMap> fullWeights() override {
+    TensorMap out;
+    for (const auto& [name, p] : params_) out[name] = p.detach();
+    return out;
+  }
+
+ private:
+  backends::Communicator* comm_;
+  std::vector<std::pair<std::string, at::Tensor>> params_;
+  at::Tensor gradFlat_, masterFlat_;
+  std::vector<at::Tensor> gradViews_, masterViews_;
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+}  // namespace
+
+std::unique_ptr<ZeroEngine> makeZeroStage0(const planner::DeepSpeedConfig& config, DecoderModel& model,
+                                           backends::Communicator* comm) {
+  return std::make_unique<ZeroStage0>(config, model, comm);
+}
+
+}  // namespace loom::worker
