@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <map>
 
+#include "planner/deepspeed_parallel.h"
 #include "planner/json_reader.h"
+#include "planner/mesh.h"
 
 namespace loom::planner {
 
@@ -288,10 +290,16 @@ Status resolveBatchSizes(ObjectReader& r, int64_t dp, bool training, DeepSpeedCo
 
 }  // namespace
 
-StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t dpWorld, bool training) {
+StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world, bool training) {
   DeepSpeedConfig c;
   ObjectReader r(object, "deepspeed");
-  RETURN_IF_ERROR(resolveBatchSizes(r, dpWorld, training, &c));
+  RETURN_IF_ERROR(parseParallelSections(r, &c));
+  // The mesh decides whether the world splits into tp x sp x dp (and ep into dp x sp); the batch
+  // triple counts its data-parallel ranks.
+  ASSIGN_OR_RETURN(Mesh mesh, Mesh::create(static_cast<int>(world), c.tensorParallel.ranks(), c.sequenceParallelSize,
+                                           c.expertParallel.ranks()));
+  c.dataParallelSize = mesh.dp();
+  RETURN_IF_ERROR(resolveBatchSizes(r, mesh.dp(), training, &c));
   ASSIGN_OR_RETURN(const json* optimizer, r.readObject("optimizer"));
   if (optimizer) {
     RETURN_IF_ERROR(parseOptimizer(*optimizer, &c.optimizer));
@@ -317,12 +325,13 @@ StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t dpWor
     static const std::set<std::string> kKnown{
         "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
         "scheduler", "fp16", "bf16", "bfloat16", "gradient_clipping", "steps_per_print", "zero_optimization",
-        "comms_logger"};
+        "comms_logger", "tensor_parallel", "expert_parallel", "sequence_parallel_size"};
     if (!kKnown.count(it.key()))
       return invalidArgument("deepspeed.{}: not supported by this version (supported: {})", it.key(),
                              "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, "
                              "optimizer, scheduler, fp16, bf16, gradient_clipping, steps_per_print, "
-                             "zero_optimization, comms_logger");
+                             "zero_optimization, comms_logger, tensor_parallel, expert_parallel, "
+                             "sequence_parallel_size");
   }
   return c;
 }
@@ -387,6 +396,7 @@ json DeepSpeedConfig::toJson() const {
     }
     j["scheduler"] = {{"type", schedulerTypeName(s.type)}, {"params", params}};
   }
+  parallelSectionsToJson(*this, j);
   return j;
 }
 

@@ -1,12 +1,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "planner/tensor_parallel.h"
 
 namespace loom::planner {
 
@@ -90,6 +92,25 @@ struct ZeroConfig {
   double offloadRatio = 1.0;
 };
 
+// expert_parallel (DeepSpeed's AutoEP), with its keys and defaults. A field left "auto" (or null)
+// takes the model config's value when the plan is compiled (parallel_checks.h: resolveRouting).
+struct ExpertParallelConfig {
+  bool enabled = false;
+  int size = 1;                        // autoep_size: ranks the experts are split over
+  std::string presetModel;             // preset_model; empty: the model's own model_type
+  bool useGroupedMm = true;
+  std::optional<bool> routeNorm;       // route_norm; null: the model's norm_topk_prob
+  double routeScale = 1.0;             // route_scale: multiplies the routing weights
+  std::string scoreFunc = "auto";      // score_func: auto, softmax or sigmoid
+  int64_t topK = 0;                    // top_k; 0: "auto", the model's num_experts_per_tok
+  int64_t numExpertGroups = 0;         // num_expert_groups; 0: null, the model's n_group
+  int64_t numLimitedGroups = 0;        // num_limited_groups; 0: null, the model's topk_group
+  std::optional<double> routedScalingFactor;  // routed_scaling_factor; null: "auto", the model's
+  std::optional<bool> hasSharedExperts;       // has_shared_experts; null: whether the model has them
+  // The expert-parallel size in effect: autoep_size when enabled, else 1.
+  int ranks() const { return enabled ? size : 1; }
+};
+
 struct DeepSpeedConfig {
   // The batch-size triple, resolved against the data-parallel size (train = micro * gas * dp).
   int64_t trainBatchSize = 0;
@@ -103,12 +124,18 @@ struct DeepSpeedConfig {
   int64_t stepsPerPrint = 10;
   ZeroConfig zero;
   CommsLoggerSpec commsLogger;
+  // The parallel layout: world = dp x sp x tp, experts split over ep ranks of dp x sp.
+  TensorParallelConfig tensorParallel;  // tensor_parallel
+  ExpertParallelConfig expertParallel;  // expert_parallel
+  int sequenceParallelSize = 1;         // sequence_parallel_size (Ulysses)
+  int dataParallelSize = 1;             // world / (tp x sp): the batch triple's data-parallel ranks
 
   nlohmann::json toJson() const;
 };
 
-// Parses the `deepspeed` object of a job whose data-parallel size is `dpWorld`. `training` says
-// whether the batch triple is required (train jobs) or optional (eval and probe jobs).
-StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const nlohmann::json& object, int64_t dpWorld, bool training);
+// Parses the `deepspeed` object of a job of `world` ranks. The data-parallel size of the batch
+// triple is world / (tp x sp) (the mesh's, planner/mesh.h). `training` says whether the batch
+// triple is required (train jobs) or optional (eval and probe jobs).
+StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const nlohmann::json& object, int64_t world, bool training);
 
 }  // namespace loom::planner

@@ -40,6 +40,8 @@ Status parseResources(const json& object, JobSpec* spec) {
   } else {
     return invalidArgument("resources.device: must be \"cpu\" or \"cuda\", got \"{}\"", device);
   }
+  spec->deviceMemoryGb = spec->device == DeviceKind::kCuda ? kDefaultCudaMemoryGb : 0;
+  RETURN_IF_ERROR(r.readDouble("device_memory_gb", &spec->deviceMemoryGb, false, 0.001, 1e6));
   return r.rejectUnknown();
 }
 
@@ -139,7 +141,28 @@ Status parseTimeouts(const json& object, JobSpec* spec) {
 
 }  // namespace
 
-StatusOr<JobSpec> parseJobSpec(const std::string& specJson) {
+int64_t JobSpec::deviceMemoryBytes() const {
+  return static_cast<int64_t>(deviceMemoryGb * static_cast<double>(int64_t(1) << 30));
+}
+
+Status checkRunnable(const JobSpec& spec) {
+  const DeepSpeedConfig& ds = spec.deepspeed;
+  constexpr const char* kPlanned = "is planned (loomctl plan) but not run by the workers yet";
+  if (ds.tensorParallel.ranks() > 1)
+    return invalidArgument("deepspeed.tensor_parallel.autotp_size: {}: tensor parallelism {}", ds.tensorParallel.size,
+                           kPlanned);
+  if (ds.sequenceParallelSize > 1)
+    return invalidArgument("deepspeed.sequence_parallel_size: {}: sequence parallelism {}", ds.sequenceParallelSize,
+                           kPlanned);
+  // AutoEP replaces the MoE layers (its routing settings change the results), so even one
+  // expert-parallel rank is not run.
+  if (ds.expertParallel.enabled)
+    return invalidArgument("deepspeed.expert_parallel.enabled: expert parallelism (AutoEP, autoep_size {}) {}",
+                           ds.expertParallel.size, kPlanned);
+  return Status::ok();
+}
+
+StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose) {
   json root;
   try {
     root = json::parse(specJson);
@@ -197,11 +220,11 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson) {
     if (object) RETURN_IF_ERROR(parse(*object, &spec));
   }
   ASSIGN_OR_RETURN(const json* deepspeed, r.readObject("deepspeed"));
-  // Pipeline, tensor and sequence parallelism are later issues: every rank is data-parallel.
   ASSIGN_OR_RETURN(spec.deepspeed, parseDeepSpeedConfig(deepspeed ? *deepspeed : json::object(), spec.ranks,
                                                          spec.kind == JobKind::kTrain));
 
   RETURN_IF_ERROR(r.rejectUnknown());
+  if (purpose == SpecPurpose::kRun) RETURN_IF_ERROR(checkRunnable(spec));
   return spec;
 }
 
@@ -224,6 +247,7 @@ json JobSpec::toJson() const {
         {"collective_s", collectiveTimeoutMs / 1000.0}}},
       {"deepspeed", deepspeed.toJson()},
   };
+  if (deviceMemoryGb > 0) j["resources"]["device_memory_gb"] = deviceMemoryGb;
   if (kind == JobKind::kProbe) j["probe"] = probeJson;
   if (kind == JobKind::kTrain || kind == JobKind::kEval) {
     j["model"] = {{"config", model.config}, {"init_seed", model.initSeed}};

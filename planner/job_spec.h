@@ -75,6 +75,9 @@ struct JobSpec {
   JobKind kind = JobKind::kProbe;
   int ranks = 0;
   DeviceKind device = DeviceKind::kCpu;
+  // resources.device_memory_gb: what one rank's device holds, in GiB (2^30 bytes); the plan's
+  // memory estimate must fit in it. 80 for cuda unless given; 0 (no limit) for cpu.
+  double deviceMemoryGb = 0;
   ProbeSpec probe;
   int maxRestarts = 0;
   int64_t gracePeriodMs = 10'000;       // SIGTERM, then SIGKILL after this long
@@ -89,10 +92,24 @@ struct JobSpec {
 
   // The spec with defaults filled in: what is stored and handed to the ranks.
   nlohmann::json toJson() const;
+  // resources.device_memory_gb in bytes; 0: no limit.
+  int64_t deviceMemoryBytes() const;
 };
 
+inline constexpr double kDefaultCudaMemoryGb = 80;
+
+// What a spec is parsed for. kRun (submit, validate, run, the workers) refuses what the planner
+// lays out but the workers do not run yet: tensor, sequence and expert parallelism. kPlan
+// (`loomctl plan`) accepts it.
+enum class SpecPurpose { kRun, kPlan };
+
 // Parses and validates a spec. Unknown keys are errors, never ignored.
-StatusOr<JobSpec> parseJobSpec(const std::string& specJson);
+StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose = SpecPurpose::kRun);
+
+// OK when the workers run every setting of the spec; else InvalidArgument naming the first
+// setting that is only planned ("deepspeed.tensor_parallel.autotp_size: 8: tensor parallelism
+// is planned (loomctl plan) but not run by the workers yet"). parseJobSpec(kRun) applies it.
+Status checkRunnable(const JobSpec& spec);
 
 // Makes the file paths of a spec (model, data, checkpoint and output paths) absolute against
 // `baseDir`, the directory of the spec file: the ranks run elsewhere, in another directory.

@@ -20,26 +20,45 @@ MemoryEstimate estimateMemory(const ModelConfig& c, const std::vector<ParameterI
   const int64_t weightBytes = s.precision == Precision::kFp32 ? 4 : 2;
   const int64_t masterBytes = s.precision == Precision::kFp32 ? 0 : 4;
   const int64_t stateBytes = 4 * static_cast<int64_t>(s.optimizerStates);
-  const int64_t dp = std::max(1, s.dataParallel);
+  const int64_t ep = std::max(1, s.expertParallel);
+  const int64_t dp = std::max(1, s.dataParallel), edp = std::max<int64_t>(1, dp / ep);
 
-  int64_t local = 0, persistent = 0, largestParameter = 0;
+  // Elements a rank holds, dense and expert apart (they are partitioned over different groups).
+  struct Held {
+    int64_t all = 0, trainable = 0, persistent = 0;
+  } dense, expert;
+  int64_t largestParameter = 0;
   for (size_t i = 0; i < parameters.size(); ++i) {
     int64_t n = 1;
     for (int64_t d : layouts[i].localShape) n *= d;
-    local += n;
+    Held& h = parameters[i].expert >= 0 ? expert : dense;
+    h.all += n;
+    if (parameters[i].trainable) h.trainable += n;
+    if (n <= s.persistenceThreshold) h.persistent += n;
     largestParameter = std::max(largestParameter, n);
-    if (n <= s.persistenceThreshold) persistent += n;
   }
+  // Every expert has the same shapes, so each expert-parallel rank holds exactly 1/ep of them.
+  expert.all /= ep;
+  expert.trainable /= ep;
+  expert.persistent /= ep;
   // ZeRO pads each partition; the rounding is below a few elements per parameter.
-  auto partitioned = [&](int64_t n) { return (n + dp - 1) / dp; };
+  auto partitioned = [](int64_t n, int64_t group) { return (n + group - 1) / group; };
+  const int64_t held = dense.all + expert.all, trainable = dense.trainable + expert.trainable;
 
   MemoryEstimate m;
-  m.parameters = weightBytes * (s.zeroStage >= 3 ? partitioned(local - persistent) + persistent +
-                                                       std::min(local, std::max(s.prefetchBucketElements, largestParameter))
-                                                 : local);
-  m.gradients = weightBytes * (s.zeroStage >= 2 ? partitioned(local) + std::min(local, s.reduceBucketElements) : local);
-  const int64_t optimizerBytes = (masterBytes + stateBytes) * (s.zeroStage >= 1 ? partitioned(local) : local);
+  m.parameters = weightBytes * (s.zeroStage >= 3 ? partitioned(dense.all - dense.persistent, dp) + dense.persistent +
+                                                       partitioned(expert.all - expert.persistent, edp) +
+                                                       expert.persistent +
+                                                       std::min(held, std::max(s.prefetchBucketElements, largestParameter))
+                                                 : held);
+  m.gradients = weightBytes * (s.zeroStage >= 2 ? partitioned(dense.trainable, dp) + partitioned(expert.trainable, edp) +
+                                                      std::min(trainable, s.reduceBucketElements)
+                                                : trainable);
+  const int64_t optimizerBytes =
+      (masterBytes + stateBytes) *
+      (s.zeroStage >= 1 ? partitioned(dense.trainable, dp) + partitioned(expert.trainable, edp) : trainable);
   (s.offloadOptimizer ? m.hostOptimizer : m.optimizer) = optimizerBytes;
+  if (!s.training) m.gradients = m.optimizer = m.hostOptimizer = 0;
 
   const int64_t tokens = s.microBatch * s.sequenceLength / std::max(1, s.sequenceParallel);
   const int64_t tp = std::max(1, s.tensorParallel);
@@ -51,7 +70,7 @@ MemoryEstimate estimateMemory(const ModelConfig& c, const std::vector<ParameterI
 
 Status checkFits(const MemoryEstimate& m, int64_t deviceBytes) {
   if (m.total() <= deviceBytes) return Status::ok();
-  return Status(StatusCode::kResourceExhausted,
+  return Status(StatusCode::kInvalidArgument,
                 fmt::format("estimated {} per rank is {} above the device's {}; the largest term is {}",
                             humanBytes(m.total()), humanBytes(m.total() - deviceBytes), humanBytes(deviceBytes),
                             m.largestTerm()));

@@ -15,11 +15,13 @@ namespace loom::planner {
 struct TrainingShape {
   int zeroStage = 0;
   int dataParallel = 1;            // the dense-data group: dp x sp
+  int expertParallel = 1;          // ep: a rank holds 1/ep of the experts, data-parallel over dataParallel / ep
   int tensorParallel = 1;
   int sequenceParallel = 1;
   Precision precision = Precision::kBf16;
   int optimizerStates = 2;          // fp32 tensors per parameter: Adam/AdamW 2, Lion and Adagrad 1
   bool offloadOptimizer = false;   // offload_optimizer.device cpu: master weights and states on the host
+  bool training = true;            // false (eval): no gradients nor optimizer state
   int64_t microBatch = 1;
   int64_t sequenceLength = 2048;
   int64_t reduceBucketElements = 500'000'000;        // reduce_bucket_size
@@ -43,15 +45,17 @@ struct MemoryEstimate {
 // fp32 states (the 16 bytes per parameter of ZeRO's paper with Adam); fp32 training keeps 4-byte
 // weights and gradients and the states. ZeRO divides the optimizer terms by the data-parallel
 // group from stage 1, gradients from stage 2 (plus one reduce bucket), weights from stage 3 (plus
-// persistent small parameters and the prefetch bucket). Activations follow Korthikanti et al.
+// persistent small parameters and the prefetch bucket). A rank holds the tensor-parallel shapes
+// of `layouts`, and of the experts only its 1/ep, whose ZeRO group is the expert-data-parallel
+// one (dataParallel / ep). Buffers (not trainable) count as weights only. Activations follow Korthikanti et al.
 // with memory-efficient attention and no recomputation: 10 + 24/tp bytes per hidden unit per
 // token per layer, with the sequence split by sp, plus the head's logits in fp32 (4 bytes per
 // vocabulary entry of the rank's tp slice per token, twice: values and gradient).
 MemoryEstimate estimateMemory(const ModelConfig& config, const std::vector<ParameterInfo>& parameters,
                               const std::vector<TpLayout>& layouts, const TrainingShape& shape);
 
-// ResourceExhausted when the estimate is above `deviceBytes`, saying by how much and which term
-// dominates.
+// InvalidArgument when the estimate is above `deviceBytes`, saying by how much and which term
+// dominates: the spec must change (more ranks, a higher ZeRO stage, offloading, a smaller batch).
 Status checkFits(const MemoryEstimate& estimate, int64_t deviceBytes);
 
 }  // namespace loom::planner

@@ -39,6 +39,8 @@ class Mesh {
 
   Coordinates coordinates(int rank) const;
   int rankAt(const Coordinates& c) const { return (c.dp * sp_ + c.sp) * tp_ + c.tp; }
+  // The rank's index in its expert-parallel group: which experts it holds (parallel_checks.h).
+  int expertIndex(int rank) const { return (rank / tp_) % ep_; }
   // The group of `axis` that holds `rank`.
   std::vector<int> group(MeshAxis axis, int rank) const;
   // Every group of `axis`, each once, ordered by their first rank.

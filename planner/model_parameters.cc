@@ -111,6 +111,7 @@ std::vector<ParameterInfo> enumerateParameters(const ModelConfig& c) {
   out.push_back({"model.embed_tokens.weight", {c.vocabSize, h}});
   for (int64_t l = 0; l < c.numLayers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
+    const size_t first = out.size();
     out.push_back({p + "input_layernorm.weight", {h}});
     if (c.isMla()) {
       appendLatentAttention(c, p, out);
@@ -123,6 +124,7 @@ std::vector<ParameterInfo> enumerateParameters(const ModelConfig& c) {
     } else {
       appendDenseMlp(c, p, out);
     }
+    for (size_t i = first; i < out.size(); ++i) out[i].layer = static_cast<int>(l);
   }
   out.push_back({"model.norm.weight", {h}});
   if (!c.tieWordEmbeddings) out.push_back({"lm_head.weight", {c.vocabSize, h}});

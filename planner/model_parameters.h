@@ -17,6 +17,7 @@ struct ParameterInfo {
   // a gradient (deepseek_v3's mlp.gate.e_score_correction_bias, which HF keeps in fp32 and the
   // load-balancing rule updates).
   bool trainable = true;
+  int layer = -1;              // the decoder layer it belongs to; -1 for the embedding, final norm and head
   int64_t numel() const;
 };
 

@@ -11,15 +11,15 @@ using nlohmann::json;
 
 namespace {
 
-DeepSpeedConfig parsed(const std::string& text, int64_t dp = 2, bool training = true) {
-  auto c = parseDeepSpeedConfig(json::parse(text), dp, training);
+DeepSpeedConfig parsed(const std::string& text, int64_t world = 2, bool training = true) {
+  auto c = parseDeepSpeedConfig(json::parse(text), world, training);
   INFO(c.status().toString());
   REQUIRE(c.isOk());
   return *c;
 }
 
-std::string errorOf(const std::string& text, int64_t dp = 2, bool training = true) {
-  auto c = parseDeepSpeedConfig(json::parse(text), dp, training);
+std::string errorOf(const std::string& text, int64_t world = 2, bool training = true) {
+  auto c = parseDeepSpeedConfig(json::parse(text), world, training);
   REQUIRE_FALSE(c.isOk());
   return c.status().message();
 }
@@ -156,4 +156,121 @@ TEST_CASE("train spec: sections, paths and their checks", "[planner][deepspeed]"
   json probeWithData = json::parse(R"({"name": "p", "kind": "probe", "resources": {"ranks": 1},
                                        "data": {"train": "x", "seq_len": 4}})");
   CHECK(parseJobSpec(probeWithData.dump()).status().message() == "data: does not apply to a probe job");
+}
+
+TEST_CASE("deepspeed: tensor_parallel, expert_parallel and sequence_parallel_size - dp is world / (tp x sp)",
+          "[planner][deepspeed]") {
+  auto c = parsed(std::string(R"({"train_batch_size": 32, "sequence_parallel_size": 2,
+      "tensor_parallel": {"autotp_size": 4, "partition_config": {"use_default_specs": false, "strict_mode": true,
+        "layer_specs": [{"patterns": [".*\\.o_proj\\.weight$"], "partition_type": "row"},
+                        {"patterns": [".*\\.qkv_proj\\.weight$"], "partition_type": "column",
+                         "shape": [[4096, 1024, 1024], -1], "partition_dim": 0},
+                        {"patterns": [".*q_norm.*"], "partition_type": "skip", "grad_allreduce": true}]}},
+      "expert_parallel": {"enabled": true, "autoep_size": 4, "preset_model": "mixtral", "top_k": 2,
+        "route_norm": false, "route_scale": 1.5, "score_func": "softmax", "num_expert_groups": 2,
+        "num_limited_groups": 1, "routed_scaling_factor": 2.5, "has_shared_experts": false,
+        "use_grouped_mm": false}, )") + kAdam + "}",
+                  /*world=*/64);
+  // 64 ranks = dp 8 x sp 2 x tp 4: the batch triple counts 8 data-parallel ranks.
+  CHECK(c.dataParallelSize == 8);
+  CHECK(c.microBatchSize == 4);
+  CHECK(c.tensorParallel.ranks() == 4);
+  CHECK_FALSE(c.tensorParallel.useDefaultSpecs);
+  CHECK(c.tensorParallel.strictMode);
+  REQUIRE(c.tensorParallel.layerSpecs.size() == 3);
+  CHECK(c.tensorParallel.layerSpecs[0].split == loom::planner::TpSplit::kRow);
+  CHECK(c.tensorParallel.layerSpecs[1].shape[0].subParams == std::vector<int64_t>{4096, 1024, 1024});
+  CHECK(c.tensorParallel.layerSpecs[2].gradAllreduce);
+  CHECK(c.expertParallel.ranks() == 4);
+  CHECK(c.expertParallel.topK == 2);
+  CHECK(*c.expertParallel.routedScalingFactor == 2.5);
+  CHECK(c.sequenceParallelSize == 2);
+  // Normalized and parsed again: the same.
+  auto again = parseDeepSpeedConfig(c.toJson(), 64, true);
+  INFO(again.status().toString());
+  REQUIRE(again.isOk());
+  CHECK(again->toJson() == c.toJson());
+  // "auto" and null take the model's values when the plan is compiled.
+  auto defaults = parsed(std::string(R"({"train_batch_size": 2, "expert_parallel": {"enabled": true,
+      "top_k": "auto", "routed_scaling_factor": "auto", "route_norm": null}, )") + kAdam + "}");
+  CHECK((defaults.expertParallel.topK == 0 && !defaults.expertParallel.routedScalingFactor));
+  CHECK(defaults.toJson()["expert_parallel"]["top_k"] == "auto");
+  CHECK(defaults.toJson()["tensor_parallel"]["autotp_size"] == 0);
+}
+
+TEST_CASE("deepspeed: bad parallel settings are refused by name", "[planner][deepspeed]") {
+  auto error = [](const std::string& keys, int64_t world = 8) {
+    return errorOf(std::string(R"({"train_micro_batch_size_per_gpu": 1, )") + keys + ", " + kAdam + "}", world);
+  };
+  CHECK(error(R"("tensor_parallel": {"autotp_size": 3})") ==
+        "8 ranks cannot be split into tensor parallel 3 x sequence parallel 1: 8 is not a multiple of 3");
+  CHECK(error(R"("tensor_parallel": {"autotp_size": 2, "tp_overlap_comm": true})") ==
+        "deepspeed.tensor_parallel.tp_overlap_comm: unknown key");
+  CHECK(error(R"("tensor_parallel": {"partition_config": {"layer_specs": [{"partition_type": "row"}]}})") ==
+        "deepspeed.tensor_parallel.partition_config.layer_specs[0].patterns: required, a list of regexes matched "
+        "against parameter names");
+  CHECK(error(R"("tensor_parallel": {"partition_config": {"layer_specs": [{"patterns": ["x"],
+      "partition_type": "diagonal"}]}})") ==
+        "deepspeed.tensor_parallel.partition_config.layer_specs[0].partition_type: must be column, row or skip, got "
+        "\"diagonal\"");
+  CHECK(error(R"("tensor_parallel": {"partition_config": {"layer_specs": [{"patterns": ["x"],
+      "shape": [-1, [2, 2]]}]}})") ==
+        "deepspeed.tensor_parallel.partition_config.layer_specs[0].shape[1]: a list of sub-parameter sizes is allowed "
+        "only at partition_dim 0");
+  CHECK(error(R"("tensor_parallel": {"partition_config": {"layer_specs": [{"patterns": ["x"],
+      "partition_type": "row", "grad_allreduce": true}]}})")
+            .find("layer_specs[0].grad_allreduce: applies to partition_type skip only") != std::string::npos);
+  CHECK(error(R"("expert_parallel": {"autoep_size": 4})") ==
+        "deepspeed.expert_parallel.autoep_size: 4 needs expert_parallel.enabled true");
+  CHECK(error(R"("expert_parallel": {"enabled": true, "autoep_size": 4, "preset_model": "llama4"})")
+            .find("deepspeed.expert_parallel.preset_model: \"llama4\" is not a preset") == 0);
+  CHECK(error(R"("expert_parallel": {"enabled": true, "score_func": "relu"})") ==
+        "deepspeed.expert_parallel.score_func: must be auto, softmax or sigmoid, got \"relu\"");
+  CHECK(error(R"("expert_parallel": {"enabled": true, "num_expert_groups": 2, "num_limited_groups": 3})") ==
+        "deepspeed.expert_parallel.num_limited_groups: 3 is above num_expert_groups 2");
+  CHECK(error(R"("expert_parallel": {"enabled": true, "load_balance_coeff": 0.001})") ==
+        "deepspeed.expert_parallel.load_balance_coeff: unknown key");
+  CHECK(error(R"("expert_parallel": {"enabled": true, "autoep_size": 16})") ==
+        "expert parallel size 16 must divide data parallel x sequence parallel = 8 x 1 = 8");
+  CHECK(error(R"("sequence_parallel_size": 0)") ==
+        "deepspeed.sequence_parallel_size: must be between 1 and 65536, got 0");
+}
+
+TEST_CASE("specs: parallelism the workers do not run yet is refused to run - accepted to plan", "[planner][deepspeed]") {
+  using loom::planner::parseJobSpec;
+  using loom::planner::SpecPurpose;
+  auto spec = [](const std::string& keys) {
+    return R"({"name": "t", "kind": "train", "resources": {"ranks": 8, "device": "cuda"},
+      "model": {"config": "/m/config.json"}, "data": {"train": "/d.tokens", "seq_len": 64},
+      "train": {"steps": 10}, "deepspeed": {"train_micro_batch_size_per_gpu": 1, )" +
+           keys + ", " + kAdam + "}}";
+  };
+  const std::string tp = spec(R"("tensor_parallel": {"autotp_size": 8})");
+  CHECK(parseJobSpec(tp).status().message() ==
+        "deepspeed.tensor_parallel.autotp_size: 8: tensor parallelism is planned (loomctl plan) but not run by the "
+        "workers yet");
+  CHECK(parseJobSpec(spec(R"("sequence_parallel_size": 2)")).status().message() ==
+        "deepspeed.sequence_parallel_size: 2: sequence parallelism is planned (loomctl plan) but not run by the "
+        "workers yet");
+  CHECK(parseJobSpec(spec(R"("expert_parallel": {"enabled": true, "autoep_size": 4})")).status().message() ==
+        "deepspeed.expert_parallel.enabled: expert parallelism (AutoEP, autoep_size 4) is planned (loomctl plan) but "
+        "not run by the workers yet");
+  auto planned = parseJobSpec(tp, SpecPurpose::kPlan);
+  REQUIRE(planned.isOk());
+  CHECK(planned->deepspeed.dataParallelSize == 1);
+  // tp 1 (and autotp_size 0, off) runs.
+  CHECK(parseJobSpec(spec(R"("tensor_parallel": {"autotp_size": 1})")).isOk());
+  // resources.device_memory_gb: 80 on cuda unless given, no limit on cpu.
+  CHECK(planned->deviceMemoryGb == 80);
+  CHECK(planned->deviceMemoryBytes() == int64_t(80) << 30);
+  CHECK(planned->toJson()["resources"]["device_memory_gb"] == 80);
+  json cpu = json::parse(spec(R"("sequence_parallel_size": 1)"));
+  cpu["resources"] = {{"ranks", 8}, {"device", "cpu"}};
+  auto onCpu = parseJobSpec(cpu.dump());
+  REQUIRE(onCpu.isOk());
+  CHECK(onCpu->deviceMemoryBytes() == 0);
+  CHECK_FALSE(onCpu->toJson()["resources"].contains("device_memory_gb"));
+  cpu["resources"]["device_memory_gb"] = 0;
+  CHECK(parseJobSpec(cpu.dump()).status().message() ==
+        "resources.device_memory_gb: must be between 0.001 and 1000000, got 0");
 }

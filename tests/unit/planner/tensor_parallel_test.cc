@@ -59,11 +59,15 @@ TEST_CASE("GQA with more ranks than KV heads replicates each KV head", "[planner
   CHECK(layoutOf(c, 8, "model.layers.0.self_attn.q_proj.weight").kvReplication == 1);
 }
 
-TEST_CASE("layer_specs override the defaults - first match wins", "[planner]") {
+TEST_CASE("layer_specs override the defaults - first match wins - patterns match from the start", "[planner]") {
   auto c = llama(32, 8);
-  std::vector<TpLayerSpec> specs{{"mlp\\.down_proj", TpSplit::kReplicated}, {"mlp\\.", TpSplit::kColumn}};
+  std::vector<TpLayerSpec> specs{{.patterns = {".*mlp\\.down_proj"}, .split = TpSplit::kReplicated},
+                                 {.patterns = {".*mlp\\."}, .split = TpSplit::kColumn}};
   CHECK(layoutOf(c, 8, "model.layers.0.mlp.down_proj.weight", specs).split == TpSplit::kReplicated);
   CHECK(layoutOf(c, 8, "model.layers.0.mlp.up_proj.weight", specs).split == TpSplit::kColumn);
+  // As Python's re.match: "mlp\." alone does not match "model.layers.0.mlp..." at its start.
+  std::vector<TpLayerSpec> unanchored{{.patterns = {"mlp\\.down_proj"}, .split = TpSplit::kReplicated}};
+  CHECK(layoutOf(c, 8, "model.layers.0.mlp.down_proj.weight", unanchored).split == TpSplit::kRow);
 }
 
 TEST_CASE("what cannot be split is named", "[planner]") {
@@ -77,7 +81,8 @@ TEST_CASE("what cannot be split is named", "[planner]") {
   CHECK(reason(llama(48, 6), 4).find("num_key_value_heads 6 neither divides it nor is divided by it") !=
         std::string::npos);
   CHECK(reason(llama(32, 8, 32001), 2).find("vocab_size 32001 is not a multiple of it") != std::string::npos);
-  CHECK(reason(llama(32, 8), 2, {{"([", TpSplit::kRow}}).find("is not a regex") != std::string::npos);
+  CHECK(reason(llama(32, 8), 2, {{.patterns = {"(["}, .split = TpSplit::kRow}}).find("is not a regex") !=
+        std::string::npos);
 }
 
 TEST_CASE("AutoTP on experts: w1/w3 column - w2 row - the router whole", "[planner]") {

@@ -1,0 +1,54 @@
+#include "planner/plan.h"
+
+#include "planner/mesh.h"
+
+namespace loom::planner {
+
+namespace {
+
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+int64_t ParameterSpec::numel() const { return product(shape); }
+int64_t ParameterSpec::localNumel() const { return product(localShape); }
+
+int64_t Plan::totalElements() const {
+  int64_t n = 0;
+  for (const auto& p : parameters) n += p.numel();
+  return n;
+}
+
+std::vector<int> parametersOfRank(const Plan& plan, int rank) {
+  const PlanMesh& m = plan.mesh;
+  auto mesh = Mesh::create(m.world, m.tp, m.sp, m.ep);
+  const int expertIndex = mesh.isOk() ? mesh->expertIndex(rank) : 0;
+  std::vector<int> out;
+  for (size_t i = 0; i < plan.parameters.size(); ++i) {
+    const ParameterSpec& p = plan.parameters[i];
+    if (p.expert < 0 || p.expertOwner == expertIndex) out.push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
+int64_t shardElements(const Plan& plan, int rank) {
+  int64_t n = 0;
+  for (int i : parametersOfRank(plan, rank)) n += plan.parameters[i].localNumel();
+  return n;
+}
+
+int64_t keptElements(const Plan& plan, int rank) {
+  if (plan.zero.stage < 3) return shardElements(plan, rank);
+  int64_t n = 0;
+  for (int i : parametersOfRank(plan, rank)) {
+    const ParameterSpec& p = plan.parameters[i];
+    n += !p.trainable || p.persistent ? p.localNumel() : p.partitionNumel;
+  }
+  return n;
+}
+
+}  // namespace loom::planner

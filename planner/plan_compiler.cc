@@ -1,0 +1,226 @@
+#include "planner/plan_compiler.h"
+
+#include <fmt/format.h>
+
+#include "planner/mesh.h"
+#include "planner/model_parameters.h"
+
+namespace loom::planner {
+
+namespace {
+
+const char* dtypeOf(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16: return "bfloat16";
+    case Precision::kFp16: return "float16";
+    case Precision::kFp32: return "float32";
+  }
+  return "float32";
+}
+
+PlanGroups groupsOf(const Mesh& mesh) {
+  return PlanGroups{.tensor = mesh.groups(MeshAxis::kTensor),
+                    .sequence = mesh.groups(MeshAxis::kSequence),
+                    .data = mesh.groups(MeshAxis::kData),
+                    .denseData = mesh.groups(MeshAxis::kDenseData),
+                    .expert = mesh.groups(MeshAxis::kExpert),
+                    .expertData = mesh.groups(MeshAxis::kExpertData)};
+}
+
+// The layout in words, where the shapes do not say it all.
+std::string layoutNote(const ModelConfig& c, const ParameterSpec& p, int tp) {
+  if (p.split == TpSplit::kReplicated)
+    return p.gradAllreduce ? "whole; its gradient is summed over the tensor-parallel group" : "";
+  if (tp == 1) return "";
+  std::string note;
+  const int64_t local = p.localShape[p.splitDim], whole = p.shape[p.splitDim];
+  switch (p.role) {
+    case LayerRole::kEmbedding:
+    case LayerRole::kHead:
+      note = fmt::format("vocabulary-parallel: {} of {} rows per rank", local, whole);
+      break;
+    case LayerRole::kQuery:
+      note = fmt::format("{} of {} query heads per rank", c.numHeads / tp, c.numHeads);
+      break;
+    case LayerRole::kKey:
+    case LayerRole::kValue:
+      note = p.kvReplication > 1 ? fmt::format("GQA: {} KV heads over {} ranks, each on {} ranks", c.numKvHeads, tp,
+                                               p.kvReplication)
+                                 : fmt::format("GQA: {} of {} KV heads per rank, with their query heads",
+                                               c.numKvHeads / tp, c.numKvHeads);
+      break;
+    case LayerRole::kKeyValue:
+      note = fmt::format("keys and values of {} of {} heads per rank", c.numHeads / tp, c.numHeads);
+      break;
+    case LayerRole::kAttentionOutput:
+    case LayerRole::kDown:
+      note = fmt::format("{} of {} input features per rank; outputs summed over the group", local, whole);
+      break;
+    default:
+      note = fmt::format("{} of {} {} per rank", local, whole, p.splitDim == 0 ? "output features" : "input features");
+  }
+  if (!p.subParams.empty()) note += fmt::format("; {} packed sub-parameters, each split", p.subParams.size());
+  if (p.gatherOutput) note += "; output all-gathered";
+  return note;
+}
+
+// ZeRO stage 3: every trainable parameter partitioned on its own over its group (dense over
+// dp x sp, experts over the expert-data-parallel group), small ones persistent.
+void partitionStage3(const ZeroConfig& zero, const PlanMesh& mesh, std::vector<ParameterSpec>& params) {
+  for (bool experts : {false, true}) {
+    std::vector<int> members;
+    std::vector<int64_t> numels;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!params[i].trainable || (params[i].expert >= 0) != experts) continue;
+      members.push_back(static_cast<int>(i));
+      numels.push_back(params[i].localNumel());
+    }
+    const auto parts = partitionPerParameter(numels, experts ? mesh.expertData() : mesh.denseData(),
+                                             zero.paramPersistenceThreshold, zero.modelPersistenceThreshold);
+    for (size_t k = 0; k < members.size(); ++k) {
+      params[members[k]].persistent = parts[k].persistent;
+      params[members[k]].partitionNumel = parts[k].partitionNumel;
+    }
+  }
+}
+
+// ZeRO stages 1 and 2: a flat buffer per block, and one per block for its experts.
+std::vector<FlatBufferSpec> partitionBlocks(const PlanMesh& mesh, int64_t numLayers,
+                                            const std::vector<ParameterSpec>& params) {
+  const int64_t blocks = numLayers + 2;
+  std::vector<std::vector<int>> dense(blocks), experts(blocks);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParameterSpec& p = params[i];
+    if (!p.trainable) continue;
+    const int64_t block = p.layer >= 0 ? p.layer + 1 : (p.role == LayerRole::kEmbedding ? 0 : blocks - 1);
+    (p.expert >= 0 ? experts : dense)[block].push_back(static_cast<int>(i));
+  }
+  std::vector<FlatBufferSpec> out;
+  auto numelsOf = [&](const std::vector<int>& members) {
+    std::vector<int64_t> numels;
+    for (int i : members) numels.push_back(params[i].localNumel());
+    return numels;
+  };
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (!dense[b].empty()) {
+      FlatBufferSpec buffer{.block = static_cast<int>(b), .experts = false, .groupSize = mesh.denseData(),
+                            .members = {dense[b]}, .partition = {}};
+      buffer.partition = partitionFlat(numelsOf(dense[b]), buffer.groupSize);
+      out.push_back(std::move(buffer));
+    }
+    if (!experts[b].empty()) {
+      FlatBufferSpec buffer{.block = static_cast<int>(b), .experts = true, .groupSize = mesh.expertData(),
+                            .members = std::vector<std::vector<int>>(mesh.ep), .partition = {}};
+      for (int i : experts[b]) buffer.members[params[i].expertOwner].push_back(i);
+      buffer.partition = partitionFlat(numelsOf(buffer.members[0]), buffer.groupSize);
+      out.push_back(std::move(buffer));
+    }
+  }
+  return out;
+}
+
+int optimizerStates(OptimizerType type) {
+  return type == OptimizerType::kAdam || type == OptimizerType::kAdamW ? 2 : 1;  // Lion: momentum; Adagrad: sum
+}
+
+}  // namespace
+
+Status checkHasPlan(const JobSpec& spec) {
+  if (spec.kind == JobKind::kTrain || spec.kind == JobKind::kEval) return Status::ok();
+  return invalidArgument("kind: a {} job has no plan (train and eval jobs do)", jobKindName(spec.kind));
+}
+
+StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
+  RETURN_IF_ERROR(checkHasPlan(spec));
+  const DeepSpeedConfig& ds = spec.deepspeed;
+  const int tp = ds.tensorParallel.ranks(), sp = ds.sequenceParallelSize, ep = ds.expertParallel.ranks();
+
+  Plan plan;
+  plan.jobName = spec.name;
+  plan.modelFamily = modelFamilyName(model.family);
+  plan.training = spec.kind == JobKind::kTrain;
+  plan.precision = ds.precision;
+  plan.microBatch = ds.microBatchSize;
+  plan.sequenceLength = spec.data.seqLen;
+  plan.deviceMemoryBytes = spec.deviceMemoryBytes();
+
+  ASSIGN_OR_RETURN(Mesh mesh, Mesh::create(spec.ranks, tp, sp, ep));
+  plan.mesh = PlanMesh{.world = mesh.world(), .dp = mesh.dp(), .sp = mesh.sp(), .tp = mesh.tp(), .ep = mesh.ep()};
+  const auto parameters = enumerateParameters(model);
+  ASSIGN_OR_RETURN(auto layouts, layoutTensorParallel(model, parameters, ds.tensorParallel));
+  RETURN_IF_ERROR(checkSequenceParallel(model, sp, spec.data.seqLen, tp));
+  RETURN_IF_ERROR(checkExpertParallel(model, ep));
+  if (ds.expertParallel.enabled) {
+    ASSIGN_OR_RETURN(plan.routing, resolveRouting(model, ds.expertParallel));
+  }
+
+  const ZeroConfig& zero = ds.zero;
+  plan.memory = estimateMemory(model, parameters, layouts,
+                               TrainingShape{.zeroStage = zero.stage,
+                                             .dataParallel = plan.mesh.denseData(),
+                                             .expertParallel = ep,
+                                             .tensorParallel = tp,
+                                             .sequenceParallel = sp,
+                                             .precision = ds.precision,
+                                             .optimizerStates = optimizerStates(ds.optimizer.type),
+                                             .offloadOptimizer = zero.offloadOptimizer == "cpu",
+                                             .training = plan.training,
+                                             .microBatch = ds.microBatchSize,
+                                             .sequenceLength = spec.data.seqLen,
+                                             .reduceBucketElements = zero.reduceBucketSize,
+                                             .persistenceThreshold = zero.paramPersistenceThreshold,
+                                             .prefetchBucketElements = zero.prefetchBucketSize});
+  if (plan.deviceMemoryBytes > 0)
+    RETURN_IF_ERROR(checkFits(plan.memory, plan.deviceMemoryBytes)
+                        .withContext(fmt::format("resources.device_memory_gb {}", spec.deviceMemoryGb)));
+  plan.groups = groupsOf(mesh);
+
+  plan.parameters.reserve(parameters.size());
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const ParameterInfo& info = parameters[i];
+    const TpLayout& layout = layouts[i];
+    ParameterSpec p{.name = info.name,
+                    .shape = info.shape,
+                    // HF keeps deepseek_v3's correction bias in fp32 whatever the model's dtype.
+                    .dtype = info.trainable ? dtypeOf(ds.precision) : "float32",
+                    .trainable = info.trainable,
+                    .role = layerRole(info),
+                    .layer = info.layer,
+                    .split = layout.split,
+                    .splitDim = layout.splitDim,
+                    .localShape = layout.localShape,
+                    .kvReplication = layout.kvReplication,
+                    .subParams = layout.subParams,
+                    .gatherOutput = layout.gatherOutput,
+                    .gradAllreduce = layout.gradAllreduce,
+                    .layout = {},
+                    .tiedTo = {},
+                    .expert = info.expert,
+                    .expertOwner = info.expert >= 0 ? expertOwner(info.expert, model.numExperts, ep) : -1,
+                    .persistent = false,
+                    .partitionNumel = 0};
+    if (p.expert < 0) p.layout = layoutNote(model, p, tp);
+    if (p.role == LayerRole::kEmbedding && model.tieWordEmbeddings) {
+      p.tiedTo = "lm_head.weight";
+      p.layout += std::string(p.layout.empty() ? "" : "; ") + "tied: also the LM head";
+    }
+    plan.parameters.push_back(std::move(p));
+  }
+
+  plan.zero = ZeroPlan{.stage = zero.stage,
+                       .denseGroupSize = plan.mesh.denseData(),
+                       .expertGroupSize = plan.mesh.expertData(),
+                       .persistenceThreshold = zero.paramPersistenceThreshold,
+                       .modelPersistenceThreshold = zero.modelPersistenceThreshold,
+                       .offloadOptimizer = zero.offloadOptimizer == "cpu",
+                       .buffers = {}};
+  if (zero.stage == 3) {
+    partitionStage3(zero, plan.mesh, plan.parameters);
+  } else if (zero.stage >= 1) {
+    plan.zero.buffers = partitionBlocks(plan.mesh, model.numLayers, plan.parameters);
+  }
+
+  return plan;
+}
+
+}  // namespace loom::planner
