@@ -83,7 +83,7 @@ std::string humanBytes(int64_t b) {
 
 Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, const TorchRuntime::ProgressFn& progress) {
   const auto& cfg = *spec.probe.collectives;
-  ASSIGN_OR_RETURN(World connected, connectWorld(ctx, spec));
+  ASSIGN_OR_RETURN(World connected, connectWorld(ctx, spec, TensorHome::kHost));
   backends::Communicator* world = connected.comm.get();
   backends::CommsLogger& logger = *connected.logger;
   const int n = world->size();

@@ -48,20 +48,20 @@ at::Tensor plainLinear(const at::Tensor& x, const at::Tensor& weight, const at::
 
 }  // namespace
 
-DecoderModel::DecoderModel(const planner::ModelConfig& config, at::ScalarType dtype)
-    : config_(config), dtype_(dtype), linear_(plainLinear) {}
+DecoderModel::DecoderModel(const planner::ModelConfig& config, at::ScalarType dtype, at::Device device)
+    : config_(config), dtype_(dtype), device_(device), linear_(plainLinear) {}
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const planner::ModelConfig& config,
-                                                             at::ScalarType dtype) {
+                                                             at::ScalarType dtype, at::Device device) {
   if (config.rope.type == planner::RopeConfig::Type::kYarn)
     return invalidArgument("model: rope_type yarn is not built by the worker yet (default, linear, llama3)");
   if (config.isMoe())
     return invalidArgument("model: {} is a mixture-of-experts model; this version trains dense decoders only "
                            "(llama, mistral, qwen2, qwen3)",
                            planner::modelFamilyName(config.family));
-  std::unique_ptr<DecoderModel> model(new DecoderModel(config, dtype));
+  std::unique_ptr<DecoderModel> model(new DecoderModel(config, dtype, device));
   for (const auto& p : planner::enumerateParameters(config)) {
-    at::Tensor t = at::empty(p.shape, at::TensorOptions().dtype(dtype));
+    at::Tensor t = at::empty(p.shape, at::TensorOptions().dtype(dtype).device(device));
     t.set_requires_grad(true);
     model->parameters_.emplace_back(p.name, std::move(t));
   }
@@ -172,8 +172,8 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::rotary(int64_t seqLen) {
     at::Tensor positions = at::arange(seqLen, at::kLong).to(at::kFloat);
     at::Tensor freqs = at::outer(positions, inverseFrequencies_);  // [S, D/2]
     at::Tensor angles = at::cat({freqs, freqs}, -1);
-    cos_ = angles.cos().to(dtype_);
-    sin_ = angles.sin().to(dtype_);
+    cos_ = angles.cos().to(device_, dtype_);
+    sin_ = angles.sin().to(device_, dtype_);
     rotarySeqLen_ = seqLen;
   }
   return {cos_, sin_};

@@ -32,7 +32,8 @@ class BlockRunner {
 class DecoderModel {
  public:
   // Parameters are allocated (uninitialised) in `dtype`; call initRandom or loadWeights.
-  static StatusOr<std::unique_ptr<DecoderModel>> create(const planner::ModelConfig& config, at::ScalarType dtype);
+  static StatusOr<std::unique_ptr<DecoderModel>> create(const planner::ModelConfig& config, at::ScalarType dtype,
+                                                        at::Device device = at::kCPU);
 
   // HF's init: linear and embedding weights ~ N(0, initializer_range), biases 0, norms 1. The
   // same seed gives the same weights on every rank.
@@ -44,6 +45,7 @@ class DecoderModel {
 
   const planner::ModelConfig& config() const { return config_; }
   at::ScalarType dtype() const { return dtype_; }
+  at::Device device() const { return device_; }
   // In HF order.
   const std::vector<std::pair<std::string, at::Tensor>>& parameters() const { return parameters_; }
   TensorMap stateDict() const;
@@ -71,7 +73,7 @@ class DecoderModel {
     at::Tensor postNorm, gate, up, down, gateBias, upBias, downBias;
   };
 
-  DecoderModel(const planner::ModelConfig& config, at::ScalarType dtype);
+  DecoderModel(const planner::ModelConfig& config, at::ScalarType dtype, at::Device device);
   // The named parameter; undefined for optional ones the config leaves out (biases, q/k norms).
   at::Tensor parameter(const std::string& name) const;
   void bindLayers();
@@ -82,6 +84,7 @@ class DecoderModel {
 
   planner::ModelConfig config_;
   at::ScalarType dtype_;
+  at::Device device_;
   std::vector<std::pair<std::string, at::Tensor>> parameters_;
   at::Tensor embed_, finalNorm_, head_;
   std::vector<Layer> layers_;

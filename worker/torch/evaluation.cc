@@ -18,7 +18,8 @@ StatusOr<EvalResult> evaluate(DecoderModel& model, const TokenSamples& data, int
   const int64_t seq = data.seqLen();
   EvalResult result;
   result.samples = count;
-  at::Tensor logprobs = wantLogprobs ? at::zeros({count, seq}, at::kFloat) : at::Tensor();
+  const at::Device device = model.device();
+  at::Tensor logprobs = wantLogprobs ? at::zeros({count, seq}, at::TensorOptions().dtype(at::kFloat).device(device)) : at::Tensor();
   double lossSum = 0;
   // Every rank runs the same number of forward passes (ZeRO-3 gathers parameters collectively in
   // each): a rank whose share ran out repeats sample 0 and discards the result.
@@ -28,7 +29,7 @@ StatusOr<EvalResult> evaluate(DecoderModel& model, const TokenSamples& data, int
     for (int64_t i = first; i < std::min(count, first + micro); ++i) samples.push_back(i);
     const bool idle = samples.empty();
     if (idle) samples.push_back(0);
-    at::Tensor batch = data.gather(samples);
+    at::Tensor batch = data.gather(samples).to(device);
     at::Tensor inputs = batch.slice(1, 0, seq), labels = batch.slice(1, 1, seq + 1);
     at::Tensor logits = model.logits(inputs);
     if (idle) continue;
@@ -37,7 +38,7 @@ StatusOr<EvalResult> evaluate(DecoderModel& model, const TokenSamples& data, int
     lossSum -= tokenLogprobs.sum().item<double>();
     if (wantLogprobs) logprobs.slice(0, first, first + static_cast<int64_t>(samples.size())).copy_(tokenLogprobs.view({-1, seq}));
   }
-  at::Tensor sums = at::tensor({lossSum}, at::kDouble);
+  at::Tensor sums = at::tensor({lossSum}, at::kDouble).to(device);
   if (comm) {
     RETURN_IF_ERROR(comm->allReduce(sums, backends::ReduceOp::kSum)->wait().withContext("eval: summing the loss"));
     // Each row was written by one rank; the others hold zeros there.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
 #include "common/files.h"
@@ -18,14 +19,21 @@ at::ScalarType modelDtype(planner::Precision precision) {
   return at::kFloat;
 }
 
-StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec) {
+at::Device rankDevice(const planner::JobSpec& spec, int localRank) {
+  if (spec.device == planner::DeviceKind::kCuda) return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(localRank));
+  return at::kCPU;
+}
+
+StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, at::Device device) {
   BuiltModel built;
   auto text = files::readFile(spec.model.config);
   if (!text.isOk()) return text.status().withContext("model.config");
   built.configText = *text;
   auto config = planner::parseModelConfig(*text, spec.model.config);
   if (!config.isOk()) return config.status().withContext("model.config");
-  ASSIGN_OR_RETURN(built.model, DecoderModel::create(*config, modelDtype(spec.deepspeed.precision)));
+  if (device.is_cuda() && !at::hasCUDA())
+    return failedPrecondition("resources.device: cuda, but this rank sees no CUDA device (or libtorch has no CUDA)");
+  ASSIGN_OR_RETURN(built.model, DecoderModel::create(*config, modelDtype(spec.deepspeed.precision), device));
   if (spec.model.weights.empty()) {
     built.model->initRandom(spec.model.initSeed);
     return built;

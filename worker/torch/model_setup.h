@@ -4,6 +4,7 @@
 #include <string>
 
 #include <ATen/core/ScalarType.h>
+#include <c10/core/Device.h>
 
 #include "common/status.h"
 #include "planner/job_spec.h"
@@ -21,7 +22,10 @@ struct BuiltModel {
 
 // Reads model.config, builds the decoder in the job's precision, and loads model.weights or
 // draws the seeded init. Errors name the spec field and the file.
-StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec);
+StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, at::Device device);
+
+// The device a rank computes on: the CPU, or for resources.device cuda the GPU of its local rank.
+at::Device rankDevice(const planner::JobSpec& spec, int localRank);
 
 // Threads for libtorch: the machine's cores shared among the ranks on this node.
 void setThreadsForRanks(int localWorldSize);

@@ -28,6 +28,10 @@ using backends::ReduceOp;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+TensorHome homeOf(const planner::JobSpec& spec) {
+  return spec.device == planner::DeviceKind::kCuda ? TensorHome::kCuda : TensorHome::kHost;
+}
+
 class Trainer {
  public:
   Trainer(const RankContext& ctx, const planner::JobSpec& spec, const TorchRuntime::ProgressFn& progress)
@@ -86,9 +90,9 @@ std::map<std::string, double> Trainer::memoryMetrics() const {
 Status Trainer::setUp() {
   setThreadsForRanks(ctx_.localWorldSize);
   if (ctx_.worldSize > 1) {
-    ASSIGN_OR_RETURN(world_, connectWorld(ctx_, spec_));
+    ASSIGN_OR_RETURN(world_, connectWorld(ctx_, spec_, homeOf(spec_)));
   }
-  ASSIGN_OR_RETURN(built_, buildModel(spec_));
+  ASSIGN_OR_RETURN(built_, buildModel(spec_, rankDevice(spec_, ctx_.localRank)));
   const auto& config = built_.model->config();
   ASSIGN_OR_RETURN(auto train, TokenSamples::open(spec_.data.train, spec_.data.seqLen, config.vocabSize, "data.train"));
   train_.emplace(std::move(train));
@@ -159,7 +163,7 @@ Status Trainer::trainStep() {
     const int64_t start = train::microBatchStart(step_, ds_.trainBatchSize, m, micro, ctx_.rank, dp);
     std::vector<int64_t> samples;
     for (int64_t i = 0; i < micro; ++i) samples.push_back(order_->sampleAt(start + i));
-    at::Tensor batch = train_->gather(samples);
+    at::Tensor batch = train_->gather(samples).to(built_.model->device());
     at::Tensor loss = built_.model->loss(batch.slice(1, 0, seq), batch.slice(1, 1, seq + 1));
     lossSum += loss.item<double>();
     // DeepSpeed scales by 1 / gradient_accumulation_steps: the step's gradient is the mean.
@@ -169,7 +173,7 @@ Status Trainer::trainStep() {
   at::NoGradGuard noGrad;
   double loss = lossSum / static_cast<double>(gas);
   if (comm()) {
-    at::Tensor lossTensor = at::tensor({loss}, at::kDouble);
+    at::Tensor lossTensor = at::tensor({loss}, at::kDouble).to(built_.model->device());
     RETURN_IF_ERROR(comm()->allReduce(lossTensor, ReduceOp::kAvg)->wait().withContext("loss all-reduce"));
     loss = lossTensor.item<double>();
   }
@@ -291,9 +295,9 @@ Status runEval(const RankContext& ctx, const planner::JobSpec& spec, const Torch
   setThreadsForRanks(ctx.localWorldSize);
   World world;
   if (ctx.worldSize > 1) {
-    ASSIGN_OR_RETURN(world, connectWorld(ctx, spec));
+    ASSIGN_OR_RETURN(world, connectWorld(ctx, spec, homeOf(spec)));
   }
-  ASSIGN_OR_RETURN(BuiltModel built, buildModel(spec));
+  ASSIGN_OR_RETURN(BuiltModel built, buildModel(spec, rankDevice(spec, ctx.localRank)));
   ASSIGN_OR_RETURN(TokenSamples data, TokenSamples::open(spec.data.eval, spec.data.seqLen,
                                                          built.model->config().vocabSize, "data.eval"));
   const bool wantLogprobs = !spec.eval.logprobsOutput.empty();

@@ -3,10 +3,13 @@
 #include <chrono>
 
 #include "backends/ucx/ucx_communicator.h"
+#ifdef LOOM_HAVE_NCCL
+#include "backends/nccl/nccl_communicator.h"
+#endif
 
 namespace loom::worker {
 
-StatusOr<World> connectWorld(const RankContext& ctx, const planner::JobSpec& spec) {
+StatusOr<World> connectWorld(const RankContext& ctx, const planner::JobSpec& spec, TensorHome home) {
   World world;
   const auto& logger = spec.deepspeed.commsLogger;
   world.logger = std::make_unique<backends::CommsLogger>(backends::CommsLoggerConfig{
@@ -19,6 +22,23 @@ StatusOr<World> connectWorld(const RankContext& ctx, const planner::JobSpec& spe
       {.host = ctx.masterAddr, .port = ctx.masterPort, .isServer = ctx.rank == 0, .connectTimeout = rendezvous});
   if (!store.isOk()) return store.status().withContext("rendezvous");
   world.store = std::move(*store);
+  if (home == TensorHome::kCuda) {
+#ifdef LOOM_HAVE_NCCL
+    auto nccl = backends::NcclCommunicator::create({.rank = ctx.rank,
+                                                    .worldSize = ctx.worldSize,
+                                                    .device = ctx.localRank,
+                                                    .store = world.store.get(),
+                                                    .rendezvousTimeout = rendezvous,
+                                                    .operationTimeout = std::chrono::milliseconds(spec.collectiveTimeoutMs),
+                                                    .logger = world.logger.get()});
+    if (!nccl.isOk()) return nccl.status();
+    world.comm = *nccl;
+    return world;
+#else
+    return failedPrecondition("resources.device: cuda needs the NCCL communicator, which this build does not have "
+                              "(built without the CUDA toolkit or NCCL)");
+#endif
+  }
   auto transport = backends::UcxTransport::create({.rank = ctx.rank,
                                                    .worldSize = ctx.worldSize,
                                                    .store = world.store.get(),

@@ -13,15 +13,17 @@
 namespace loom::worker {
 
 // Every rank of the attempt, connected: the attempt's rendezvous store (rank 0 serves it on
-// MASTER_PORT), the UCX transport and the world communicator over it, with the job's comms
-// logger. Members are destroyed communicator first, store last.
+// MASTER_PORT) and the world communicator, with the job's comms logger: UCX for host tensors, or
+// NCCL for CUDA tensors (each rank on the GPU of its local rank). Members are destroyed
+// communicator first, store last.
 struct World {
   std::unique_ptr<backends::CommsLogger> logger;
   std::unique_ptr<backends::TcpStore> store;
-  std::shared_ptr<backends::UcxTransport> transport;
+  std::shared_ptr<backends::UcxTransport> transport;  // host worlds only
   std::shared_ptr<backends::Communicator> comm;
 };
 
-StatusOr<World> connectWorld(const RankContext& context, const planner::JobSpec& spec);
+enum class TensorHome { kHost, kCuda };
+StatusOr<World> connectWorld(const RankContext& context, const planner::JobSpec& spec, TensorHome home);
 
 }  // namespace loom::worker

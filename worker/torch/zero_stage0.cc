@@ -19,13 +19,14 @@ class ZeroStage0 final : public ZeroEngine {
   ZeroStage0(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
       : comm_(comm), params_(model.parameters()) {
     at::NoGradGuard noGrad;
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(model.device());
     int64_t total = 0;
     for (const auto& [name, p] : params_) total += p.numel();
-    gradFlat_ = at::zeros({total}, at::kFloat);
+    gradFlat_ = at::zeros({total}, f32);
     gradViews_ = viewsInto(gradFlat_, params_);
     std::vector<std::pair<std::string, at::Tensor>> masters;
     if (config.precision != planner::Precision::kFp32) {
-      masterFlat_ = at::empty({total}, at::kFloat);
+      masterFlat_ = at::empty({total}, f32);
       masterViews_ = viewsInto(masterFlat_, params_);
       for (size_t i = 0; i < params_.size(); ++i) masterViews_[i].copy_(params_[i].second);
     }

@@ -63,6 +63,7 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   std::vector<Block> blocks_;
   std::vector<int> blockOfModelBlock_;  // the model's block -> index in blocks_, -1 if it owns nothing
   int64_t partitionNumel_ = 0;
+  at::TensorOptions f32_;  // fp32 on the model's device
 
   at::Tensor gradFlat_;  // stage 1
   std::vector<std::vector<at::Tensor>> gradViews_;  // stage 1, per block
@@ -73,7 +74,8 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
 };
 
 ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
-    : config_(config), stage_(config.zero.stage), comm_(comm) {
+    : config_(config), stage_(config.zero.stage), comm_(comm),
+      f32_(at::TensorOptions().dtype(at::kFloat).device(model.device())) {
   at::NoGradGuard noGrad;
   dp_ = comm ? comm->size() : 1;
   rank_ = comm ? comm->rank() : 0;
@@ -99,9 +101,9 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& m
     blocks_.push_back(std::move(block));
   }
   // This rank's part of every block's (padded) parameters, as fp32 masters.
-  masterPartition_ = at::zeros({partitionNumel_}, at::kFloat);
+  masterPartition_ = at::zeros({partitionNumel_}, f32_);
   for (const auto& block : blocks_) {
-    at::Tensor flat = at::zeros({block.layout.flatNumel}, at::kFloat);
+    at::Tensor flat = at::zeros({block.layout.flatNumel}, f32_);
     int64_t offset = 0;
     for (const auto& [name, p] : block.params) {
       flat.slice(0, offset, offset + p.numel()).copy_(p.reshape({-1}));
@@ -110,9 +112,9 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& m
     const int64_t part = block.layout.partitionNumel;
     masterPartition_.slice(0, block.partOffset, block.partOffset + part).copy_(flat.slice(0, rank_ * part, (rank_ + 1) * part));
   }
-  gradPartition_ = at::zeros({partitionNumel_}, at::kFloat);
+  gradPartition_ = at::zeros({partitionNumel_}, f32_);
   if (stage_ == 1) {
-    gradFlat_ = at::zeros({flatTotal}, at::kFloat);
+    gradFlat_ = at::zeros({flatTotal}, f32_);
     for (const auto& block : blocks_) gradViews_.push_back(viewsInto(gradFlat_, block.params, block.flatOffset));
   } else {
     model.setBlockRunner(this);
@@ -136,7 +138,7 @@ void ZeroStage12::afterBlockBackward(int modelBlock) {
 }
 
 at::Tensor ZeroStage12::blockGradient(const Block& block) const {
-  at::Tensor flat = at::zeros({block.layout.flatNumel}, at::kFloat);
+  at::Tensor flat = at::zeros({block.layout.flatNumel}, f32_);
   int64_t offset = 0;
   for (const auto& [name, p] : block.params) {
     if (p.grad().defined()) flat.slice(0, offset, offset + p.numel()).copy_(p.grad().reshape({-1}));
@@ -160,7 +162,7 @@ Status ZeroStage12::reduceBlock(const Block& block, const at::Tensor& flat, bool
     const int64_t end = std::min(part, begin + perRank);
     Pending p;
     p.input = (begin == 0 && end == part) ? flat : byRank.slice(1, begin, end).contiguous().view({-1});
-    p.output = at::empty({end - begin}, at::kFloat);
+    p.output = at::empty({end - begin}, f32_);
     p.into = into.slice(0, begin, end);
     p.work = comm_->reduceScatter(p.output, p.input, ReduceOp::kAvg);
     pending_.push_back(std::move(p));
@@ -235,7 +237,7 @@ Status ZeroStage12::step(double lr, double clipCoefficient) {
   // block's parameters from the dp parts of that block.
   const at::ScalarType dtype = blocks_.front().params.front().second.scalar_type();
   at::Tensor mine = masterPartition_.to(dtype);
-  at::Tensor all = at::empty({dp_ * partitionNumel_}, dtype);
+  at::Tensor all = at::empty({dp_ * partitionNumel_}, f32_.dtype(dtype));
   if (comm_) {
     RETURN_IF_ERROR(comm_->allGather(all, mine)->wait().withContext("ZeRO parameter all-gather"));
   } else {

@@ -82,6 +82,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
   int dp_ = 1;
   int rank_ = 0;
   at::ScalarType dtype_;
+  at::TensorOptions f32_, modelOptions_;  // fp32, and the model's dtype, on the model's device
   std::vector<Param> params_;
   std::unique_ptr<Optimizer> optimizer_;
   std::map<int, Gather> gathers_;  // by block
@@ -114,7 +115,8 @@ at::Tensor parameterLinear(const at::Tensor& x, const at::Tensor& weight, const 
 }
 
 ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
-    : config_(config), model_(model), comm_(comm), dtype_(model.dtype()) {
+    : config_(config), model_(model), comm_(comm), dtype_(model.dtype()),
+      f32_(at::TensorOptions().dtype(at::kFloat).device(model.device())), modelOptions_(f32_.dtype(model.dtype())) {
   at::NoGradGuard noGrad;
   dp_ = comm ? comm->size() : 1;
   rank_ = comm ? comm->rank() : 0;
@@ -130,13 +132,13 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& mod
     if (p.persistent) {
       p.master = t.detach().to(at::kFloat).reshape({-1}).clone();
     } else {
-      at::Tensor padded = at::zeros({p.part * dp_}, dtype_);
+      at::Tensor padded = at::zeros({p.part * dp_}, modelOptions_);
       padded.slice(0, 0, p.numel).copy_(t.reshape({-1}));
       p.local = padded.slice(0, rank_ * p.part, (rank_ + 1) * p.part).clone();
       p.master = p.local.to(at::kFloat);
-      t.set_data(at::empty({0}, dtype_));  // released until a block needs it
+      t.set_data(at::empty({0}, modelOptions_));  // released until a block needs it
     }
-    p.grad = at::zeros({p.master.numel()}, at::kFloat);
+    p.grad = at::zeros({p.master.numel()}, f32_);
     masters.emplace_back(name, p.master);
     params_.push_back(std::move(p));
   }
@@ -215,7 +217,7 @@ void ZeroStage3::startGather(int block) {
   std::vector<at::Tensor> locals;
   for (int i : ids) locals.push_back(params_[i].local);
   at::Tensor mine = at::cat(locals);
-  Gather g{nullptr, at::empty({dp_ * mine.numel()}, dtype_)};
+  Gather g{nullptr, at::empty({dp_ * mine.numel()}, modelOptions_)};
   if (comm_) {
     g.work = comm_->allGather(g.all, mine);
   } else {
@@ -245,7 +247,7 @@ void ZeroStage3::gather(int block) {
 }
 
 void ZeroStage3::release(int block) {
-  for (int i : partitioned(block)) params_[i].tensor.set_data(at::empty({0}, dtype_));
+  for (int i : partitioned(block)) params_[i].tensor.set_data(at::empty({0}, modelOptions_));
 }
 
 void ZeroStage3::reduceGradients(int block, bool wait) {
@@ -256,18 +258,18 @@ void ZeroStage3::reduceGradients(int block, bool wait) {
   if (!ids.empty()) {
     // Rank r's slice of every parameter's gradient, laid out rank after rank for the
     // reduce-scatter; a parameter that got no gradient this time contributes zeros.
-    at::Tensor input = at::zeros({dp_, width}, at::kFloat);
+    at::Tensor input = at::zeros({dp_, width}, f32_);
     int64_t offset = 0;
     for (int i : ids) {
       Param& p = params_[i];
       if (p.tensor.grad().defined()) {
-        at::Tensor padded = at::zeros({p.part * dp_}, at::kFloat);
+        at::Tensor padded = at::zeros({p.part * dp_}, f32_);
         padded.slice(0, 0, p.numel).copy_(p.tensor.grad().reshape({-1}));
         input.slice(1, offset, offset + p.part).copy_(padded.view({dp_, p.part}));
       }
       offset += p.part;
     }
-    Pending p{nullptr, input.view({-1}), at::empty({width}, at::kFloat), ids};
+    Pending p{nullptr, input.view({-1}), at::empty({width}, f32_), ids};
     if (comm_) {
       p.work = comm_->reduceScatter(p.output, p.input, ReduceOp::kAvg);
     } else {
@@ -297,7 +299,7 @@ void ZeroStage3::zeroGradients() {
 StatusOr<double> ZeroStage3::reduce(double lossScale) {
   at::NoGradGuard noGrad;
   double persistentSquares = 0;
-  at::Tensor squares = at::zeros({1}, at::kDouble);
+  at::Tensor squares = at::zeros({1}, f32_.dtype(at::kDouble));
   for (auto& p : params_) {
     if (lossScale != 1.0) p.grad.div_(lossScale);
     const double s = p.grad.pow(2).sum().item<double>();
@@ -374,7 +376,7 @@ StatusOr<TensorMap> ZeroStage3::fullWeights() {
       out[p.name] = p.tensor.detach().clone();
       continue;
     }
-    at::Tensor all = at::empty({dp_ * p.part}, dtype_);
+    at::Tensor all = at::empty({dp_ * p.part}, modelOptions_);
     if (comm_) {
       RETURN_IF_ERROR(comm_->allGather(all, p.local)->wait().withContext("ZeRO-3 gathering " + p.name));
     } else {
