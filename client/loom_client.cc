@@ -17,8 +17,17 @@ bool isFinalState(v1::JobState state) {
 
 std::string stateName(v1::JobState state) { return v1::JobState_Name(state); }
 
-LoomClient::LoomClient(const std::string& address)
-    : LoomClient(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())) {}
+namespace {
+
+std::shared_ptr<grpc::Channel> channelTo(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace
+
+LoomClient::LoomClient(const std::string& address) : LoomClient(channelTo(address)) {}
 
 LoomClient::LoomClient(std::shared_ptr<grpc::Channel> channel)
     : channel_(std::move(channel)),
@@ -49,6 +58,15 @@ StatusOr<v1::Job> LoomClient::getJob(const std::string& jobId) {
   v1::Job job;
   RETURN_IF_ERROR(fromGrpc(jobs_->GetJob(&ctx, request, &job)));
   return job;
+}
+
+StatusOr<v1::Plan> LoomClient::getJobPlan(const std::string& jobId) {
+  grpc::ClientContext ctx;
+  v1::GetJobPlanRequest request;
+  request.set_job_id(jobId);
+  v1::Plan plan;
+  RETURN_IF_ERROR(fromGrpc(jobs_->GetJobPlan(&ctx, request, &plan)));
+  return plan;
 }
 
 StatusOr<v1::ListJobsResponse> LoomClient::listJobs(const v1::ListJobsRequest& request) {

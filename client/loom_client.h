@@ -19,7 +19,8 @@ namespace loom::client {
 // Thread-safe (gRPC stubs are).
 class LoomClient {
  public:
-  // "host:port"; the channel connects lazily.
+  // "host:port"; the channel connects lazily. It accepts messages of any size (a Plan has an
+  // entry per tensor of the model, more than gRPC's default 4 MiB for the largest models).
   explicit LoomClient(const std::string& address);
   explicit LoomClient(std::shared_ptr<grpc::Channel> channel);
 
@@ -28,6 +29,8 @@ class LoomClient {
 
   StatusOr<v1::CreateJobResponse> createJob(const std::string& specJson, const std::string& requestId = "");
   StatusOr<v1::Job> getJob(const std::string& jobId);
+  // A train or eval job's Plan (NOT_FOUND for a probe job).
+  StatusOr<v1::Plan> getJobPlan(const std::string& jobId);
   StatusOr<v1::ListJobsResponse> listJobs(const v1::ListJobsRequest& request);
   StatusOr<v1::Job> cancelJob(const std::string& jobId, const std::string& reason = "");
   StatusOr<std::string> validateJob(const std::string& specJson);

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "planner/job_plan.h"
+#include "planner/plan_compiler.h"
 #include "planner/write_queue.h"
 #include "proto/convert.h"
 
@@ -71,6 +73,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ct
   return reactor;
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::GetJobPlan(grpc::CallbackServerContext* ctx,
+                                                     const v1::GetJobPlanRequest* request, v1::Plan* response) {
+  auto* reactor = ctx->DefaultReactor();
+  core_->getJobPlan(request->job_id(), [reactor, response](const StatusOr<Plan>& plan) {
+    if (plan.isOk()) *response = convert::toProto(*plan);
+    reactor->Finish(toGrpc(plan.status()));
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
                                                    const v1::ListJobsRequest* request,
                                                    v1::ListJobsResponse* response) {
@@ -108,9 +120,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::ValidateJob(grpc::CallbackServerContex
                                                       const v1::ValidateJobRequest* request,
                                                       v1::ValidateJobResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  // What CreateJob would refuse: the spec, and a train or eval job's plan.
   auto spec = parseJobSpec(request->spec_json());
-  if (spec.isOk()) response->set_normalized_spec_json(spec->toJson().dump(2));
-  reactor->Finish(toGrpc(spec.status()));
+  Status status = spec.status();
+  if (spec.isOk() && checkHasPlan(*spec).isOk()) status = compileJobPlan(*spec).status();
+  if (status.isOk()) response->set_normalized_spec_json(spec->toJson().dump(2));
+  reactor->Finish(toGrpc(status));
   return reactor;
 }
 

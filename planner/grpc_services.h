@@ -22,6 +22,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                      v1::ListJobsResponse* response) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const v1::CancelJobRequest* request,
                                       v1::Job* response) override;
+  grpc::ServerUnaryReactor* GetJobPlan(grpc::CallbackServerContext* ctx, const v1::GetJobPlanRequest* request,
+                                       v1::Plan* response) override;
   grpc::ServerUnaryReactor* ValidateJob(grpc::CallbackServerContext* ctx, const v1::ValidateJobRequest* request,
                                         v1::ValidateJobResponse* response) override;
   grpc::ServerWriteReactor<v1::JobUpdate>* WatchJob(grpc::CallbackServerContext* ctx,

@@ -64,6 +64,9 @@ struct JobRecord {
   std::vector<RankStatus> ranks;  // of the current attempt
   std::map<std::string, double> metrics;
   int64_t lastEventSeq = 0;
+  // A train or eval job's Plan was compiled and stored with it (StateStore::loadPlan reads it;
+  // it is not kept in memory, being as large as the model has tensors).
+  bool hasPlan = false;
 };
 
 struct NodeRanks {

@@ -11,7 +11,10 @@
 #include <spdlog/spdlog.h>
 
 #include "common/files.h"
+#include "common/human_bytes.h"
+#include "planner/job_plan.h"
 #include "planner/placement.h"
+#include "planner/plan_compiler.h"
 
 namespace loom::planner {
 
@@ -145,8 +148,18 @@ std::string PlannerCore::newJobId(const std::string& name) {
 
 void PlannerCore::createJob(std::string specJson, std::string requestId,
                             std::function<void(const StatusOr<JobRecord>&, bool)> done) {
-  loop_->post([this, specJson = std::move(specJson), requestId = std::move(requestId), done = std::move(done)] {
-    auto spec = parseJobSpec(specJson);
+  // Parsing the spec and compiling the plan (which reads the model's config.json) need none of
+  // the core's state: they run here, on the caller's thread, and leave the loop free.
+  auto spec = parseJobSpec(specJson);
+  std::optional<Plan> plan;
+  Status compiled;
+  if (spec.isOk() && checkHasPlan(*spec).isOk()) {
+    auto p = compileJobPlan(*spec);
+    compiled = p.status();
+    if (p.isOk()) plan = std::move(p).value();
+  }
+  loop_->post([this, spec = std::move(spec), plan = std::move(plan), compiled = std::move(compiled),
+               requestId = std::move(requestId), done = std::move(done)]() mutable {
     if (!spec.isOk()) return done(spec.status(), false);
     if (!requestId.empty()) {
       auto it = jobByRequestId_.find(requestId);
@@ -160,6 +173,7 @@ void PlannerCore::createJob(std::string specJson, std::string requestId,
         return done(earlier, false);
       }
     }
+    if (!compiled.isOk()) return done(compiled, false);
     JobRecord job;
     job.id = newJobId(spec->name);
     job.requestId = requestId;
@@ -168,14 +182,21 @@ void PlannerCore::createJob(std::string specJson, std::string requestId,
     job.createTimeMs = job.updateTimeMs = clock_->nowMs();
     job.state = JobState::kPending;
     job.reason = "waiting for placement";
+    job.hasPlan = plan.has_value();
     std::vector<JobEvent> events{
         JobEvent{.seq = ++job.lastEventSeq, .timeMs = job.createTimeMs, .state = job.state, .attempt = 0, .reason = job.reason}};
-    Status stored = store_->insertJob(job, events);
+    Status stored = store_->insertJob(job, events, plan ? &*plan : nullptr);
     if (!stored.isOk()) return done(stored.withContext("storing job " + job.id), false);
     if (!requestId.empty()) jobByRequestId_[requestId] = job.id;
     jobOrder_.push_back(job.id);
     auto& ref = jobs_.emplace(job.id, std::move(job)).first->second;
-    spdlog::info("job {} created: {} ranks, kind {}", ref.id, ref.spec.ranks, jobKindName(ref.spec.kind));
+    if (plan) {
+      spdlog::info("job {} created: {} ranks, kind {}, plan dp {} x sp {} x tp {} (ep {}), {} per rank",
+                   ref.id, ref.spec.ranks, jobKindName(ref.spec.kind), plan->mesh.dp, plan->mesh.sp, plan->mesh.tp,
+                   plan->mesh.ep, humanBytes(plan->memory.total()));
+    } else {
+      spdlog::info("job {} created: {} ranks, kind {}", ref.id, ref.spec.ranks, jobKindName(ref.spec.kind));
+    }
     done(ref, true);
     schedule();
   });
@@ -186,6 +207,13 @@ void PlannerCore::getJob(const std::string& jobId, JobCallback done) {
     const JobRecord* job = findJob(jobId);
     if (!job) return done(notFound("job {} does not exist", jobId));
     done(*job);
+  });
+}
+
+void PlannerCore::getJobPlan(const std::string& jobId, std::function<void(const StatusOr<Plan>&)> done) {
+  loop_->post([this, jobId, done = std::move(done)] {
+    if (!findJob(jobId)) return done(notFound("job {} does not exist", jobId));
+    done(store_->loadPlan(jobId));
   });
 }
 

@@ -69,8 +69,8 @@ struct PlannerOptions {
   Status validate() const;
 };
 
-// The planner's state and decisions: the job registry (persisted), the node registry, gang
-// placement, the job state machine and restarts. All state belongs to one loop thread; every
+// The planner's state and decisions: the job registry (persisted, a train or eval job with its
+// compiled Plan), the node registry, gang placement, the job state machine and restarts. All state belongs to one loop thread; every
 // public method is thread-safe, posts to that loop and answers through its callback, which runs
 // on the loop (so callbacks must not block).
 class PlannerCore {
@@ -82,6 +82,8 @@ class PlannerCore {
   void createJob(std::string specJson, std::string requestId,
                  std::function<void(const StatusOr<JobRecord>&, bool created)> done);
   void getJob(const std::string& jobId, JobCallback done);
+  // The Plan stored with a train or eval job (NOT_FOUND for a probe job).
+  void getJobPlan(const std::string& jobId, std::function<void(const StatusOr<Plan>&)> done);
   void listJobs(ListQuery query, std::function<void(const StatusOr<JobPage>&)> done);
   void cancelJob(const std::string& jobId, std::string reason, JobCallback done);
   void watchJob(const std::string& jobId, std::shared_ptr<JobWatcher> watcher);

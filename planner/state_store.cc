@@ -3,6 +3,9 @@
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
+#include "loom/v1/plan.pb.h"
+#include "proto/convert.h"
+
 namespace loom::planner {
 
 using nlohmann::json;
@@ -56,6 +59,14 @@ class Statement {
   void bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
   void bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
   void bindNull(int i) { sqlite3_bind_null(stmt_, i); }
+  void bindBlob(int i, const std::string& b) {
+    sqlite3_bind_blob(stmt_, i, b.data(), static_cast<int>(b.size()), SQLITE_TRANSIENT);
+  }
+  bool isNull(int i) { return sqlite3_column_type(stmt_, i) == SQLITE_NULL; }
+  std::string blob(int i) {
+    const void* b = sqlite3_column_blob(stmt_, i);
+    return b ? std::string(static_cast<const char*>(b), sqlite3_column_bytes(stmt_, i)) : std::string();
+  }
   // The index of a named parameter (":id"), 0 when the statement does not use it.
   int index(const char* name) { return sqlite3_bind_parameter_index(stmt_, name); }
   int step() { return sqlite3_step(stmt_); }
@@ -139,7 +150,19 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::open(const std::string& path) 
   RETURN_IF_ERROR(store->exec("PRAGMA journal_mode=WAL").withContext(path));
   RETURN_IF_ERROR(store->exec("PRAGMA synchronous=NORMAL").withContext(path));
   RETURN_IF_ERROR(store->exec(kSchema).withContext(path));
+  RETURN_IF_ERROR(store->migrate().withContext(path));
   return store;
+}
+
+// Columns added after the first schema, added to a database that lacks them (one written by an
+// earlier planner): jobs.plan, the compiled Plan (NULL for probe jobs and jobs stored before).
+Status StateStore::migrate() {
+  Statement st(db_, "SELECT 1 FROM pragma_table_info('jobs') WHERE name = 'plan'");
+  if (!st.prepared()) return sqliteError(db_, "prepare");
+  const int rc = st.step();
+  if (rc == SQLITE_ROW) return Status::ok();
+  if (rc != SQLITE_DONE) return sqliteError(db_, "read the jobs table's columns");
+  return exec("ALTER TABLE jobs ADD COLUMN plan BLOB");
 }
 
 StateStore::~StateStore() { sqlite3_close(db_); }
@@ -202,7 +225,7 @@ Status StateStore::insertEvents(const std::string& jobId, const std::vector<JobE
   return Status::ok();
 }
 
-Status StateStore::insertJob(const JobRecord& job, const std::vector<JobEvent>& events) {
+Status StateStore::insertJob(const JobRecord& job, const std::vector<JobEvent>& events, const Plan* plan) {
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.began());
   RETURN_IF_ERROR(writeJob(
@@ -210,6 +233,13 @@ Status StateStore::insertJob(const JobRecord& job, const std::vector<JobEvent>& 
       "update_time_ms, ranks_json, metrics_json, last_event_seq) VALUES (:id, :request_id, :spec_json, :state, "
       ":reason, :attempt, :restarts, :create_time_ms, :update_time_ms, :ranks_json, :metrics_json, :last_event_seq)",
       job));
+  if (plan) {
+    Statement st(db_, "UPDATE jobs SET plan=? WHERE id=?");
+    if (!st.prepared()) return sqliteError(db_, "prepare");
+    st.bindBlob(1, convert::toProto(*plan).SerializeAsString());
+    st.bind(2, job.id);
+    if (st.step() != SQLITE_DONE) return sqliteError(db_, "store the plan of " + job.id);
+  }
   RETURN_IF_ERROR(insertEvents(job.id, events));
   return tx.commit();
 }
@@ -250,7 +280,7 @@ Status StateStore::appendMetrics(const std::string& jobId, const std::vector<Met
 StatusOr<std::vector<JobRecord>> StateStore::loadJobs() {
   Statement st(db_,
                "SELECT id, request_id, spec_json, state, reason, attempt, restarts, create_time_ms, update_time_ms, "
-               "ranks_json, metrics_json, last_event_seq FROM jobs ORDER BY seq");
+               "ranks_json, metrics_json, last_event_seq, plan IS NOT NULL FROM jobs ORDER BY seq");
   if (!st.prepared()) return sqliteError(db_, "prepare");
   std::vector<JobRecord> jobs;
   int rc;
@@ -272,6 +302,7 @@ StatusOr<std::vector<JobRecord>> StateStore::loadJobs() {
       return Status(StatusCode::kDataLoss, "job " + job.id + ": corrupt row in the state database: " + e.what());
     }
     job.lastEventSeq = st.int64(11);
+    job.hasPlan = st.int64(12) != 0;
     auto spec = parseJobSpec(job.specJson);
     if (!spec.isOk()) return spec.status().withContext("job " + job.id + ": stored spec");
     job.spec = std::move(spec).value();
@@ -293,6 +324,21 @@ StatusOr<std::vector<JobEvent>> StateStore::loadEvents(const std::string& jobId)
   }
   if (rc != SQLITE_DONE) return sqliteError(db_, "load events of " + jobId);
   return events;
+}
+
+StatusOr<Plan> StateStore::loadPlan(const std::string& jobId) {
+  Statement st(db_, "SELECT plan FROM jobs WHERE id=?");
+  if (!st.prepared()) return sqliteError(db_, "prepare");
+  st.bind(1, jobId);
+  const int rc = st.step();
+  if (rc == SQLITE_DONE) return notFound("job {} does not exist", jobId);
+  if (rc != SQLITE_ROW) return sqliteError(db_, "load the plan of " + jobId);
+  if (st.isNull(0)) return notFound("job {} has no plan (only train and eval jobs are compiled)", jobId);
+  v1::Plan plan;
+  const std::string bytes = st.blob(0);
+  if (!plan.ParseFromString(bytes))
+    return Status(StatusCode::kDataLoss, "job " + jobId + ": corrupt plan in the state database");
+  return convert::fromProto(plan);
 }
 
 StatusOr<std::vector<Metric>> StateStore::loadMetrics(const std::string& jobId, int limit) {

@@ -240,6 +240,10 @@ StatusOr<std::vector<TpLayout>> layoutTensorParallel(const ModelConfig& c, const
     if (spec && !spec->shape.empty()) RETURN_IF_ERROR(applyShape(*spec, chosenBy[i], p, parts, layout));
     layout.localShape[dim] = p.shape[dim] / parts;
   }
+  if (tp == 1) {
+    // One rank splits nothing: what the rules would split is whole.
+    for (auto& layout : out) layout = TpLayout{.localShape = std::move(layout.localShape)};
+  }
   return out;
 }
 

@@ -2,10 +2,15 @@
 
 #include "common/node_messages.h"
 #include "loom/v1/node.pb.h"
+#include "loom/v1/plan.pb.h"
+#include "planner/plan.h"
 
-// Translation between the node protocol's wire messages and its plain structs: the one place
-// that knows both.
+// Translation between wire messages and plain structs (the node protocol's and the Plan): the
+// one place that knows both.
 namespace loom::convert {
+
+v1::Plan toProto(const planner::Plan& in);
+planner::Plan fromProto(const v1::Plan& in);
 
 v1::RankReport toProto(const RankReport& in);
 RankReport fromProto(const v1::RankReport& in);

@@ -8,7 +8,9 @@
 #include "client/loom_client.h"
 #include "client/loomctl/progress.h"
 #include "common/files.h"
+#include "planner/job_plan.h"
 #include "planner/job_spec.h"
+#include "planner/plan_compiler.h"
 
 namespace loom::loomctl {
 
@@ -174,6 +176,11 @@ int validateCommand(const GlobalOptions& g, const std::string& file) {
   if (!text.isOk()) return reportError(text.status());
   auto spec = planner::parseJobSpec(*text);
   if (!spec.isOk()) return reportError(spec.status().withContext(file));
+  // A train or eval job must also compile, as on submit.
+  if (planner::checkHasPlan(*spec).isOk()) {
+    auto plan = planner::compileJobPlan(*spec);
+    if (!plan.isOk()) return reportError(plan.status().withContext(file));
+  }
   if (g.format == OutputFormat::kJson) {
     std::puts(spec->toJson().dump(2).c_str());
   } else {

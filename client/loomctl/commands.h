@@ -24,6 +24,10 @@ int logsCommand(const GlobalOptions& g, const std::string& jobId, const std::vec
 int cancelCommand(const GlobalOptions& g, const std::string& jobId, const std::string& reason);
 int waitCommand(const GlobalOptions& g, const std::string& jobId, double timeoutS);
 int validateCommand(const GlobalOptions& g, const std::string& file);
+// Compiles a train or eval job's Plan here (no server), as if it had `world` ranks when > 0, and
+// prints a summary or, with -o json, the whole Plan. Exit 2 with the reason when it does not
+// compile.
+int planCommand(const GlobalOptions& g, const std::string& file, int world);
 int nodesCommand(const GlobalOptions& g);
 
 struct RunOptions {

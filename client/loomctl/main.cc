@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   using namespace loom::loomctl;
   CLI::App app{"loomctl: run and manage Loom jobs"};
   app.require_subcommand(1);
+  app.fallthrough();  // global options (-o json, --server) may also follow the command
   GlobalOptions g;
   const char* env = std::getenv("LOOM_SERVER");
   g.server = env && *env ? env : "127.0.0.1:7450";
@@ -64,6 +65,12 @@ int main(int argc, char** argv) {
   auto* validate = app.add_subcommand("validate", "check a job spec without submitting it");
   validate->add_option("file", file, "job spec (JSON), - for stdin")->required();
 
+  int world = 0;
+  auto* plan = app.add_subcommand("plan", "compile a train or eval job's plan and print it (local: no server)");
+  plan->add_option("file", file, "job spec (JSON), - for stdin")->required();
+  plan->add_option("--world", world, "plan for this many ranks instead of resources.ranks")
+      ->check(CLI::Range(1, 65536));
+
   auto* nodes = app.add_subcommand("nodes", "list the node daemons attached to the planner");
 
   loom::data::PrepareOptions prepare;
@@ -91,6 +98,7 @@ int main(int argc, char** argv) {
   if (cancel->parsed()) return cancelCommand(g, jobId, reason);
   if (waitCmd->parsed()) return waitCommand(g, jobId, timeoutS);
   if (validate->parsed()) return validateCommand(g, file);
+  if (plan->parsed()) return planCommand(g, file, world);
   if (nodes->parsed()) return nodesCommand(g);
   if (prepareCmd->parsed()) return dataPrepareCommand(g, prepare);
   return 2;

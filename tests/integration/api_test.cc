@@ -3,6 +3,7 @@
 
 #include <grpcpp/generic/generic_stub.h>
 
+#include "common/files.h"
 #include "tests/catch.h"
 #include "tests/integration/cluster.h"
 
@@ -59,6 +60,73 @@ TEST_CASE("CreateJob twice with one request_id creates one job", "[integration]"
   auto clash = cluster.client->createJob(probeSpec(2, 1, 1), "req-42");
   CHECK(clash.status().code() == StatusCode::kAlreadyExists);
   CHECK(clash.status().message().find("req-42") != std::string::npos);
+}
+
+TEST_CASE("CreateJob compiles a train job's plan - GetJobPlan returns it - uncompilable jobs are INVALID_ARGUMENT",
+          "[integration]") {
+  Standalone cluster(2);  // fewer slots than the job's ranks: it stays PENDING, nothing runs
+  client::LoomClient& client = *cluster.client;
+  const std::string config = cluster.dir.path() + "/config.json";
+  REQUIRE(files::writeFileAtomic(config, R"({"model_type": "llama", "vocab_size": 256, "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})")
+              .isOk());
+  nlohmann::json spec{{"name", "planned"},
+                      {"kind", "train"},
+                      {"resources", {{"ranks", 4}, {"device", "cpu"}}},
+                      {"model", {{"config", config}}},
+                      {"data", {{"train", cluster.dir.path() + "/train.tokens"}, {"seq_len", 32}}},
+                      {"train", {{"steps", 1}}},
+                      {"deepspeed",
+                       {{"train_micro_batch_size_per_gpu", 1},
+                        {"optimizer", {{"type", "AdamW"}}},
+                        {"zero_optimization", {{"stage", 1}}}}}};
+  auto created = client.createJob(spec.dump(), "plan-1");
+  INFO(created.status().toString());
+  REQUIRE(created.isOk());
+  const std::string id = created->job().id();
+  auto plan = client.getJobPlan(id);
+  INFO(plan.status().toString());
+  REQUIRE(plan.isOk());
+  CHECK(plan->job_name() == "planned");
+  CHECK((plan->mesh().world() == 4 && plan->mesh().dp() == 4 && plan->mesh().tp() == 1));
+  CHECK(plan->groups().data(0).ranks_size() == 4);
+  // embedding, 2 layers of 9 tensors, the final norm, the head
+  CHECK(plan->parameters_size() == 21);
+  CHECK(plan->parameters(1).name() == "model.layers.0.input_layernorm.weight");
+  // ZeRO 1: one flat buffer per block (embedding, two layers, final norm and head), cut in 4.
+  CHECK(plan->zero().stage() == 1);
+  CHECK(plan->zero().buffers_size() == 4);
+  CHECK(plan->zero().buffers(0).fragments_size() == 4);
+  CHECK(plan->memory().total() > 0);
+  // A retry is answered with the job already created.
+  auto again = client.createJob(spec.dump(), "plan-1");
+  REQUIRE(again.isOk());
+  CHECK((!again->created() && again->job().id() == id));
+
+  auto probe = client.createJob(probeSpec(4, 1, 1));
+  REQUIRE(probe.isOk());
+  auto none = client.getJobPlan(probe->job().id());
+  CHECK(none.status().code() == StatusCode::kNotFound);
+  CHECK(none.status().message().find("has no plan") != std::string::npos);
+  CHECK(client.getJobPlan("nope").status().code() == StatusCode::kNotFound);
+
+  auto patched = [&](const nlohmann::json& patch) {
+    nlohmann::json s = spec;
+    s.merge_patch(patch);
+    return s.dump();
+  };
+  expectRejected(client, patched({{"model", {{"config", "/nonexistent/config.json"}}}}),
+                 "model.config: cannot open /nonexistent/config.json");
+  expectRejected(client,
+                 patched({{"resources", {{"device", "cuda"}, {"device_memory_gb", 0.001}}},
+                          {"data", {{"seq_len", 4096}}}}),  // about 9 MiB of activations
+                 "resources.device_memory_gb 0.001: estimated");
+  expectRejected(client, patched({{"deepspeed", {{"tensor_parallel", {{"autotp_size", 2}}}}}}),
+                 "deepspeed.tensor_parallel.autotp_size: 2: tensor parallelism is planned (loomctl plan) but not run "
+                 "by the workers yet");
+  auto list = client.listJobs(v1::ListJobsRequest());
+  REQUIRE(list.isOk());
+  CHECK(list->jobs_size() == 2);  // the train job and the probe
 }
 
 TEST_CASE("unknown jobs are NOT_FOUND - ListJobs pages and filters", "[integration]") {

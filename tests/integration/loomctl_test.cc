@@ -157,3 +157,64 @@ TEST_CASE("loomctl data prepare writes a token file - a bad input is named with 
   CHECK(missing.exitCode == 2);
   CHECK(missing.err.find(dir.path() + "/absent.txt: no such file") != std::string::npos);
 }
+
+TEST_CASE("loomctl plan prints mesh - groups - layers - memory - or the whole plan - exit 2 with the reason",
+          "[integration]") {
+  TempDir dir;
+  writeSpec(dir, "config.json", R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8})");
+  nlohmann::json spec{{"name", "llama8b"},
+                      {"kind", "train"},
+                      {"resources", {{"ranks", 64}, {"device", "cuda"}}},
+                      {"model", {{"config", "config.json"}}},  // relative to the spec file
+                      {"data", {{"train", "train.tokens"}, {"seq_len", 8192}}},
+                      {"train", {{"steps", 100}}},
+                      {"deepspeed",
+                       {{"train_micro_batch_size_per_gpu", 1},
+                        {"optimizer", {{"type", "AdamW"}}},
+                        {"bf16", {{"enabled", true}}},
+                        {"zero_optimization", {{"stage", 3}}},
+                        {"tensor_parallel", {{"autotp_size", 8}}}}}};
+  const std::string file = writeSpec(dir, "job.json", spec.dump());
+  Result human = loomctl("plan " + file, dir.path());
+  INFO(human.err);
+  CHECK(human.exitCode == 0);
+  CHECK(human.out.find("Mesh:      64 ranks = dp 8 x sp 1 x tp 8; experts over ep 1") != std::string::npos);
+  CHECK(human.out.find("tensor           8 of 8     [0-7] [8-15] ... [56-63]") != std::string::npos);
+  CHECK(human.out.find("4 of 32 query heads per rank") != std::string::npos);
+  CHECK(human.out.find("a rank keeps 125,734,912 of the 1,004,015,616 elements of its shard") != std::string::npos);
+  CHECK(human.out.find("RANKS     PARAMETERS") != std::string::npos);
+
+  Result json = loomctl("plan " + file + " --world 16 -o json", dir.path());
+  INFO(json.err);
+  REQUIRE(json.exitCode == 0);
+  auto plan = nlohmann::json::parse(json.out);
+  CHECK(plan["mesh"]["world"] == 16);
+  CHECK(plan["mesh"]["dp"] == 2);
+  CHECK(plan["parameters"].size() == 291);  // embedding, 32 x 9, norm, head
+  CHECK(plan["parameters"][2]["name"] == "model.layers.0.self_attn.q_proj.weight");
+  CHECK(plan["parameters"][2]["local_shape"] == nlohmann::json{"512", "4096"});  // int64 as JSON strings
+
+  Result uneven = loomctl("plan " + file + " --world 12", dir.path());
+  CHECK(uneven.exitCode == 2);
+  CHECK(uneven.err.find("12 ranks cannot be split into tensor parallel 8") != std::string::npos);
+  spec["deepspeed"]["tensor_parallel"]["autotp_size"] = 3;
+  spec["resources"]["ranks"] = 3;
+  Result heads = loomctl("plan " + writeSpec(dir, "tp3.json", spec.dump()), dir.path());
+  CHECK(heads.exitCode == 2);
+  CHECK(heads.err.find("tensor parallel 3: num_attention_heads 32 is not a multiple of it") != std::string::npos);
+  spec["model"]["config"] = "absent.json";
+  Result absent = loomctl("plan " + writeSpec(dir, "absent.json.spec", spec.dump()), dir.path());
+  CHECK(absent.exitCode == 2);
+  CHECK(absent.err.find("model.config: cannot open " + dir.path() + "/absent.json") != std::string::npos);
+  Result probe = loomctl("plan " + writeSpec(dir, "probe.json", probeSpec(2, 1, 1)), dir.path());
+  CHECK(probe.exitCode == 2);
+  CHECK(probe.err.find("a probe job has no plan") != std::string::npos);
+  // validate compiles too: what submit would refuse, it refuses.
+  spec["model"]["config"] = "config.json";
+  spec["deepspeed"].erase("tensor_parallel");
+  spec["resources"]["ranks"] = 1;
+  Result tooBig = loomctl("validate " + writeSpec(dir, "one.json", spec.dump()), dir.path());
+  CHECK(tooBig.exitCode == 2);
+  CHECK(tooBig.err.find("resources.device_memory_gb 80: estimated") != std::string::npos);
+}

@@ -26,18 +26,18 @@ std::pair<at::Tensor, at::Tensor> ropeReference(const at::Tensor& q, const at::T
 at::Tensor swigluReference(const at::Tensor& gate, const at::Tensor& up) { return at::silu(gate) * up; }
 
 at::Tensor attentionReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
-  const int64_t groups = q.size(1) / k.size(1);
-  at::Tensor keys = groups > 1 ? k.repeat_interleave(groups, 1) : k;
-  at::Tensor values = groups > 1 ? v.repeat_interleave(groups, 1) : v;
+  // Grouped-query attention without copying K and V per query head (enable_gqa).
+  const bool gqa = q.size(1) != k.size(1);
   const int64_t s = q.size(2);
   if (window <= 0 || window >= s) {
-    return at::scaled_dot_product_attention(q, keys, values, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                            /*scale=*/std::nullopt, gqa);
   }
   // Query i sees keys j with i - window < j <= i.
   at::Tensor i = at::arange(s, at::TensorOptions().device(q.device())).unsqueeze(1);
   at::Tensor j = at::arange(s, at::TensorOptions().device(q.device())).unsqueeze(0);
   at::Tensor allowed = (j <= i).logical_and(i - j < window);
-  return at::scaled_dot_product_attention(q, keys, values, allowed, 0.0, false);
+  return at::scaled_dot_product_attention(q, k, v, allowed, 0.0, false, std::nullopt, gqa);
 }
 
 at::Tensor crossEntropyReference(const at::Tensor& logits, const at::Tensor& labels) {

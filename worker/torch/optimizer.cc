@@ -14,7 +14,10 @@ Optimizer::Optimizer(const planner::OptimizerConfig& config, std::vector<std::pa
   for (auto& [name, param] : masters) {
     Slot slot{.name = name, .param = param};
     slot.first = at::zeros_like(param);
-    if (config.type == OptimizerType::kAdam || config.type == OptimizerType::kAdamW) slot.second = at::zeros_like(param);
+    if (config.type == OptimizerType::kAdam || config.type == OptimizerType::kAdamW) {
+      slot.second = at::zeros_like(param);
+      slot.step = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(param.device()));
+    }
     slots_.push_back(std::move(slot));
   }
 }
@@ -29,9 +32,38 @@ std::vector<std::string> Optimizer::stateNames() const {
   return {};
 }
 
+bool Optimizer::fused() const {
+  return (config_.type == OptimizerType::kAdam || config_.type == OptimizerType::kAdamW) && config_.biasCorrection &&
+         !slots_.empty() && slots_.front().param.scalar_type() == at::kFloat;
+}
+
+void Optimizer::fusedAdamStep(double lr, const std::vector<at::Tensor>& grads) {
+  std::vector<at::Tensor> params, firsts, seconds, steps;
+  for (auto& s : slots_) {
+    params.push_back(s.param);
+    firsts.push_back(s.first);
+    seconds.push_back(s.second);
+    // The kernel reads the step count for bias correction; torch.optim counts it up before.
+    s.step.fill_(static_cast<double>(steps_));
+    steps.push_back(s.step);
+  }
+  const auto& c = config_;
+  if (c.decoupledWeightDecay) {
+    at::_fused_adamw_(params, grads, firsts, seconds, /*max_exp_avg_sqs=*/{}, steps, lr, c.beta1, c.beta2,
+                      c.weightDecay, c.eps, /*amsgrad=*/false, /*maximize=*/false);
+  } else {
+    at::_fused_adam_(params, grads, firsts, seconds, {}, steps, lr, c.beta1, c.beta2, c.weightDecay, c.eps, false,
+                     false);
+  }
+}
+
 void Optimizer::step(double lr, const std::vector<at::Tensor>& grads) {
   at::NoGradGuard noGrad;
   ++steps_;
+  if (fused()) {
+    fusedAdamStep(lr, grads);
+    return;
+  }
   const auto& c = config_;
   const double t = static_cast<double>(steps_);
   for (size_t i = 0; i < slots_.size(); ++i) {

@@ -39,7 +39,12 @@ class Optimizer {
     std::string name;
     at::Tensor param;
     at::Tensor first, second;  // exp_avg / exp_avg_sq, or exp_avg (Lion), or sum (Adagrad)
+    at::Tensor step;           // Adam/AdamW: the step count as the fused kernel keeps it (fp32)
   };
+  // Adam and AdamW with bias correction: libtorch's fused kernel (torch.optim's fused=True), one
+  // pass over each tensor instead of seven.
+  bool fused() const;
+  void fusedAdamStep(double lr, const std::vector<at::Tensor>& grads);
   std::vector<std::string> stateNames() const;
 
   planner::OptimizerConfig config_;

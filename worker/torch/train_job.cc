@@ -102,12 +102,13 @@ Status Trainer::setUp() {
   }
   order_ = std::make_unique<train::SampleOrder>(train_->numSamples(), static_cast<uint64_t>(spec_.data.seed));
 
+  int64_t parameterCount = 0;  // before ZeRO-3 releases the parameters' storage
+  for (const auto& [name, p] : built_.model->parameters()) parameterCount += p.numel();
   zero_ = makeZeroEngine(ds_, *built_.model, comm());
   if (spec_.train.resume && !spec_.train.checkpointDir.empty()) RETURN_IF_ERROR(resume());
 
   if (ctx_.rank == 0) {
-    int64_t count = 0;
-    for (const auto& [name, p] : built_.model->parameters()) count += p.numel();
+    const int64_t count = parameterCount;
     std::printf("model: %s, %.2fM parameters, %s; data: %lld samples of %lld tokens; batch %lld = micro %lld x "
                 "accumulation %lld x %d ranks; optimizer %s; ZeRO stage %d\n",
                 planner::modelFamilyName(config.family), count / 1e6, planner::precisionName(ds_.precision),

@@ -296,6 +296,18 @@ TEST_CASE("golden: DeepSeek-V3 on 256 ranks - ep 64 - ZeRO 3 - 141 GiB devices",
   CHECK(plan.memory.total() < plan.deviceMemoryBytes);
 }
 
+TEST_CASE("golden: Llama-3-70B on 1,024 ranks - tp 8 - ZeRO 3 (the benchmark's job)", "[planner][plan]") {
+  const Plan plan = compiled("llama3_70b.json", trainSpec(1024, deepspeed({{"tensor_parallel", {{"autotp_size", 8}}},
+                                                                           {"zero_optimization", {{"stage", 3}}}})));
+  CHECK(plan.totalElements() == 70'553'706'496);
+  CHECK((plan.mesh.dp == 128 && plan.groups.tensor.size() == 128 && plan.groups.data.size() == 8));
+  CHECK(plan.groups.data[3].size() == 128);
+  // Whole: 80 x 2 x 8,192 + 8,192 = 1,318,912 norm elements; the other 70,552,387,584 / tp 8 =
+  // 8,819,048,448, of which ZeRO 3 keeps 1 / 128 on a rank: 68,898,816.
+  CHECK(shardElements(plan, 1000) == 8'819'048'448 + 1'318'912);
+  CHECK(keptElements(plan, 1000) == 68'898'816 + 1'318'912);
+}
+
 TEST_CASE("memory: ZeRO-3 mixed-precision Adam is within 10% of 16 N / (tp x dp) per rank", "[planner][plan]") {
   // Small buckets, so that the model states (2 + 2 + 12 bytes per element) are what is left.
   const Plan plan = compiled(

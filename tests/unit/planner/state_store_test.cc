@@ -1,5 +1,9 @@
 #include "planner/state_store.h"
 
+#include <sqlite3.h>
+
+#include "planner/plan_compiler.h"
+#include "proto/convert.h"
 #include "tests/catch.h"
 #include "tests/temp_dir.h"
 
@@ -94,4 +98,76 @@ TEST_CASE("an unusable database path is a clear error", "[planner]") {
   auto store = StateStore::open("/proc/no/such/dir/planner.db");
   REQUIRE_FALSE(store.isOk());
   CHECK(store.status().message().find("/proc/no/such/dir/planner.db") != std::string::npos);
+}
+
+TEST_CASE("a job's plan is stored with it - read back whole - NOT_FOUND when it has none", "[planner]") {
+  loom::testing::TempDir dir;
+  const std::string path = dir.path() + "/planner.db";
+  auto model = *parseModelConfig(R"({"model_type": "mixtral", "vocab_size": 1000, "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+    "num_local_experts": 4, "num_experts_per_tok": 2})");
+  auto spec = parseJobSpec(R"({"name": "t", "kind": "train", "resources": {"ranks": 8},
+    "model": {"config": "/m/config.json"}, "data": {"train": "/d.tokens", "seq_len": 64}, "train": {"steps": 1},
+    "deepspeed": {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"},
+      "zero_optimization": {"stage": 2}, "tensor_parallel": {"autotp_size": 2},
+      "expert_parallel": {"enabled": true, "autoep_size": 4}}})",
+                           SpecPurpose::kPlan);
+  REQUIRE(spec.isOk());
+  auto plan = compilePlan(model, *spec);
+  REQUIRE(plan.isOk());
+  const std::string expected = convert::toProto(*plan).SerializeAsString();
+  {
+    auto store = StateStore::open(path);
+    REQUIRE(store.isOk());
+    JobRecord job = sampleJob("planned", "");
+    job.hasPlan = true;
+    REQUIRE((*store)->insertJob(job, {}, &*plan).isOk());
+    REQUIRE((*store)->insertJob(sampleJob("probe", ""), {}).isOk());
+  }
+  auto store = StateStore::open(path);
+  REQUIRE(store.isOk());
+  auto jobs = (*store)->loadJobs();
+  REQUIRE(jobs.isOk());
+  CHECK(((*jobs)[0].hasPlan && !(*jobs)[1].hasPlan));
+  auto loaded = (*store)->loadPlan("planned");
+  REQUIRE(loaded.isOk());
+  // Every field survives the trip through loom.v1.Plan and back.
+  CHECK(convert::toProto(*loaded).SerializeAsString() == expected);
+  CHECK(loaded->zero.buffers.size() == plan->zero.buffers.size());
+  CHECK(loaded->parameters.back().localShape == plan->parameters.back().localShape);
+  CHECK((loaded->routing && loaded->routing->topK == 2));
+  CHECK((*store)->loadPlan("probe").status().message() ==
+        "job probe has no plan (only train and eval jobs are compiled)");
+  CHECK((*store)->loadPlan("nope").status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("a database of the first schema gains the plan column when opened", "[planner]") {
+  loom::testing::TempDir dir;
+  const std::string path = dir.path() + "/planner.db";
+  {
+    // The jobs table as the first planner wrote it, with one job.
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    const std::string specJson = sampleJob("old", "").specJson;
+    const std::string sql =
+        "CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, request_id TEXT UNIQUE, "
+        "spec_json TEXT NOT NULL, state INTEGER NOT NULL, reason TEXT NOT NULL, attempt INTEGER NOT NULL, "
+        "restarts INTEGER NOT NULL, create_time_ms INTEGER NOT NULL, update_time_ms INTEGER NOT NULL, "
+        "ranks_json TEXT NOT NULL, metrics_json TEXT NOT NULL, last_event_seq INTEGER NOT NULL);"
+        "INSERT INTO jobs (id, spec_json, state, reason, attempt, restarts, create_time_ms, update_time_ms, "
+        "ranks_json, metrics_json, last_event_seq) VALUES ('old', '" +
+        specJson + "', 5, 'done', 1, 0, 1, 2, '[]', '{}', 1);";
+    REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  for (int reopen = 0; reopen < 2; ++reopen) {  // migrating twice is harmless
+    auto store = StateStore::open(path);
+    INFO(store.status().toString());
+    REQUIRE(store.isOk());
+    auto jobs = (*store)->loadJobs();
+    REQUIRE(jobs.isOk());
+    REQUIRE(jobs->size() == 1);
+    CHECK_FALSE((*jobs)[0].hasPlan);
+    CHECK((*store)->loadPlan("old").status().code() == StatusCode::kNotFound);
+  }
 }

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# bench/gpu on the GPU machine: Loom trains a Llama-3.2-1B-shaped model (random init) in bf16 on
+# one GPU through the real control plane (`loomctl run`: embedded planner, loomd, one rank, NCCL
+# for the gradients when there are several), at ZeRO stages 0 and 3; transformers + PyTorch
+# trains the same model on the same GPU; the bf16 matmul rate is measured in the same run.
+# Usage (from the repository root, with Loom's binaries in BIN and their libraries on
+# LD_LIBRARY_PATH): bench/gpu/run.sh BIN OUT [MICRO]
+set -euo pipefail
+bin=$1 out=$2 micro=${3:-8} seq=2048 steps=12
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")" && pwd)
+python3 - "$out/random.tokens" <<'PY'
+import sys
+sys.path.insert(0, "tests/oracles")
+import numpy as np
+from token_file import write_token_file
+write_token_file(sys.argv[1], np.random.default_rng(0).integers(0, 128256, 40 * 8 * 2049), 128256, "uint32")
+PY
+python3 "$here/hf_reference.py" --config "$here/llama-1b-config.json" --seq $seq --micro "$micro" --steps $steps \
+  > "$out/reference.jsonl" 2> "$out/reference.err" || echo "reference failed: see reference.err"
+for stage in 0 3; do
+  cat > "$out/loom-z$stage.json" <<JSON
+{"name": "bench-gpu-z$stage", "kind": "train", "resources": {"ranks": 1, "device": "cuda"},
+ "model": {"config": "$here/llama-1b-config.json", "init_seed": 1},
+ "data": {"train": "$out/random.tokens", "seq_len": $seq, "seed": 1},
+ "train": {"steps": $steps},
+ "deepspeed": {"train_batch_size": $micro, "train_micro_batch_size_per_gpu": $micro, "steps_per_print": 1,
+   "bf16": {"enabled": true}, "gradient_clipping": 1.0, "zero_optimization": {"stage": $stage},
+   "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}}
+JSON
+  "$bin/loomctl" run "$out/loom-z$stage.json" --state-dir "$out/state-z$stage" > "$out/loom-z$stage.out" 2>&1 ||
+    echo "loom stage $stage failed: see loom-z$stage.out"
+  cp "$out"/state-z$stage/jobs/*/attempt-1/rank-0.log "$out/loom-z$stage-rank0.log" 2>/dev/null || true
+done
+python3 - "$out" $micro $seq <<'PY'
+import json, re, statistics, sys
+out, micro, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ref = [json.loads(l) for l in open(f"{out}/reference.jsonl")] if open(f"{out}/reference.jsonl").read() else []
+flops = next((r["matmul_flops"] for r in ref if "matmul_flops" in r), None)
+hf = next((r for r in ref if r.get("reference")), None)
+params = hf["parameters"] if hf else 1235814400
+def mfu(tps):  # 6 N per token plus attention 12 * layers * hidden * seq
+    return tps * (6 * params + 12 * 16 * 2048 * seq) / flops if flops else float("nan")
+rows = []
+if hf:
+    rows.append(("transformers + PyTorch (bf16 autocast, fused AdamW)", hf["tokens_per_s"]))
+for stage in (0, 3):
+    try:
+        log = open(f"{out}/loom-z{stage}-rank0.log").read()
+    except OSError:
+        continue
+    tps = [float(m) for s, m in re.findall(r"step (\d+)/\d+: .*tokens/s (\d+)", log) if int(s) > 2]
+    if tps:
+        rows.append((f"Loom ZeRO {stage} (bf16, fp32 masters, AdamW)", statistics.median(tps)))
+print(f"matmul bf16 8192^3: {flops / 1e12:.0f} TFLOP/s" if flops else "matmul: not measured")
+print("| trainer | tokens/s | MFU | vs transformers |")
+print("|---|---|---|---|")
+for name, tps in rows:
+    ratio = tps / hf["tokens_per_s"] if hf else float("nan")
+    print(f"| {name} | {tps:,.0f} | {mfu(tps):.1%} | {ratio:.2f}x |")
+PY
