@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Several GPUs of one host: the bench/gpu model on N GPUs at ZeRO stages 0-3 (one rank per GPU,
+# NCCL), against the same global batch on 1 GPU (N micro-batches of gradient accumulation): the
+# losses must agree within bf16 tolerance, and tokens/s gives the scaling efficiency.
+# Usage (repository root, Loom's binaries in BIN, libraries on LD_LIBRARY_PATH):
+#   bench/gpu/multi.sh BIN OUT GPUS [MICRO]
+set -euo pipefail
+bin=$1 out=$2 gpus=$3 micro=${4:-8} seq=2048 steps=10
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")" && pwd)
+python3 - "$out/random.tokens" <<'PY'
+import sys
+sys.path.insert(0, "tests/oracles")
+import numpy as np
+from token_file import write_token_file
+write_token_file(sys.argv[1], np.random.default_rng(0).integers(0, 128256, 80 * 8 * 2049), 128256, "uint32")
+PY
+run() {  # name ranks stage
+  cat > "$out/$1.json" <<JSON
+{"name": "$1", "kind": "train", "resources": {"ranks": $2, "device": "cuda"},
+ "model": {"config": "$here/llama-1b-config.json", "init_seed": 1},
+ "data": {"train": "$out/random.tokens", "seq_len": $seq, "seed": 1},
+ "train": {"steps": $steps},
+ "deepspeed": {"train_batch_size": $((micro * gpus)), "train_micro_batch_size_per_gpu": $micro, "steps_per_print": 1,
+   "bf16": {"enabled": true}, "gradient_clipping": 1.0, "zero_optimization": {"stage": $3},
+   "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}}
+JSON
+  "$bin/loomctl" run "$out/$1.json" --state-dir "$out/state-$1" > "$out/$1.out" 2>&1 || echo "$1 failed: see $1.out"
+  cp "$out"/state-$1/jobs/*/attempt-1/rank-0.log "$out/$1-rank0.log" 2>/dev/null || true
+}
+run one-gpu 1 0
+for stage in 0 1 2 3; do run "gpus$gpus-z$stage" "$gpus" "$stage"; done
+python3 - "$out" "$gpus" "$micro" "$seq" <<'PY'
+import re, statistics, sys
+out, gpus, micro, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+def read(name):
+    try:
+        log = open(f"{out}/{name}-rank0.log").read()
+    except OSError:
+        return None, None
+    steps = re.findall(r"step (\d+)/\d+: loss ([0-9.]+) .*tokens/s (\d+)", log)
+    losses = {int(s): float(l) for s, l, _ in steps}
+    tps = statistics.median(float(t) for s, _, t in steps if int(s) > 2) if len(steps) > 2 else None
+    return losses, tps
+base_losses, base_tps = read("one-gpu")
+print(f"1 GPU, batch {micro * gpus} (micro {micro} x {gpus} accumulation): {base_tps:,.0f} tokens/s" if base_tps else "1 GPU: failed")
+print(f"| GPUs | stage | tokens/s | scaling efficiency | max loss difference vs 1 GPU |")
+print("|---|---|---|---|---|")
+for stage in range(4):
+    losses, tps = read(f"gpus{gpus}-z{stage}")
+    if not tps:
+        print(f"| {gpus} | {stage} | failed | | |")
+        continue
+    diff = max(abs(losses[s] - base_losses[s]) for s in base_losses) if base_losses else float("nan")
+    print(f"| {gpus} | {stage} | {tps:,.0f} | {tps / (gpus * base_tps):.0%} | {diff:.4f} |")
+PY
