@@ -64,6 +64,9 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   std::vector<int> blockOfModelBlock_;  // the model's block -> index in blocks_, -1 if it owns nothing
   int64_t partitionNumel_ = 0;
   at::TensorOptions f32_;  // fp32 on the model's device
+  // Where the fp32 masters and the optimizer live: the model's device, or the host with
+  // offload_optimizer.device cpu (pinned when the model is on a GPU, for the copies).
+  at::TensorOptions hostF32_;
 
   at::Tensor gradFlat_;  // stage 1
   std::vector<std::vector<at::Tensor>> gradViews_;  // stage 1, per block
@@ -75,7 +78,11 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
 
 ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
     : config_(config), stage_(config.zero.stage), comm_(comm),
-      f32_(at::TensorOptions().dtype(at::kFloat).device(model.device())) {
+      f32_(at::TensorOptions().dtype(at::kFloat).device(model.device())),
+      hostF32_(config.zero.offloadOptimizer == "cpu"
+                   ? at::TensorOptions().dtype(at::kFloat).pinned_memory(model.device().is_cuda() &&
+                                                                          config.zero.offloadPinMemory)
+                   : f32_) {
   at::NoGradGuard noGrad;
   dp_ = comm ? comm->size() : 1;
   rank_ = comm ? comm->rank() : 0;
@@ -101,7 +108,7 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& m
     blocks_.push_back(std::move(block));
   }
   // This rank's part of every block's (padded) parameters, as fp32 masters.
-  masterPartition_ = at::zeros({partitionNumel_}, f32_);
+  masterPartition_ = at::zeros({partitionNumel_}, hostF32_);
   for (const auto& block : blocks_) {
     at::Tensor flat = at::zeros({block.layout.flatNumel}, f32_);
     int64_t offset = 0;
@@ -110,7 +117,8 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& m
       offset += p.numel();
     }
     const int64_t part = block.layout.partitionNumel;
-    masterPartition_.slice(0, block.partOffset, block.partOffset + part).copy_(flat.slice(0, rank_ * part, (rank_ + 1) * part));
+    masterPartition_.slice(0, block.partOffset, block.partOffset + part)
+        .copy_(flat.slice(0, rank_ * part, (rank_ + 1) * part));
   }
   gradPartition_ = at::zeros({partitionNumel_}, f32_);
   if (stage_ == 1) {
@@ -232,11 +240,13 @@ StatusOr<double> ZeroStage12::reduce(double lossScale) {
 Status ZeroStage12::step(double lr, double clipCoefficient) {
   at::NoGradGuard noGrad;
   if (clipCoefficient < 1.0) gradPartition_.mul_(clipCoefficient);
-  optimizer_->step(lr, {gradPartition_});
+  // With the optimizer offloaded the step runs on the host, on a copy of the gradient part.
+  const bool offloaded = masterPartition_.device() != gradPartition_.device();
+  optimizer_->step(lr, {offloaded ? gradPartition_.to(masterPartition_.device()) : gradPartition_});
   // Every rank's updated parts, in the model's dtype, to every rank in one all-gather; then each
   // block's parameters from the dp parts of that block.
   const at::ScalarType dtype = blocks_.front().params.front().second.scalar_type();
-  at::Tensor mine = masterPartition_.to(dtype);
+  at::Tensor mine = masterPartition_.to(gradPartition_.device(), dtype);
   at::Tensor all = at::empty({dp_ * partitionNumel_}, f32_.dtype(dtype));
   if (comm_) {
     RETURN_IF_ERROR(comm_->allGather(all, mine)->wait().withContext("ZeRO parameter all-gather"));

@@ -124,18 +124,25 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& mod
   for (const auto& [name, t] : model.parameters()) numels.push_back(t.numel());
   const auto layout = planner::partitionPerParameter(numels, dp_, config.zero.paramPersistenceThreshold,
                                                      config.zero.modelPersistenceThreshold);
+  // offload_optimizer.device cpu: masters and optimizer state on the host (pinned beside a GPU).
+  const at::TensorOptions masterOptions =
+      config.zero.offloadOptimizer == "cpu"
+          ? at::TensorOptions().dtype(at::kFloat).pinned_memory(model.device().is_cuda() && config.zero.offloadPinMemory)
+          : f32_;
   std::vector<std::pair<std::string, at::Tensor>> masters;
   for (size_t i = 0; i < numels.size(); ++i) {
     const auto& [name, t] = model.parameters()[i];
     Param p{.name = name, .tensor = t, .shape = t.sizes().vec(), .numel = t.numel(),
             .persistent = layout[i].persistent, .part = layout[i].partitionNumel};
     if (p.persistent) {
-      p.master = t.detach().to(at::kFloat).reshape({-1}).clone();
+      p.master = at::empty({p.numel}, masterOptions);
+      p.master.copy_(t.detach().reshape({-1}));
     } else {
       at::Tensor padded = at::zeros({p.part * dp_}, modelOptions_);
       padded.slice(0, 0, p.numel).copy_(t.reshape({-1}));
       p.local = padded.slice(0, rank_ * p.part, (rank_ + 1) * p.part).clone();
-      p.master = p.local.to(at::kFloat);
+      p.master = at::empty({p.part}, masterOptions);
+      p.master.copy_(p.local);
       t.set_data(at::empty({0}, modelOptions_));  // released until a block needs it
     }
     p.grad = at::zeros({p.master.numel()}, f32_);
@@ -318,7 +325,8 @@ Status ZeroStage3::step(double lr, double clipCoefficient) {
   std::vector<at::Tensor> grads;
   for (auto& p : params_) {
     if (clipCoefficient < 1.0) p.grad.mul_(clipCoefficient);
-    grads.push_back(p.grad);
+    // Offloaded: the step runs on the host, on a copy of the gradient part.
+    grads.push_back(p.grad.device() == p.master.device() ? p.grad : p.grad.to(p.master.device()));
   }
   optimizer_->step(lr, grads);
   for (auto& p : params_) {
