@@ -48,6 +48,16 @@ def check(ok, what):
         failures.append(what)
 
 
+def step_lines(log):
+    """{step: {"loss": ..., "lr": ..., "grad_norm": ..., "tokens/s": ...}} from rank 0's step lines."""
+    out = {}
+    for line in log.splitlines():
+        if line.startswith("step ") and ": loss " in line:
+            words = line.split()
+            out[int(words[1].split("/")[0])] = dict(zip(words[2::2], map(float, words[3::2])))
+    return out
+
+
 def loom_run(bin_dir, spec, work, name):
     """Runs a job spec with `loomctl run`; returns rank 0's log."""
     spec_path = os.path.join(work, name + ".json")
@@ -71,6 +81,16 @@ def save_model(family, out, tie=False, llama3=False, seed=1, sharded=False):
     # sharded: several model-0000i-of-0000n.safetensors files and their index, as large models ship.
     model.save_pretrained(out, safe_serialization=True, max_shard_size="40KB" if sharded else "5GB")
     return model
+
+
+def licence_tokens_and_model(bin_dir, work, name, seed):
+    """A token file of the GPL's text and a random llama saved as HF does: (data, model_dir)."""
+    data = os.path.join(work, name + ".tokens")
+    subprocess.run([os.path.join(bin_dir, "loomctl"), "data", "prepare", "/usr/share/common-licenses/GPL-3",
+                    "--output", data], check=True, capture_output=True)
+    model_dir = os.path.join(work, name + "-llama")
+    save_model("llama", model_dir, seed=seed)
+    return data, model_dir
 
 
 def numerics(bin_dir, work):
@@ -106,11 +126,7 @@ def numerics(bin_dir, work):
 
 def training(bin_dir, work):
     seq, steps = 32, 10
-    data = os.path.join(work, "train.tokens")
-    subprocess.run([os.path.join(bin_dir, "loomctl"), "data", "prepare", "/usr/share/common-licenses/GPL-3",
-                    "--output", data], check=True, capture_output=True)
-    model_dir = os.path.join(work, "train-llama")
-    save_model("llama", model_dir, seed=3)
+    data, model_dir = licence_tokens_and_model(bin_dir, work, "train", seed=3)
     ds = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.5,
           "steps_per_print": 1,
           "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "eps": 1e-8,
@@ -135,12 +151,7 @@ def training(bin_dir, work):
         "data": {"train": data, "seq_len": seq, "seed": 11},
         "train": {"steps": steps, "checkpoint_dir": checkpoints},
         "deepspeed": ds}, work, "training")
-    ours = {}
-    for line in log.splitlines():
-        if line.startswith("step ") and ": loss " in line:
-            words = line.split()
-            step = int(words[1].split("/")[0])
-            ours[step] = dict(zip(words[2::2], map(float, words[3::2])))
+    ours = step_lines(log)
     check(len(ours) == steps, f"training: Loom logged {len(ours)} of {steps} steps")
     for ref in reference:
         got = ours.get(ref["step"], {})
@@ -223,12 +234,8 @@ def reference_loop(model_dir, tokens, seq, seed, steps, ds):
 
 def optimizers(bin_dir, work):
     seq, steps, seed = 32, 6, 5
-    data = os.path.join(work, "optim.tokens")
-    subprocess.run([os.path.join(bin_dir, "loomctl"), "data", "prepare", "/usr/share/common-licenses/GPL-3",
-                    "--output", data], check=True, capture_output=True)
+    data, model_dir = licence_tokens_and_model(bin_dir, work, "optim", seed=4)
     _, tokens = read_token_file(data)
-    model_dir = os.path.join(work, "optim-llama")
-    save_model("llama", model_dir, seed=4)
     base = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0, "steps_per_print": 1}
     cases = {
         "Adam-L2": {"optimizer": {"type": "Adam", "params": {"lr": 3e-3, "betas": [0.9, 0.99], "eps": 1e-8,
@@ -248,7 +255,7 @@ def optimizers(bin_dir, work):
             "model": {"config": model_dir + "/config.json", "weights": model_dir},
             "data": {"train": data, "seq_len": seq, "seed": seed},
             "train": {"steps": steps, "checkpoint_dir": checkpoints}, "deepspeed": ds}, work, "optim-" + name)
-        ours = [float(line.split()[3]) for line in log.splitlines() if line.startswith("step ") and ": loss " in line]
+        ours = list(loom_losses(log).values())
         theirs, weights = reference_loop(model_dir, tokens, seq, seed, steps, ds)
         worst_loss = max(abs(a - b) / b for a, b in zip(ours, theirs)) if len(ours) == len(theirs) else float("inf")
         check(worst_loss <= 1e-5, f"optimizer {name}: {len(ours)} losses vs torch, worst relative difference "
@@ -259,11 +266,7 @@ def optimizers(bin_dir, work):
 
 
 def loom_losses(log):
-    out = {}
-    for line in log.splitlines():
-        if line.startswith("step ") and ": loss " in line:
-            out[int(line.split()[1].split("/")[0])] = float(line.split()[3])
-    return out
+    return {step: values["loss"] for step, values in step_lines(log).items()}
 
 
 def memory_line(log):
@@ -280,11 +283,7 @@ def zero(bin_dir, work):
     """ZeRO stages on 4 ranks against stage 0 on 1 rank: the same losses and weights, and the
     per-rank memory that each stage promises."""
     seq, steps = 32, 30
-    data = os.path.join(work, "zero.tokens")
-    subprocess.run([os.path.join(bin_dir, "loomctl"), "data", "prepare", "/usr/share/common-licenses/GPL-3",
-                    "--output", data], check=True, capture_output=True)
-    model_dir = os.path.join(work, "zero-llama")
-    save_model("llama", model_dir, seed=6)
+    data, model_dir = licence_tokens_and_model(bin_dir, work, "zero", seed=6)
     base = {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
             "steps_per_print": 1,
             "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.01}},

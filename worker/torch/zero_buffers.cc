@@ -25,6 +25,10 @@ int64_t stateBytes(const Optimizer& optimizer) {
   return bytes;
 }
 
+void throwIfError(const Status& status) {
+  if (!status.isOk()) throw std::runtime_error(status.toString());
+}
+
 Status restoreTensor(const TensorMap& state, const std::string& key, at::Tensor& into, const std::string& source) {
   at::NoGradGuard noGrad;
   auto it = state.find(key);

@@ -20,6 +20,9 @@ std::vector<at::Tensor> viewsInto(const at::Tensor& flat, const std::vector<std:
 int64_t bytesOf(const at::Tensor& t);
 // The bytes of an optimizer's state tensors (its step count aside).
 int64_t stateBytes(const Optimizer& optimizer);
+// Collective failures inside autograd (a backward hook) travel as exceptions; the runtime turns
+// them back into a Status at the job's edge (worker/torch/runtime.cc).
+void throwIfError(const Status& status);
 // Copies state[key] into `into`, which it must match in elements; errors name `source` and key.
 Status restoreTensor(const TensorMap& state, const std::string& key, at::Tensor& into, const std::string& source);
 

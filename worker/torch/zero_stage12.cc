@@ -17,9 +17,6 @@ namespace {
 
 using backends::ReduceOp;
 
-void throwIfError(const Status& status) {
-  if (!status.isOk()) throw std::runtime_error(status.toString());
-}
 
 class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBackwardHooks {
  public:

@@ -13,6 +13,7 @@
 #include "worker/torch/block_hooks.h"
 #include "worker/torch/decoder_model.h"
 #include "worker/torch/optimizer.h"
+#include "worker/torch/zero_buffers.h"
 
 namespace loom::worker {
 namespace {
@@ -21,11 +22,6 @@ using backends::ReduceOp;
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// Collective failures inside autograd travel as exceptions; the runtime turns them back into a
-// Status at the job's edge (worker/torch/runtime.cc).
-void throwIfError(const Status& status) {
-  if (!status.isOk()) throw std::runtime_error(status.toString());
-}
 
 class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBackwardHooks {
  public:
