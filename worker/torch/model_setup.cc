@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 
 #include "common/files.h"
+#include "planner/plan_compiler.h"
 
 namespace loom::worker {
 
@@ -24,6 +25,29 @@ at::Device rankDevice(const planner::JobSpec& spec, int localRank) {
   return at::kCPU;
 }
 
+namespace {
+
+// The model the worker built must be the one the Plan describes, parameter by parameter: the
+// Plan's layouts and partitions are trusted from here on.
+Status checkAgainstPlan(const DecoderModel& model, const planner::Plan& plan) {
+  const auto& params = model.parameters();
+  if (params.size() != plan.parameters.size())
+    return internalError("plan: the model has {} parameters, the Plan {}", params.size(), plan.parameters.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, t] = params[i];
+    const auto& spec = plan.parameters[i];
+    const std::string dtype = t.scalar_type() == at::kBFloat16 ? "bfloat16"
+                              : t.scalar_type() == at::kHalf   ? "float16"
+                                                               : "float32";
+    if (name != spec.name || t.sizes().vec() != spec.shape || dtype != spec.dtype)
+      return internalError("plan: parameter {} is {} {} {} in the model and {} {} {} in the Plan", i, name,
+                           c10::str(t.sizes()), dtype, spec.name, c10::str(at::IntArrayRef(spec.shape)), spec.dtype);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, at::Device device) {
   BuiltModel built;
   auto text = files::readFile(spec.model.config);
@@ -31,9 +55,13 @@ StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, at::Device device)
   built.configText = *text;
   auto config = planner::parseModelConfig(*text, spec.model.config);
   if (!config.isOk()) return config.status().withContext("model.config");
+  auto plan = planner::compilePlan(*config, spec);
+  if (!plan.isOk()) return plan.status().withContext("plan");
+  built.plan = std::move(*plan);
   if (device.is_cuda() && !at::hasCUDA())
     return failedPrecondition("resources.device: cuda, but this rank sees no CUDA device (or libtorch has no CUDA)");
   ASSIGN_OR_RETURN(built.model, DecoderModel::create(*config, modelDtype(spec.deepspeed.precision), device));
+  RETURN_IF_ERROR(checkAgainstPlan(*built.model, built.plan));
   if (spec.model.weights.empty()) {
     built.model->initRandom(spec.model.initSeed);
     return built;

@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "planner/job_spec.h"
+#include "planner/plan.h"
 #include "worker/torch/decoder_model.h"
 
 namespace loom::worker {
@@ -18,10 +19,13 @@ at::ScalarType modelDtype(planner::Precision precision);
 struct BuiltModel {
   std::unique_ptr<DecoderModel> model;
   std::string configText;  // the HF config.json, saved with checkpoints
+  planner::Plan plan;      // what the planner compiled for this job, which the model was checked against
 };
 
-// Reads model.config, builds the decoder in the job's precision, and loads model.weights or
-// draws the seeded init. Errors name the spec field and the file.
+// Reads model.config, compiles the job's Plan (the same pure compiler the planner service ran on
+// submit), builds the decoder in the job's precision, checks every parameter against the Plan
+// (name, shape, dtype), and loads model.weights or draws the seeded init. Errors name the spec
+// field and the file.
 StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, at::Device device);
 
 // The device a rank computes on: the CPU, or for resources.device cuda the GPU of its local rank.
