@@ -1,0 +1,236 @@
+// Every layer and vocabulary op of the CPU plugin against the libtorch reference, both through
+// the plugin ABI, on fresh random inputs of several shapes, in fp32 and bf16, on every
+// instruction-set path this processor has and on both kinds of threads.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "tests/catch.h"
+#include "tests/conformance/kernel_conformance.h"
+
+using namespace loom::testing;
+
+namespace {
+
+constexpr loom_dtype kDtypes[] = {LOOM_DTYPE_F32, LOOM_DTYPE_BF16};
+
+double maxAbs(const at::Tensor& t) { return t.numel() ? t.abs().max().item<double>() : 0.0; }
+
+}  // namespace
+
+TEST_CASE("rms_norm forward and backward match the reference", "[kernels]") {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {3, 7}, {5, 33}, {17, 256}, {4, 4096}};
+  for (const PluginSetup& setup : pluginSetups()) {
+    configurePlugin(setup);
+    for (loom_dtype dtype : kDtypes) {
+      for (auto [rows, dim] : shapes) {
+        const std::string what = fmt::format("rms_norm {} {} [{}, {}]", setup.label(), dtypeName(dtype), rows, dim);
+        const double eps = 1e-6;
+        const at::Tensor x = randomInput({rows, dim}, dtype), w = randomInput({dim}, dtype),
+                         dy = randomInput({rows, dim}, dtype);
+        auto forward = [&](const loom_kernel_table& t) {
+          at::Tensor y = at::empty_like(x), rstd = at::empty({rows}, at::kFloat);
+          REQUIRE(t.rms_norm_forward(dtype, x.data_ptr(), w.data_ptr(), y.data_ptr(), rstd.data_ptr<float>(), rows, dim,
+                                     eps, nullptr) == LOOM_KERNEL_OK);
+          return std::make_pair(y, rstd);
+        };
+        auto [y, rstd] = forward(cpuPlugin());
+        auto [yRef, rstdRef] = forward(referenceTable());
+        requireClose(y, yRef, tolerance(dtype, 0.0), what + " y");
+        requireClose(rstd, rstdRef, tolerance(LOOM_DTYPE_F32, 0.0), what + " rstd");
+
+        // With and without the forward's statistics.
+        for (bool withRstd : {true, false}) {
+          auto backward = [&](const loom_kernel_table& t) {
+            at::Tensor dx = at::empty_like(x), dw = at::empty({dim}, at::kFloat);
+            REQUIRE(t.rms_norm_backward(dtype, x.data_ptr(), w.data_ptr(), dy.data_ptr(),
+                                        withRstd ? rstdRef.data_ptr<float>() : nullptr, dx.data_ptr(),
+                                        dw.data_ptr<float>(), rows, dim, eps, nullptr) == LOOM_KERNEL_OK);
+            return std::make_pair(dx, dw);
+          };
+          auto [dx, dw] = backward(cpuPlugin());
+          auto [dxRef, dwRef] = backward(referenceTable());
+          // dx = r (g - h mean(g h)) and dweight = sum over rows of dy h both cancel: their
+          // rounding error is relative to the terms' size, |g| r and the sum of |dy h|.
+          const at::Tensor h = x.to(at::kFloat) * rstdRef.unsqueeze(1);
+          const double dxTerms = maxAbs(dy.to(at::kFloat) * w.to(at::kFloat)) * maxAbs(rstdRef);
+          const double dwTerms = maxAbs((dy.to(at::kFloat) * h).abs().sum(0));
+          requireClose(dx, dxRef, tolerance(dtype, dxTerms), what + (withRstd ? " dx" : " dx (rstd recomputed)"));
+          requireClose(dw, dwRef, tolerance(dtype, dwTerms), what + " dweight");
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("rope forward and backward match the reference", "[kernels]") {
+  struct Shape {
+    int64_t batch, qHeads, kHeads, seq, headDim;
+    bool perBatchCos;
+  };
+  const Shape shapes[] = {{1, 1, 1, 1, 2, false},
+                          {2, 4, 2, 5, 8, false},
+                          {1, 3, 1, 17, 66, true},
+                          {2, 8, 8, 33, 128, true},
+                          {1, 2, 1, 9, 64, false}};
+  for (const PluginSetup& setup : pluginSetups()) {
+    configurePlugin(setup);
+    for (loom_dtype dtype : kDtypes) {
+      for (const Shape& s : shapes) {
+        const std::string what =
+            fmt::format("rope {} {} q [{}, {}, {}, {}] k heads {}{}", setup.label(), dtypeName(dtype), s.batch,
+                        s.qHeads, s.seq, s.headDim, s.kHeads, s.perBatchCos ? ", cos per batch" : "");
+        const at::Tensor q = randomInput({s.batch, s.qHeads, s.seq, s.headDim}, dtype);
+        const at::Tensor k = randomInput({s.batch, s.kHeads, s.seq, s.headDim}, dtype);
+        // Real tables: angles per position and frequency, the two halves equal (as HF builds
+        // them); the per-batch variant shifts positions per sequence.
+        const int64_t tableBatch = s.perBatchCos ? s.batch : 1;
+        const at::Tensor angles = at::rand({tableBatch, s.seq, s.headDim / 2}) * 10.0;
+        const at::Tensor full = at::cat({angles, angles}, -1);
+        const at::Tensor cos = (s.perBatchCos ? full.cos() : full.cos()[0]).contiguous().to(q.scalar_type());
+        const at::Tensor sin = (s.perBatchCos ? full.sin() : full.sin()[0]).contiguous().to(q.scalar_type());
+        const int64_t stride = s.perBatchCos ? s.seq * s.headDim : 0;
+        for (bool backward : {false, true}) {
+          auto run = [&](const loom_kernel_table& t) {
+            at::Tensor qo = q.clone(), ko = k.clone();
+            auto fn = backward ? t.rope_backward : t.rope_forward;
+            REQUIRE(fn(dtype, qo.data_ptr(), ko.data_ptr(), cos.data_ptr(), sin.data_ptr(), s.batch, s.qHeads, s.kHeads,
+                       s.seq, s.headDim, stride, nullptr) == LOOM_KERNEL_OK);
+            return std::make_pair(qo, ko);
+          };
+          auto [qo, ko] = run(cpuPlugin());
+          auto [qRef, kRef] = run(referenceTable());
+          // x1 cos - x2 sin cancels: error relative to the largest |x|.
+          const std::string dir = backward ? " backward" : " forward";
+          requireClose(qo, qRef, tolerance(dtype, std::max(maxAbs(q.to(at::kFloat)), 1.0)), what + dir + " q");
+          requireClose(ko, kRef, tolerance(dtype, std::max(maxAbs(k.to(at::kFloat)), 1.0)), what + dir + " k");
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("swiglu forward and backward match the reference", "[kernels]") {
+  const int64_t sizes[] = {1, 15, 17, 1000, 100003};
+  for (const PluginSetup& setup : pluginSetups()) {
+    configurePlugin(setup);
+    for (loom_dtype dtype : kDtypes) {
+      for (int64_t n : sizes) {
+        const std::string what = fmt::format("swiglu {} {} [{}]", setup.label(), dtypeName(dtype), n);
+        const at::Tensor gate = randomInput({n}, dtype, 3.0), up = randomInput({n}, dtype),
+                         dout = randomInput({n}, dtype);
+        auto forward = [&](const loom_kernel_table& t) {
+          at::Tensor out = at::empty_like(gate);
+          REQUIRE(t.swiglu_forward(dtype, gate.data_ptr(), up.data_ptr(), out.data_ptr(), n, nullptr) ==
+                  LOOM_KERNEL_OK);
+          return out;
+        };
+        requireClose(forward(cpuPlugin()), forward(referenceTable()), tolerance(dtype, 0.0), what + " out");
+        auto backward = [&](const loom_kernel_table& t) {
+          at::Tensor dg = at::empty_like(gate), du = at::empty_like(up);
+          REQUIRE(t.swiglu_backward(dtype, gate.data_ptr(), up.data_ptr(), dout.data_ptr(), dg.data_ptr(),
+                                    du.data_ptr(), n, nullptr) == LOOM_KERNEL_OK);
+          return std::make_pair(dg, du);
+        };
+        auto [dg, du] = backward(cpuPlugin());
+        auto [dgRef, duRef] = backward(referenceTable());
+        // silu' = sig (1 + g (1 - sig)) passes through 0 near g = -1.28: error relative to the
+        // size of its terms, |dout up| (1 + |g|).
+        const double dgTerms = maxAbs(dout.to(at::kFloat) * up.to(at::kFloat)) * (1.0 + maxAbs(gate.to(at::kFloat)));
+        requireClose(dg, dgRef, tolerance(dtype, dgTerms), what + " dgate");
+        requireClose(du, duRef, tolerance(dtype, 0.0), what + " dup");
+      }
+    }
+  }
+}
+
+namespace {
+
+// Labels in range, every fifth -100 (ignored by cross-entropy).
+at::Tensor randomLabels(int64_t rows, int64_t vocab, bool withIgnored) {
+  at::Tensor labels = at::randint(vocab, {rows}, at::kLong);
+  if (withIgnored)
+    for (int64_t r = 2; r < rows; r += 5) labels[r] = -100;
+  return labels;
+}
+
+void checkVocabOps(const PluginSetup& setup, loom_dtype dtype, int64_t rows, int64_t vocab) {
+  const std::string what = fmt::format("{} {} [{}, {}]", setup.label(), dtypeName(dtype), rows, vocab);
+  const at::Tensor logits = randomInput({rows, vocab}, dtype, 3.0);
+  const at::Tensor other = (logits.to(at::kFloat) + at::randn({rows, vocab})).to(logits.scalar_type());
+  const at::Tensor labels = randomLabels(rows, vocab, true), inRange = randomLabels(rows, vocab, false);
+  const at::Tensor dloss = at::randn({rows});
+  // Results are differences of log-sum-exps: their error is relative to lse's size.
+  const double lseScale = std::log(static_cast<double>(vocab)) + maxAbs(logits.to(at::kFloat)) + 1.0;
+  const Tolerance tol = tolerance(dtype, lseScale);
+
+  auto forward = [&](const loom_kernel_table& t) {
+    at::Tensor loss = at::empty({rows}), lse = at::empty({rows});
+    REQUIRE(t.cross_entropy_forward(dtype, logits.data_ptr(), labels.data_ptr<int64_t>(), rows, vocab, -100,
+                                    loss.data_ptr<float>(), lse.data_ptr<float>(), nullptr) == LOOM_KERNEL_OK);
+    return std::make_pair(loss, lse);
+  };
+  auto [loss, lse] = forward(cpuPlugin());
+  auto [lossRef, lseRef] = forward(referenceTable());
+  requireClose(loss, lossRef, tol, "cross_entropy_forward loss " + what);
+  const at::Tensor kept = labels != -100;
+  requireClose(lse.masked_select(kept), lseRef.masked_select(kept), tol, "cross_entropy_forward lse " + what);
+
+  for (bool withLse : {true, false}) {
+    auto backward = [&](const loom_kernel_table& t) {
+      at::Tensor d = at::empty_like(logits);
+      REQUIRE(t.cross_entropy_backward(dtype, logits.data_ptr(), labels.data_ptr<int64_t>(),
+                                       withLse ? lseRef.data_ptr<float>() : nullptr, dloss.data_ptr<float>(),
+                                       d.data_ptr(), rows, vocab, -100, nullptr) == LOOM_KERNEL_OK);
+      return d;
+    };
+    // p = exp(x - lse) carries the rounding of x - lse, relative to |x| + |lse| (1 ulp of lse ~ 10
+    // is 1e-6 of p already), and p - 1 at the label cancels when p ~ 1: terms |p| lseScale + |dloss|.
+    const at::Tensor expected = backward(referenceTable());
+    const at::Tensor terms = expected.to(at::kFloat).abs() * lseScale + dloss.abs().unsqueeze(1);
+    requireClose(backward(cpuPlugin()), expected, tolerance(dtype, 0.0),
+                 "cross_entropy_backward " + what + (withLse ? "" : " (lse recomputed)"), terms);
+  }
+
+  auto perRow = [&](const loom_kernel_table& t, int op) {
+    at::Tensor out = at::empty({rows});
+    int rc = LOOM_KERNEL_INTERNAL;
+    if (op == 0)
+      rc = t.logprobs(dtype, logits.data_ptr(), inRange.data_ptr<int64_t>(), rows, vocab, out.data_ptr<float>(),
+                      nullptr);
+    if (op == 1) rc = t.entropy(dtype, logits.data_ptr(), rows, vocab, out.data_ptr<float>(), nullptr);
+    if (op == 2)
+      rc = t.kl_divergence(dtype, logits.data_ptr(), other.data_ptr(), rows, vocab, out.data_ptr<float>(), nullptr);
+    REQUIRE(rc == LOOM_KERNEL_OK);
+    return out;
+  };
+  requireClose(perRow(cpuPlugin(), 0), perRow(referenceTable(), 0), tol, "logprobs " + what);
+  requireClose(perRow(cpuPlugin(), 1), perRow(referenceTable(), 1), tol, "entropy " + what);
+  requireClose(perRow(cpuPlugin(), 2), perRow(referenceTable(), 2), tol, "kl_divergence " + what);
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy, logprobs, entropy and KL over the vocabulary match the reference", "[kernels]") {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {3, 7}, {17, 1000}, {6, 32003}};
+  const auto setups = pluginSetups();
+  for (const PluginSetup& setup : setups) {
+    configurePlugin(setup);
+    for (loom_dtype dtype : kDtypes)
+      for (auto [rows, vocab] : shapes) checkVocabOps(setup, dtype, rows, vocab);
+  }
+  // More rows than one chunk of the reference holds (kVocabChunkBytes): the plugin streams rows,
+  // the reference goes chunk by chunk, and both must agree across the chunk border.
+  configurePlugin(setups.front());
+  checkVocabOps(setups.front(), LOOM_DTYPE_F32, 530, 32000);
+}
+
+TEST_CASE("a label outside the vocabulary is an error before anything is written", "[kernels]") {
+  const at::Tensor logits = at::randn({2, 10});
+  const at::Tensor labels = at::tensor({3, 10}, at::kLong);
+  at::Tensor loss = at::full({2}, 7.0f);
+  const loom_kernel_table& t = cpuPlugin();
+  REQUIRE(t.cross_entropy_forward(LOOM_DTYPE_F32, logits.data_ptr(), labels.data_ptr<int64_t>(), 2, 10, -100,
+                                  loss.data_ptr<float>(), nullptr, nullptr) == LOOM_KERNEL_INVALID_ARGUMENT);
+  CHECK(std::string(t.last_error()).find("label 10 of row 1") != std::string::npos);
+  CHECK(loss[0].item<float>() == 7.0f);
+}
