@@ -115,6 +115,12 @@ Status parseTrain(const json& object, JobSpec* spec) {
   return r.rejectUnknown();
 }
 
+Status parseKernels(const json& object, JobSpec* spec) {
+  ObjectReader r(object, "kernels");
+  RETURN_IF_ERROR(r.readStrings("plugins", &spec->kernelPlugins, {}));
+  return r.rejectUnknown();
+}
+
 Status parseEval(const json& object, JobSpec* spec) {
   ObjectReader r(object, "eval");
   RETURN_IF_ERROR(r.readInt("max_batches", &spec->eval.maxBatches, false, 0, int64_t(1) << 40));
@@ -212,6 +218,7 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
       {"data", parseData, modelJob, modelJob},
       {"train", parseTrain, spec.kind == JobKind::kTrain, spec.kind == JobKind::kTrain},
       {"eval", parseEval, spec.kind == JobKind::kEval, false},
+      {"kernels", parseKernels, modelJob, false},
   };
   for (const auto& [section, parse, applies, required] : sections) {
     ASSIGN_OR_RETURN(const json* object, r.readObject(section));
@@ -256,6 +263,7 @@ json JobSpec::toJson() const {
     if (!data.train.empty()) j["data"]["train"] = data.train;
     if (!data.eval.empty()) j["data"]["eval"] = data.eval;
   }
+  if (!kernelPlugins.empty()) j["kernels"] = {{"plugins", kernelPlugins}};
   if (kind == JobKind::kTrain) {
     j["train"] = {{"steps", train.steps},
                   {"eval_every", train.evalEvery},
@@ -284,6 +292,15 @@ std::string resolveSpecPaths(const std::string& specJson, const std::string& bas
     if (v == s->end() || !v->is_string()) continue;
     std::string p = v->get<std::string>();
     if (!p.empty() && p[0] != '/') *v = (std::filesystem::path(baseDir) / p).lexically_normal().string();
+  }
+  if (auto k = root.find("kernels"); k != root.end() && k->is_object()) {
+    if (auto plugins = k->find("plugins"); plugins != k->end() && plugins->is_array()) {
+      for (auto& v : *plugins) {
+        if (!v.is_string()) continue;
+        std::string p = v.get<std::string>();
+        if (!p.empty() && p[0] != '/') v = (std::filesystem::path(baseDir) / p).lexically_normal().string();
+      }
+    }
   }
   return root.dump(2);
 }

@@ -89,6 +89,9 @@ struct JobSpec {
   TrainSpec train;     // train
   EvalSpec eval;       // eval
   DeepSpeedConfig deepspeed;
+  // kernels.plugins: kernel plugin files or directories (kernels/loader.h), loaded by every rank
+  // before LOOM_KERNEL_PATH's.
+  std::vector<std::string> kernelPlugins;
 
   // The spec with defaults filled in: what is stored and handed to the ranks.
   nlohmann::json toJson() const;

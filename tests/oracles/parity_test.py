@@ -247,22 +247,29 @@ def optimizers(bin_dir, work):
                                                                        "warmup_min_ratio": 0.1}}},
         "Lion": {"optimizer": {"type": "Lion", "params": {"lr": 3e-4, "betas": [0.9, 0.99], "weight_decay": 0.1}}},
     }
+    plugin = os.path.join(os.path.dirname(bin_dir), "lib", "libloom_kernels_cpu.so")
     for name, extra in cases.items():
         ds = dict(base, **extra)
-        checkpoints = os.path.join(work, "optim-" + name)
-        log = loom_run(bin_dir, {
-            "name": "optim-" + name, "kind": "train", "resources": {"ranks": 1},
-            "model": {"config": model_dir + "/config.json", "weights": model_dir},
-            "data": {"train": data, "seq_len": seq, "seed": seed},
-            "train": {"steps": steps, "checkpoint_dir": checkpoints}, "deepspeed": ds}, work, "optim-" + name)
-        ours = list(loom_losses(log).values())
         theirs, weights = reference_loop(model_dir, tokens, seq, seed, steps, ds)
-        worst_loss = max(abs(a - b) / b for a, b in zip(ours, theirs)) if len(ours) == len(theirs) else float("inf")
-        check(worst_loss <= 1e-5, f"optimizer {name}: {len(ours)} losses vs torch, worst relative difference "
-                                  f"{worst_loss:.2e}")
-        final = load_file(os.path.join(checkpoints, f"global_step{steps}", "model.safetensors"))
-        worst = max((final[n] - t.detach()).abs().max().item() for n, t in weights.items())
-        check(worst <= 1e-5, f"optimizer {name}: final weights vs torch, max |difference| = {worst:.2e}")
+        # The optimizer's step by libtorch (no plugin) and by the CPU kernel plugin (kernels/cpu).
+        for kernels in ("libtorch", "plugin"):
+            checkpoints = os.path.join(work, f"optim-{name}-{kernels}")
+            job = {"name": f"optim-{name}", "kind": "train", "resources": {"ranks": 1},
+                   "model": {"config": model_dir + "/config.json", "weights": model_dir},
+                   "data": {"train": data, "seq_len": seq, "seed": seed},
+                   "train": {"steps": steps, "checkpoint_dir": checkpoints}, "deepspeed": ds}
+            if kernels == "plugin":
+                job["kernels"] = {"plugins": [plugin]}
+            log = loom_run(bin_dir, job, work, f"optim-{name}-{kernels}")
+            if kernels == "plugin":
+                check("libloom_kernels_cpu.so" in log, f"optimizer {name}: the CPU kernel plugin is loaded")
+            ours = list(loom_losses(log).values())
+            worst_loss = max(abs(a - b) / b for a, b in zip(ours, theirs)) if len(ours) == len(theirs) else float("inf")
+            check(worst_loss <= 1e-5, f"optimizer {name} ({kernels}): {len(ours)} losses vs torch, worst relative "
+                                      f"difference {worst_loss:.2e}")
+            final = load_file(os.path.join(checkpoints, f"global_step{steps}", "model.safetensors"))
+            worst = max((final[n] - t.detach()).abs().max().item() for n, t in weights.items())
+            check(worst <= 1e-5, f"optimizer {name} ({kernels}): final weights vs torch, max |difference| = {worst:.2e}")
 
 
 def loom_losses(log):

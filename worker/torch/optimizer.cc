@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
+
+#include "worker/torch/kernels.h"
 #include <ATen/core/grad_mode.h>
 
 namespace loom::worker {
@@ -57,9 +59,48 @@ void Optimizer::fusedAdamStep(double lr, const std::vector<at::Tensor>& grads) {
   }
 }
 
+bool Optimizer::pluginStep(double lr, const std::vector<at::Tensor>& grads) {
+  const auto& registry = kernelRegistry();
+  const auto& c = config_;
+  for (const auto& s : slots_) {
+    if (!s.param.is_cpu() || s.param.scalar_type() != at::kFloat || !s.param.is_contiguous()) return false;
+  }
+  const bool adam = c.type == OptimizerType::kAdam || c.type == OptimizerType::kAdamW;
+  if ((adam && !registry.pluginProvides(&loom_kernel_table::adamw_step, "cpu")) ||
+      (c.type == OptimizerType::kLion && !registry.pluginProvides(&loom_kernel_table::lion_step, "cpu")) ||
+      (c.type == OptimizerType::kAdagrad && !registry.pluginProvides(&loom_kernel_table::adagrad_step, "cpu")))
+    return false;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    at::Tensor g = grads[i].to(at::kFloat).contiguous();
+    Status status;
+    if (adam) {
+      const loom_adam_config a{.lr = lr, .beta1 = c.beta1, .beta2 = c.beta2, .eps = c.eps, .weight_decay = c.weightDecay,
+                               .step = steps_, .bias_correction = c.biasCorrection,
+                               .decoupled_weight_decay = c.decoupledWeightDecay, .amsgrad = 0};
+      status = registry.call(&loom_kernel_table::adamw_step, "cpu", &a, LOOM_DTYPE_F32, s.param.data_ptr(),
+                             LOOM_DTYPE_F32, static_cast<const void*>(g.data_ptr()), s.first.data_ptr<float>(),
+                             s.second.data_ptr<float>(), s.param.numel(), static_cast<void*>(nullptr));
+    } else if (c.type == OptimizerType::kLion) {
+      const loom_lion_config l{.lr = lr, .beta1 = c.beta1, .beta2 = c.beta2, .weight_decay = c.weightDecay};
+      status = registry.call(&loom_kernel_table::lion_step, "cpu", &l, LOOM_DTYPE_F32, s.param.data_ptr(),
+                             LOOM_DTYPE_F32, static_cast<const void*>(g.data_ptr()), s.first.data_ptr<float>(),
+                             s.param.numel(), static_cast<void*>(nullptr));
+    } else {
+      const loom_adagrad_config a{.lr = lr, .eps = c.eps, .weight_decay = c.weightDecay};
+      status = registry.call(&loom_kernel_table::adagrad_step, "cpu", &a, LOOM_DTYPE_F32, s.param.data_ptr(),
+                             LOOM_DTYPE_F32, static_cast<const void*>(g.data_ptr()), s.first.data_ptr<float>(),
+                             s.param.numel(), static_cast<void*>(nullptr));
+    }
+    TORCH_CHECK(status.isOk(), status.message());
+  }
+  return true;
+}
+
 void Optimizer::step(double lr, const std::vector<at::Tensor>& grads) {
   at::NoGradGuard noGrad;
   ++steps_;
+  if (pluginStep(lr, grads)) return;
   if (fused()) {
     fusedAdamStep(lr, grads);
     return;

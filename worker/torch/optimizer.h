@@ -45,6 +45,8 @@ class Optimizer {
   // pass over each tensor instead of seven.
   bool fused() const;
   void fusedAdamStep(double lr, const std::vector<at::Tensor>& grads);
+  // On the CPU, a loaded kernel plugin's step (kernels/), when one provides this optimizer.
+  bool pluginStep(double lr, const std::vector<at::Tensor>& grads);
   std::vector<std::string> stateNames() const;
 
   planner::OptimizerConfig config_;

@@ -12,6 +12,7 @@
 #include "common/human_bytes.h"
 #include "worker/torch/checkpoint.h"
 #include "worker/torch/evaluation.h"
+#include "worker/torch/kernels.h"
 #include "worker/torch/model_setup.h"
 #include "worker/torch/zero_optimizer.h"
 #include "worker/torch/token_samples.h"
@@ -89,6 +90,7 @@ std::map<std::string, double> Trainer::memoryMetrics() const {
 
 Status Trainer::setUp() {
   setThreadsForRanks(ctx_.localWorldSize);
+  RETURN_IF_ERROR(loadKernels(spec_));
   if (ctx_.worldSize > 1) {
     ASSIGN_OR_RETURN(world_, connectWorld(ctx_, spec_, homeOf(spec_)));
   }
@@ -116,6 +118,7 @@ Status Trainer::setUp() {
                 static_cast<long long>(ds_.trainBatchSize), static_cast<long long>(ds_.microBatchSize),
                 static_cast<long long>(ds_.gradientAccumulationSteps), ctx_.worldSize,
                 planner::optimizerTypeName(ds_.optimizer.type), ds_.zero.stage);
+    std::printf("kernels: %s\n", kernelRegistry().describe().c_str());
   }
   return Status::ok();
 }

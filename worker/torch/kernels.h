@@ -1,0 +1,15 @@
+#pragma once
+
+#include "common/status.h"
+#include "kernels/registry.h"
+#include "planner/job_spec.h"
+
+namespace loom::worker {
+
+// This rank's kernel implementations: the plugins the job names (kernels.plugins) and
+// LOOM_KERNEL_PATH's, then the libtorch reference. Loaded once per process, after libtorch's
+// thread count is set (the plugins run on libtorch's threads).
+Status loadKernels(const planner::JobSpec& spec);
+const kernels::KernelRegistry& kernelRegistry();
+
+}  // namespace loom::worker
