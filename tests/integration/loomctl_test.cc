@@ -112,6 +112,13 @@ TEST_CASE("loom-worker --version loads its libtorch runtime - a wrong path is na
   int rc = std::system((binary("loom-worker") + " --version >" + out + " 2>&1").c_str());
   CHECK(WEXITSTATUS(rc) == 0);
   CHECK(files::readFile(out).value().find("torch 2.11.0") != std::string::npos);
+  CHECK(files::readFile(out).value().find("reference [cpu, libtorch]") != std::string::npos);
+  // Plugins on LOOM_KERNEL_PATH are listed with the ops they take.
+  rc = std::system(("LOOM_KERNEL_PATH=" + std::string(LOOM_BIN_DIR) + "/../lib/libloom_kernels_cpu.so " +
+                    binary("loom-worker") + " --version >" + out + " 2>&1")
+                       .c_str());
+  CHECK(WEXITSTATUS(rc) == 0);
+  CHECK(files::readFile(out).value().find("libloom_kernels_cpu.so") != std::string::npos);
   rc = std::system(("LOOM_TORCH_RUNTIME=/nowhere/libloom_torch.so " + binary("loom-worker") + " --version >" + out +
                     " 2>&1")
                        .c_str());

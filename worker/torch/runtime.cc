@@ -4,6 +4,7 @@
 #include <torch/version.h>
 
 #include "worker/torch/collective_probe.h"
+#include "worker/torch/kernels.h"
 #include "worker/torch/train_job.h"
 #include "worker/torch_runtime.h"
 
@@ -12,8 +13,12 @@ namespace {
 
 class LibTorchRuntime final : public TorchRuntime {
  public:
+  // The libtorch version and threads, then the kernel implementations a job would get from
+  // LOOM_KERNEL_PATH (a job's kernels.plugins come first).
   std::string describe() const override {
-    return std::string("torch ") + TORCH_VERSION + ", " + std::to_string(at::get_num_threads()) + " threads";
+    std::string out = std::string("torch ") + TORCH_VERSION + ", " + std::to_string(at::get_num_threads()) + " threads";
+    Status kernels = loadKernels(planner::JobSpec{});
+    return out + "\n" + (kernels.isOk() ? "kernels: " + kernelRegistry().describe() : kernels.toString());
   }
   Status runCollectiveProbe(const RankContext& context, const planner::JobSpec& spec,
                             const ProgressFn& progress) override {
