@@ -48,7 +48,8 @@ StatusOr<std::vector<std::string>> expand(const std::string& entry, const char* 
 
 }  // namespace
 
-StatusOr<std::vector<std::string>> pluginFiles(const std::vector<std::string>& requested, const char* environment) {
+StatusOr<std::vector<std::string>> pluginFiles(const std::vector<std::string>& requested, const char* environment,
+                                               const char* requestedBy) {
   std::vector<std::string> out;
   std::set<std::string> seen;
   auto addAll = [&](const std::vector<std::string>& entries, const char* from) -> Status {
@@ -62,7 +63,7 @@ StatusOr<std::vector<std::string>> pluginFiles(const std::vector<std::string>& r
     }
     return Status::ok();
   };
-  RETURN_IF_ERROR(addAll(requested, "the job spec"));
+  RETURN_IF_ERROR(addAll(requested, requestedBy));
   RETURN_IF_ERROR(addAll(splitPath(environment), "LOOM_KERNEL_PATH"));
   return out;
 }

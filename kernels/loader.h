@@ -12,8 +12,10 @@ namespace loom::kernels {
 // Where plugins come from, in order: the caller's list (a job spec's), then the entries of
 // LOOM_KERNEL_PATH (colon-separated; `environment` is its value, may be null). An entry is a
 // plugin file or a directory, whose libloom_kernels_*.so files are taken in name order. An entry
-// that does not exist is an error naming it; a file reached twice is loaded once.
-StatusOr<std::vector<std::string>> pluginFiles(const std::vector<std::string>& requested, const char* environment);
+// that does not exist is an error naming it and where it came from (`requestedBy` for the
+// caller's list); a file reached twice is loaded once.
+StatusOr<std::vector<std::string>> pluginFiles(const std::vector<std::string>& requested, const char* environment,
+                                               const char* requestedBy = "the job spec");
 
 // Opens one plugin: dlopen, the entry symbol, the ABI version (refused with both versions and
 // the file named), the table's header fields, then init(host). The library stays loaded for

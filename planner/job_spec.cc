@@ -74,6 +74,7 @@ Status parseProbe(const json& object, JobSpec* spec) {
   RETURN_IF_ERROR(r.readInt("tick_ms", &tickMs, false, 0, 3'600'000));
   spec->probe.ticks = static_cast<int>(ticks);
   spec->probe.tickMs = static_cast<int>(tickMs);
+  RETURN_IF_ERROR(r.readBool("kernels", &spec->probe.kernels));
   ASSIGN_OR_RETURN(const json* collectives, r.readObject("collectives"));
   if (collectives) {
     spec->probe.collectives.emplace();
@@ -218,7 +219,7 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
       {"data", parseData, modelJob, modelJob},
       {"train", parseTrain, spec.kind == JobKind::kTrain, spec.kind == JobKind::kTrain},
       {"eval", parseEval, spec.kind == JobKind::kEval, false},
-      {"kernels", parseKernels, modelJob, false},
+      {"kernels", parseKernels, true, false},  // a probe loads them with probe.kernels
   };
   for (const auto& [section, parse, applies, required] : sections) {
     ASSIGN_OR_RETURN(const json* object, r.readObject(section));
@@ -236,7 +237,7 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
 }
 
 json JobSpec::toJson() const {
-  json probeJson{{"ticks", probe.ticks}, {"tick_ms", probe.tickMs}};
+  json probeJson{{"ticks", probe.ticks}, {"tick_ms", probe.tickMs}, {"kernels", probe.kernels}};
   if (probe.collectives) {
     const auto& c = *probe.collectives;
     probeJson["collectives"] = {{"ops", c.ops},           {"min_bytes", c.minBytes}, {"max_bytes", c.maxBytes},

@@ -33,6 +33,9 @@ struct ProbeSpec {
   int ticks = 10;       // progress reports per rank before it exits 0
   int tickMs = 100;     // time between them
   std::optional<CollectivesSpec> collectives;
+  // Each rank loads the kernel implementations a train job would get (the spec's
+  // kernels.plugins, then LOOM_KERNEL_PATH's, then the libtorch reference) and prints them.
+  bool kernels = false;
 };
 
 // model: an HF config.json, and optionally weights (a .safetensors file, or a directory with

@@ -9,6 +9,12 @@
 namespace loom::worker {
 
 Status runProbe(const RankContext& context, const planner::JobSpec& spec, ReportClient& reports) {
+  if (spec.probe.kernels) {
+    ASSIGN_OR_RETURN(TorchRuntime * torch, loadTorchRuntime());
+    ASSIGN_OR_RETURN(std::string kernels, torch->describeKernels(spec));
+    std::printf("rank %d: kernels: %s\n", context.rank, kernels.c_str());
+    std::fflush(stdout);
+  }
   if (spec.probe.collectives) {
     ASSIGN_OR_RETURN(TorchRuntime * torch, loadTorchRuntime());
     RETURN_IF_ERROR(torch->runCollectiveProbe(

@@ -8,7 +8,8 @@
 namespace loom::worker {
 
 // The probe job: proves that a rank starts, reports and ends on the allocation. With
-// `probe.collectives` it first connects every rank and benchmarks the collectives (loading the
+// `probe.kernels` each rank first prints the kernel implementations it loads; with
+// `probe.collectives` it then connects every rank and benchmarks the collectives (loading the
 // torch runtime); then it sends `probe.ticks` progress reports `probe.tick_ms` apart.
 Status runProbe(const RankContext& context, const planner::JobSpec& spec, ReportClient& reports);
 

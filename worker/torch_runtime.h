@@ -25,6 +25,9 @@ class TorchRuntime {
   // The probe's collective benchmark over every rank of the attempt (worker/torch/collective_probe.h).
   virtual Status runCollectiveProbe(const RankContext& context, const planner::JobSpec& spec,
                                     const ProgressFn& progress) = 0;
+  // The kernel implementations this rank loads for `spec` (its kernels.plugins, LOOM_KERNEL_PATH,
+  // the reference) and which one runs each op, several lines.
+  virtual StatusOr<std::string> describeKernels(const planner::JobSpec& spec) = 0;
   // The train and eval job kinds (worker/torch/train_job.h).
   virtual Status runTrain(const RankContext& context, const planner::JobSpec& spec, const ProgressFn& progress) = 0;
   virtual Status runEval(const RankContext& context, const planner::JobSpec& spec, const ProgressFn& progress) = 0;

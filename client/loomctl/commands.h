@@ -29,6 +29,10 @@ int validateCommand(const GlobalOptions& g, const std::string& file);
 // compile.
 int planCommand(const GlobalOptions& g, const std::string& file, int world);
 int nodesCommand(const GlobalOptions& g);
+// Loads the kernel plugins a rank on this machine would load (`files`, the kernels.plugins of
+// `specFile` when given, then LOOM_KERNEL_PATH's) and lists each with the ops it provides. A
+// plugin that cannot be loaded (a wrong ABI version, no entry symbol) is the error, by file.
+int kernelsCommand(const GlobalOptions& g, const std::vector<std::string>& files, const std::string& specFile);
 
 struct RunOptions {
   std::string file;

@@ -73,6 +73,13 @@ int main(int argc, char** argv) {
 
   auto* nodes = app.add_subcommand("nodes", "list the node daemons attached to the planner");
 
+  std::vector<std::string> pluginFiles;
+  std::string kernelSpec;
+  auto* kernelsCmd = app.add_subcommand(
+      "kernels", "load the kernel plugins a rank here would (FILES, --spec's, LOOM_KERNEL_PATH's) and list their ops");
+  kernelsCmd->add_option("files", pluginFiles, "plugin files or directories");
+  kernelsCmd->add_option("--spec", kernelSpec, "a job spec whose kernels.plugins to load");
+
   loom::data::PrepareOptions prepare;
   auto* dataCmd = app.add_subcommand("data", "training data (local: no server)");
   dataCmd->require_subcommand(1);
@@ -100,6 +107,7 @@ int main(int argc, char** argv) {
   if (validate->parsed()) return validateCommand(g, file);
   if (plan->parsed()) return planCommand(g, file, world);
   if (nodes->parsed()) return nodesCommand(g);
+  if (kernelsCmd->parsed()) return kernelsCommand(g, pluginFiles, kernelSpec);
   if (prepareCmd->parsed()) return dataPrepareCommand(g, prepare);
   return 2;
 }

@@ -10,9 +10,12 @@
 using namespace loom;
 using namespace loom::testing;
 
-TEST_CASE("a 3-rank probe benchmarks verified collectives - with the comms logger", "[integration]") {
+TEST_CASE("a 3-rank probe lists its kernels - benchmarks verified collectives - with the comms logger",
+          "[integration]") {
   Standalone cluster(3);
-  nlohmann::json patch{{"probe", {{"ticks", 0}, {"collectives", {{"min_bytes", 8}, {"max_bytes", 65536}, {"iterations", 3}, {"warmup", 1}}}}},
+  const std::string cpuPlugin = std::string(LOOM_BIN_DIR) + "/../lib/libloom_kernels_cpu.so";
+  nlohmann::json patch{{"probe", {{"ticks", 0}, {"kernels", true}, {"collectives", {{"min_bytes", 8}, {"max_bytes", 65536}, {"iterations", 3}, {"warmup", 1}}}}},
+                       {"kernels", {{"plugins", {cpuPlugin}}}},
                        {"deepspeed", {{"comms_logger", {{"enabled", true}}}}}};
   auto created = cluster.client->createJob(probeSpec(3, 0, 0, patch));
   REQUIRE(created.isOk());
@@ -26,6 +29,10 @@ TEST_CASE("a 3-rank probe benchmarks verified collectives - with the comms logge
   std::string log = files::readFile(cluster.dir.path() + "/jobs/" + job.id() + "/attempt-1/rank-0.log").value();
   CHECK(log.find("# collective benchmark: 3 ranks, float32") != std::string::npos);
   CHECK(log.find("# comms logger") != std::string::npos);
+  // probe.kernels: each rank lists the implementations it loaded, the job's plugin first.
+  CHECK(log.find("rank 0: kernels: kernel ABI 1") != std::string::npos);
+  CHECK(log.find("loom-cpu [cpu, ") != std::string::npos);
+  CHECK(log.find("cpu ops: loom-cpu (all)") != std::string::npos);
 }
 
 TEST_CASE("a stopped peer fails the attempt through the collective watchdog - then the job restarts", "[integration]") {

@@ -225,3 +225,25 @@ TEST_CASE("loomctl plan prints mesh - groups - layers - memory - or the whole pl
   CHECK(tooBig.exitCode == 2);
   CHECK(tooBig.err.find("resources.device_memory_gb 80: estimated") != std::string::npos);
 }
+
+TEST_CASE("loomctl kernels lists a plugin's ops - a file that is not a plugin is named", "[integration]") {
+  TempDir dir;
+  const std::string cpuPlugin = std::string(LOOM_BIN_DIR) + "/../lib/libloom_kernels_cpu.so";
+  Result listed = loomctl("kernels " + cpuPlugin, dir.path());
+  INFO(listed.err);
+  CHECK(listed.exitCode == 0);
+  CHECK(listed.out.find("loom-cpu [cpu, ") != std::string::npos);
+  CHECK(listed.out.find("14 of 14 ops") != std::string::npos);
+  CHECK(listed.out.find("rms_norm_forward") != std::string::npos);
+
+  // The spec's kernels.plugins, relative to the spec file.
+  REQUIRE(files::writeFileAtomic(dir.path() + "/libloom_kernels_fake.so", "not a shared library").isOk());
+  std::string spec = writeSpec(dir, "job.json", probeSpec(1, 1, 1, {{"kernels", {{"plugins", {"libloom_kernels_fake.so"}}}}}));
+  Result bad = loomctl("kernels --spec " + spec, dir.path());
+  CHECK(bad.exitCode != 0);
+  CHECK(bad.err.find(dir.path() + "/libloom_kernels_fake.so") != std::string::npos);
+
+  Result missing = loomctl("kernels " + dir.path() + "/absent.so", dir.path());
+  CHECK(missing.exitCode == 4);
+  CHECK(missing.err.find("absent.so (from the command line or --spec) does not exist") != std::string::npos);
+}

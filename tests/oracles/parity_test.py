@@ -251,7 +251,8 @@ def optimizers(bin_dir, work):
     for name, extra in cases.items():
         ds = dict(base, **extra)
         theirs, weights = reference_loop(model_dir, tokens, seq, seed, steps, ds)
-        # The optimizer's step by libtorch (no plugin) and by the CPU kernel plugin (kernels/cpu).
+        # Everything by libtorch, then the model's ops (rms_norm, rope, swiglu, cross entropy) and the
+        # optimizer's step by the CPU kernel plugin (kernels/cpu).
         for kernels in ("libtorch", "plugin"):
             checkpoints = os.path.join(work, f"optim-{name}-{kernels}")
             job = {"name": f"optim-{name}", "kind": "train", "resources": {"ranks": 1},
@@ -262,7 +263,8 @@ def optimizers(bin_dir, work):
                 job["kernels"] = {"plugins": [plugin]}
             log = loom_run(bin_dir, job, work, f"optim-{name}-{kernels}")
             if kernels == "plugin":
-                check("libloom_kernels_cpu.so" in log, f"optimizer {name}: the CPU kernel plugin is loaded")
+                check("libloom_kernels_cpu.so" in log and "cpu ops: loom-cpu (all)" in log,
+                      f"optimizer {name}: the CPU kernel plugin is loaded and runs every op")
             ours = list(loom_losses(log).values())
             worst_loss = max(abs(a - b) / b for a, b in zip(ours, theirs)) if len(ours) == len(theirs) else float("inf")
             check(worst_loss <= 1e-5, f"optimizer {name} ({kernels}): {len(ours)} losses vs torch, worst relative "

@@ -2,6 +2,7 @@
 
 #include "kernels/loader.h"
 #include "kernels/reference/reference_table.h"
+#include "worker/torch/plugin_ops.h"
 
 namespace loom::worker {
 namespace {
@@ -20,6 +21,7 @@ Status loadKernels(const planner::JobSpec& spec) {
   static const loom_kernel_host host = kernels::reference::atenKernelHost();
   RETURN_IF_ERROR(kernels::loadPlugins(registry(), spec.kernelPlugins, &host).withContext("kernels.plugins"));
   registry().addReference(kernels::reference::referenceKernelTable());
+  usePluginOps(registry());
   return Status::ok();
 }
 

@@ -8,7 +8,8 @@ namespace loom::worker {
 
 // This rank's kernel implementations: the plugins the job names (kernels.plugins) and
 // LOOM_KERNEL_PATH's, then the libtorch reference. Loaded once per process, after libtorch's
-// thread count is set (the plugins run on libtorch's threads).
+// thread count is set (the plugins run on libtorch's threads); the model's ops then call the
+// plugins that provide them (worker/torch/plugin_ops.h).
 Status loadKernels(const planner::JobSpec& spec);
 const kernels::KernelRegistry& kernelRegistry();
 

@@ -20,6 +20,10 @@ class LibTorchRuntime final : public TorchRuntime {
     Status kernels = loadKernels(planner::JobSpec{});
     return out + "\n" + (kernels.isOk() ? "kernels: " + kernelRegistry().describe() : kernels.toString());
   }
+  StatusOr<std::string> describeKernels(const planner::JobSpec& spec) override {
+    RETURN_IF_ERROR(loadKernels(spec));
+    return kernelRegistry().describe();
+  }
   Status runCollectiveProbe(const RankContext& context, const planner::JobSpec& spec,
                             const ProgressFn& progress) override {
     return guarded([&] { return loom::worker::runCollectiveProbe(context, spec, progress); });

@@ -1,0 +1,161 @@
+// The model's op table on the CPU plugin (worker/torch/plugin_ops.h): each op's values and the
+// gradients autograd takes through it match the libtorch reference ops, and calls the plugin
+// cannot take (fp16) stay on the reference.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
+
+#include <functional>
+#include <vector>
+
+#include "kernels/reference/reference_table.h"
+#include "tests/catch.h"
+#include "tests/conformance/kernel_conformance.h"
+#include "worker/torch/ops.h"
+#include "worker/torch/plugin_ops.h"
+
+using namespace loom::testing;
+using loom::worker::ops;
+using loom::worker::referenceOps;
+
+namespace {
+
+// A registry holding the CPU plugin and the reference, with the op table pointed at it.
+void usePlugin() {
+  static loom::kernels::KernelRegistry* registry = [] {
+    auto* r = new loom::kernels::KernelRegistry;
+    configurePlugin(pluginSetups().back());  // the best instruction set, on libtorch's threads
+    r->addPlugin(&cpuPlugin(), LOOM_CPU_PLUGIN_PATH);
+    r->addReference(loom::kernels::reference::referenceKernelTable());
+    loom::worker::usePluginOps(*r);
+    return r;
+  }();
+  (void)registry;
+}
+
+using Op = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+
+double maxAbs(const at::Tensor& t) { return t.numel() ? t.abs().max().item<double>() : 0.0; }
+
+// Runs `plugin` and `reference` on copies of `inputs` (the first `differentiable` of them leaves
+// that require grad), takes the gradients of the same random weighting of every output, and
+// compares outputs and gradients: fp32 within 1e-5 and bf16 within 2e-2 of the largest value
+// (the ops cancel: their error is relative to the terms, not to each element). Returns the
+// plugin's outputs.
+std::vector<at::Tensor> compare(const std::string& what, const std::vector<at::Tensor>& inputs, size_t differentiable,
+                                const Op& plugin, const Op& reference) {
+  auto run = [&](const Op& op) {
+    std::vector<at::Tensor> in;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      in.push_back(i < differentiable ? inputs[i].clone().requires_grad_(true) : inputs[i]);
+    std::vector<at::Tensor> out = op(in);
+    at::Tensor total = at::zeros({}, at::kDouble);
+    at::manual_seed(7);
+    for (const at::Tensor& o : out) total = total + (o.to(at::kDouble) * at::randn(o.sizes(), at::kDouble)).sum();
+    std::vector<at::Tensor> leaves(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(differentiable));
+    std::vector<at::Tensor> grads = torch::autograd::grad({total}, leaves);
+    out.insert(out.end(), grads.begin(), grads.end());
+    return out;
+  };
+  const std::vector<at::Tensor> got = run(plugin), want = run(reference);
+  REQUIRE(got.size() == want.size());
+  const bool bf16 = inputs[0].scalar_type() == at::kBFloat16;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double rtol = bf16 ? 2e-2 : 1e-5;
+    INFO(what << " result " << i);
+    REQUIRE(got[i].scalar_type() == want[i].scalar_type());
+    requireClose(got[i], want[i], {rtol, rtol * maxAbs(want[i])}, fmt::format("{} result {}", what, i));
+  }
+  return got;
+}
+
+// The autograd node a result came from: the plugin's functions are C++ nodes named after them.
+std::string nodeOf(const at::Tensor& t) { return t.grad_fn() ? t.grad_fn()->name() : "none"; }
+
+const at::ScalarType kTypes[] = {at::kFloat, at::kBFloat16};
+
+at::Tensor randn(at::IntArrayRef sizes, at::ScalarType type) { return at::randn(sizes).to(type); }
+
+}  // namespace
+
+TEST_CASE("rms_norm through the plugin matches the reference with its gradients", "[kernels]") {
+  usePlugin();
+  for (at::ScalarType type : kTypes) {
+    const std::vector<at::Tensor> in = {randn({2, 5, 48}, type), randn({48}, type)};
+    auto y = compare(
+        fmt::format("rms_norm {}", c10::toString(type)), in, 2,
+        [](const auto& t) { return std::vector<at::Tensor>{ops().rmsNorm(t[0], t[1], 1e-5)}; },
+        [](const auto& t) { return std::vector<at::Tensor>{referenceOps().rmsNorm(t[0], t[1], 1e-5)}; });
+  }
+  // The routing itself: fp32 goes to the plugin's function, fp16 stays on libtorch's ops.
+  at::Tensor x = at::randn({3, 8}).requires_grad_(true);
+  CHECK(nodeOf(ops().rmsNorm(x, at::ones({8}), 1e-6)).find("RmsNormFunction") != std::string::npos);
+  at::Tensor half = at::randn({3, 8}).to(at::kHalf).requires_grad_(true);
+  CHECK(nodeOf(ops().rmsNorm(half, at::ones({8}, at::kHalf), 1e-6)).find("RmsNormFunction") == std::string::npos);
+}
+
+TEST_CASE("rope through the plugin matches the reference on transposed q and k", "[kernels]") {
+  usePlugin();
+  for (at::ScalarType type : kTypes) {
+    // The model hands rope q and k as [B, S, H, D] transposed to [B, H, S, D]: not contiguous.
+    const std::vector<at::Tensor> in = {randn({2, 6, 4, 16}, type), randn({2, 6, 2, 16}, type),
+                                        randn({6, 16}, type), randn({6, 16}, type)};
+    auto apply = [](auto fn) {
+      return [fn](const std::vector<at::Tensor>& t) {
+        auto [q, k] = fn(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2], t[3]);
+        return std::vector<at::Tensor>{q, k};
+      };
+    };
+    auto out = compare(fmt::format("rope {}", c10::toString(type)), in, 2, apply(ops().rope),
+                       apply(referenceOps().rope));
+    CHECK(nodeOf(out[0]).find("RopeFunction") != std::string::npos);
+  }
+}
+
+TEST_CASE("swiglu through the plugin matches the reference with its gradients", "[kernels]") {
+  usePlugin();
+  for (at::ScalarType type : kTypes) {
+    const std::vector<at::Tensor> in = {randn({3, 7, 40}, type), randn({3, 7, 40}, type)};
+    auto out = compare(
+        fmt::format("swiglu {}", c10::toString(type)), in, 2,
+        [](const auto& t) { return std::vector<at::Tensor>{ops().swiglu(t[0], t[1])}; },
+        [](const auto& t) { return std::vector<at::Tensor>{referenceOps().swiglu(t[0], t[1])}; });
+    CHECK(nodeOf(out[0]).find("SwigluFunction") != std::string::npos);
+  }
+}
+
+TEST_CASE("cross entropy and logprobs through the plugin match the reference", "[kernels]") {
+  usePlugin();
+  for (at::ScalarType type : kTypes) {
+    at::Tensor labels = at::randint(0, 300, {24}, at::kLong);
+    labels.index_put_({at::arange(0, 24, 5)}, -100);  // ignored rows count neither loss nor rows
+    const std::vector<at::Tensor> in = {randn({24, 300}, type) * 3, labels};
+    auto loss = compare(
+        fmt::format("cross entropy {}", c10::toString(type)), in, 1,
+        [](const auto& t) { return std::vector<at::Tensor>{ops().crossEntropy(t[0], t[1])}; },
+        [](const auto& t) { return std::vector<at::Tensor>{referenceOps().crossEntropy(t[0], t[1])}; });
+    CHECK(nodeOf(loss[0]).find("CrossEntropyFunction") != std::string::npos);
+
+    const std::vector<at::Tensor> valid = {in[0], labels.clamp_min(0)};
+    auto logprobs = compare(
+        fmt::format("logprobs {}", c10::toString(type)), valid, 1,
+        [](const auto& t) { return std::vector<at::Tensor>{ops().logprobs(t[0], t[1])}; },
+        [](const auto& t) { return std::vector<at::Tensor>{referenceOps().logprobs(t[0], t[1])}; });
+    CHECK(nodeOf(logprobs[0]).find("LogprobsFunction") != std::string::npos);
+  }
+}
+
+TEST_CASE("a label outside the vocabulary is an error naming the op", "[kernels]") {
+  usePlugin();
+  at::Tensor logits = at::randn({4, 10});
+  at::Tensor labels = at::tensor({1, 2, 10, 3}, at::kLong);
+  try {
+    ops().crossEntropy(logits, labels);
+    FAIL("a label of 10 over a vocabulary of 10 was taken");
+  } catch (const c10::Error& e) {
+    const std::string message = e.what_without_backtrace();
+    INFO(message);
+    CHECK(message.find("cross_entropy_forward") != std::string::npos);
+  }
+}
