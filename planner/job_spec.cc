@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <set>
 #include <tuple>
 
@@ -109,6 +110,15 @@ Status parseTrain(const json& object, JobSpec* spec) {
   RETURN_IF_ERROR(r.readInt("checkpoint_every", &t.checkpointEvery, false, 0, int64_t(1) << 40));
   RETURN_IF_ERROR(r.readString("checkpoint_dir", &t.checkpointDir, false));
   RETURN_IF_ERROR(r.readBool("resume", &t.resume));
+  RETURN_IF_ERROR(r.readStrings("frozen_parameters", &t.frozenParameters, {}));
+  for (size_t i = 0; i < t.frozenParameters.size(); ++i) {
+    try {
+      std::regex check(t.frozenParameters[i]);
+    } catch (const std::regex_error& e) {
+      return invalidArgument("train.frozen_parameters[{}]: \"{}\" is not a regular expression: {}", i,
+                             t.frozenParameters[i], e.what());
+    }
+  }
   if (t.evalEvery > 0 && spec->data.eval.empty())
     return invalidArgument("train.eval_every: {} needs data.eval, the token file to evaluate on", t.evalEvery);
   if (t.checkpointEvery > 0 && t.checkpointDir.empty())
@@ -236,6 +246,12 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
   return spec;
 }
 
+bool TrainSpec::freezes(const std::string& name) const {
+  for (const std::string& pattern : frozenParameters)
+    if (std::regex_match(name, std::regex(pattern))) return true;
+  return false;
+}
+
 json JobSpec::toJson() const {
   json probeJson{{"ticks", probe.ticks}, {"tick_ms", probe.tickMs}, {"kernels", probe.kernels}};
   if (probe.collectives) {
@@ -272,6 +288,7 @@ json JobSpec::toJson() const {
                   {"checkpoint_every", train.checkpointEvery},
                   {"resume", train.resume}};
     if (!train.checkpointDir.empty()) j["train"]["checkpoint_dir"] = train.checkpointDir;
+    if (!train.frozenParameters.empty()) j["train"]["frozen_parameters"] = train.frozenParameters;
   }
   if (kind == JobKind::kEval) {
     j["eval"] = {{"max_batches", eval.maxBatches}};

@@ -63,6 +63,12 @@ struct TrainSpec {
   std::string checkpointDir;    // empty: no checkpoints
   // Resume from checkpoint_dir/latest when there is one (a restarted job goes on by itself).
   bool resume = true;
+  // Parameters held fixed: ECMAScript regular expressions, each matching whole HF names (the
+  // regex model\.embed_tokens\.weight; model\.layers\.[0-3]\..* for the first four layers). A
+  // frozen parameter gets no gradient and is not in the optimizer (no weight decay, no state).
+  std::vector<std::string> frozenParameters;
+  // Whether frozenParameters holds `name` (one of them matches it whole).
+  bool freezes(const std::string& name) const;
 };
 
 // eval: mean loss over a dataset, and optionally the per-token logprobs as safetensors.

@@ -1,5 +1,7 @@
 #include "planner/plan_compiler.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "planner/mesh.h"
@@ -123,6 +125,27 @@ int optimizerStates(OptimizerType type) {
   return type == OptimizerType::kAdam || type == OptimizerType::kAdamW ? 2 : 1;  // Lion: momentum; Adagrad: sum
 }
 
+// Each train.frozen_parameters pattern must hold a parameter (a typo would silently train what
+// was meant to stay fixed), and something must be left to train.
+Status checkFrozenParameters(const TrainSpec& train, const std::vector<ParameterInfo>& parameters) {
+  if (train.frozenParameters.empty()) return Status::ok();
+  size_t frozen = 0;
+  for (const ParameterInfo& p : parameters) frozen += train.freezes(p.name) ? 1 : 0;
+  for (size_t i = 0; i < train.frozenParameters.size(); ++i) {
+    TrainSpec one;
+    one.frozenParameters = {train.frozenParameters[i]};
+    const bool matches = std::any_of(parameters.begin(), parameters.end(),
+                                     [&](const ParameterInfo& p) { return one.freezes(p.name); });
+    if (!matches)
+      return invalidArgument("train.frozen_parameters[{}]: \"{}\" matches no parameter of the model (names look like "
+                             "{})",
+                             i, train.frozenParameters[i], parameters.size() > 1 ? parameters[1].name : "?");
+  }
+  if (frozen == parameters.size())
+    return invalidArgument("train.frozen_parameters: every one of the model's {} parameters is frozen", frozen);
+  return Status::ok();
+}
+
 }  // namespace
 
 Status checkHasPlan(const JobSpec& spec) {
@@ -147,6 +170,7 @@ StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
   ASSIGN_OR_RETURN(Mesh mesh, Mesh::create(spec.ranks, tp, sp, ep));
   plan.mesh = PlanMesh{.world = mesh.world(), .dp = mesh.dp(), .sp = mesh.sp(), .tp = mesh.tp(), .ep = mesh.ep()};
   const auto parameters = enumerateParameters(model);
+  RETURN_IF_ERROR(checkFrozenParameters(spec.train, parameters));
   ASSIGN_OR_RETURN(auto layouts, layoutTensorParallel(model, parameters, ds.tensorParallel));
   RETURN_IF_ERROR(checkSequenceParallel(model, sp, spec.data.seqLen, tp));
   RETURN_IF_ERROR(checkExpertParallel(model, ep));

@@ -46,6 +46,13 @@ Status checkAgainstPlan(const DecoderModel& model, const planner::Plan& plan) {
   return Status::ok();
 }
 
+// train.frozen_parameters: autograd gives them no gradient, and the ZeRO engines leave
+// parameters that do not require one out of the optimizer (trainableParameters()).
+void freezeParameters(DecoderModel& model, const planner::TrainSpec& train) {
+  for (const auto& [name, t] : model.parameters())
+    if (train.freezes(name)) t.requires_grad_(false);
+}
+
 }  // namespace
 
 StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, at::Device device) {
@@ -64,11 +71,13 @@ StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, at::Device device)
   RETURN_IF_ERROR(checkAgainstPlan(*built.model, built.plan));
   if (spec.model.weights.empty()) {
     built.model->initRandom(spec.model.initSeed);
+    freezeParameters(*built.model, spec.train);
     return built;
   }
   auto weights = loadSafetensors(spec.model.weights);
   if (!weights.isOk()) return weights.status().withContext("model.weights");
   RETURN_IF_ERROR(built.model->loadWeights(*weights, spec.model.weights).withContext("model.weights"));
+  freezeParameters(*built.model, spec.train);
   return built;
 }
 

@@ -15,6 +15,13 @@ std::vector<at::Tensor> viewsInto(const at::Tensor& flat, const std::vector<std:
   return views;
 }
 
+std::vector<std::pair<std::string, at::Tensor>> trainableOnly(const std::vector<std::pair<std::string, at::Tensor>>& params) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& entry : params)
+    if (entry.second.requires_grad()) out.push_back(entry);
+  return out;
+}
+
 int64_t bytesOf(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
 
 int64_t stateBytes(const Optimizer& optimizer) {

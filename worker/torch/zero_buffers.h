@@ -14,6 +14,10 @@ namespace loom::worker {
 
 // Small helpers the ZeRO stages share.
 
+// The parameters the optimizer updates: those that require a gradient (train.frozen_parameters
+// do not), in the model's order.
+std::vector<std::pair<std::string, at::Tensor>> trainableOnly(const std::vector<std::pair<std::string, at::Tensor>>& params);
+
 // Views of `flat` shaped like `params`, end to end from `offset`.
 std::vector<at::Tensor> viewsInto(const at::Tensor& flat, const std::vector<std::pair<std::string, at::Tensor>>& params,
                                   int64_t offset = 0);

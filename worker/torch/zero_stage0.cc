@@ -17,7 +17,7 @@ using backends::ReduceOp;
 class ZeroStage0 final : public ZeroEngine {
  public:
   ZeroStage0(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
-      : comm_(comm), params_(model.parameters()) {
+      : comm_(comm), model_(model), params_(trainableOnly(model.parameters())) {
     at::NoGradGuard noGrad;
     const auto f32 = at::TensorOptions().dtype(at::kFloat).device(model.device());
     int64_t total = 0;
@@ -83,7 +83,7 @@ class ZeroStage0 final : public ZeroEngine {
 
   ZeroMemory memory() const override {
     ZeroMemory m;
-    for (const auto& [name, p] : params_) m.parameterBytes += bytesOf(p);
+    for (const auto& [name, p] : model_.parameters()) m.parameterBytes += bytesOf(p);
     m.parameterBytes += bytesOf(masterFlat_);
     m.gradientBytes = bytesOf(gradFlat_);
     m.optimizerStateBytes = stateBytes(*optimizer_);
@@ -92,13 +92,14 @@ class ZeroStage0 final : public ZeroEngine {
 
   StatusOr<TensorMap> fullWeights() override {
     TensorMap out;
-    for (const auto& [name, p] : params_) out[name] = p.detach();
+    for (const auto& [name, p] : model_.parameters()) out[name] = p.detach();
     return out;
   }
 
  private:
   backends::Communicator* comm_;
-  std::vector<std::pair<std::string, at::Tensor>> params_;
+  const DecoderModel& model_;
+  std::vector<std::pair<std::string, at::Tensor>> params_;  // the trainable ones
   at::Tensor gradFlat_, masterFlat_;
   std::vector<at::Tensor> gradViews_, masterViews_;
   std::unique_ptr<Optimizer> optimizer_;

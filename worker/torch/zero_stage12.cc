@@ -55,6 +55,7 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   const planner::DeepSpeedConfig& config_;
   int stage_;
   backends::Communicator* comm_;
+  const DecoderModel& model_;
   int dp_ = 1;
   int rank_ = 0;
   std::vector<Block> blocks_;
@@ -74,7 +75,7 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
 };
 
 ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
-    : config_(config), stage_(config.zero.stage), comm_(comm),
+    : config_(config), stage_(config.zero.stage), comm_(comm), model_(model),
       f32_(at::TensorOptions().dtype(at::kFloat).device(model.device())),
       hostF32_(config.zero.offloadOptimizer == "cpu"
                    ? at::TensorOptions().dtype(at::kFloat).pinned_memory(model.device().is_cuda() &&
@@ -90,7 +91,8 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& m
     Block block;
     std::vector<int64_t> numels;
     for (int i : model.blockParameters(b)) {
-      if (taken[i]) continue;
+      // Frozen parameters stay whole in the model, out of the flat buffers and the optimizer.
+      if (taken[i] || !model.parameters()[i].second.requires_grad()) continue;
       taken[i] = true;
       block.params.push_back(model.parameters()[i]);
       numels.push_back(model.parameters()[i].second.numel());
@@ -273,9 +275,7 @@ Status ZeroStage12::restore(const TensorMap& state, const std::string& source) {
 
 ZeroMemory ZeroStage12::memory() const {
   ZeroMemory m;
-  for (const auto& block : blocks_) {
-    for (const auto& [name, p] : block.params) m.parameterBytes += bytesOf(p);
-  }
+  for (const auto& [name, p] : model_.parameters()) m.parameterBytes += bytesOf(p);
   m.parameterBytes += bytesOf(masterPartition_);
   m.gradientBytes = bytesOf(gradFlat_) + bytesOf(gradPartition_);
   m.optimizerStateBytes = stateBytes(*optimizer_);
@@ -284,9 +284,7 @@ ZeroMemory ZeroStage12::memory() const {
 
 StatusOr<TensorMap> ZeroStage12::fullWeights() {
   TensorMap out;
-  for (const auto& block : blocks_) {
-    for (const auto& [name, p] : block.params) out[name] = p.detach();
-  }
+  for (const auto& [name, p] : model_.parameters()) out[name] = p.detach();
   return out;
 }
 

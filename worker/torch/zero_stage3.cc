@@ -67,10 +67,13 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
     bool persistent = false;
     int64_t part = 0;    // elements of this rank's part (the whole parameter when persistent)
     at::Tensor local;    // this rank's part in the model's dtype (non-persistent)
+    bool trainable = true;  // false: frozen (train.frozen_parameters), no master and no gradient
     at::Tensor master;   // fp32 [part]
     at::Tensor grad;     // fp32 [part]
   };
-  std::vector<int> partitioned(int block) const;
+  // The block's parameters cut into parts, all of them (to gather) or the trainable ones (whose
+  // gradients are reduced).
+  std::vector<int> partitioned(int block, bool trainableOnly = false) const;
 
   const planner::DeepSpeedConfig& config_;
   DecoderModel& model_;
@@ -98,9 +101,10 @@ struct ParameterLinear : public torch::autograd::Function<ParameterLinear> {
     const at::Tensor& x = saved[0];
     const at::Tensor& weight = saved[1];
     const at::Tensor& g = grads[0];
-    at::Tensor g2 = g.reshape({-1, g.size(-1)});
-    at::Tensor gx = g.matmul(weight);
-    at::Tensor gw = g2.t().mm(x.reshape({-1, x.size(-1)}));
+    // A frozen weight (train.frozen_parameters) or the first layer's input need no gradient.
+    at::Tensor gx = ctx->needs_input_grad(0) ? g.matmul(weight) : at::Tensor();
+    at::Tensor gw = ctx->needs_input_grad(1) ? g.reshape({-1, g.size(-1)}).t().mm(x.reshape({-1, x.size(-1)}))
+                                             : at::Tensor();
     return {gx, gw};
   }
 };
@@ -129,20 +133,20 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& mod
   for (size_t i = 0; i < numels.size(); ++i) {
     const auto& [name, t] = model.parameters()[i];
     Param p{.name = name, .tensor = t, .shape = t.sizes().vec(), .numel = t.numel(),
-            .persistent = layout[i].persistent, .part = layout[i].partitionNumel};
+            .persistent = layout[i].persistent, .part = layout[i].partitionNumel, .trainable = t.requires_grad()};
     if (p.persistent) {
-      p.master = at::empty({p.numel}, masterOptions);
-      p.master.copy_(t.detach().reshape({-1}));
+      if (p.trainable) p.master = at::empty({p.numel}, masterOptions).copy_(t.detach().reshape({-1}));
     } else {
       at::Tensor padded = at::zeros({p.part * dp_}, modelOptions_);
       padded.slice(0, 0, p.numel).copy_(t.reshape({-1}));
       p.local = padded.slice(0, rank_ * p.part, (rank_ + 1) * p.part).clone();
-      p.master = at::empty({p.part}, masterOptions);
-      p.master.copy_(p.local);
+      if (p.trainable) p.master = at::empty({p.part}, masterOptions).copy_(p.local);
       t.set_data(at::empty({0}, modelOptions_));  // released until a block needs it
     }
-    p.grad = at::zeros({p.master.numel()}, f32_);
-    masters.emplace_back(name, p.master);
+    if (p.trainable) {
+      p.grad = at::zeros({p.master.numel()}, f32_);
+      masters.emplace_back(name, p.master);
+    }
     params_.push_back(std::move(p));
   }
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters));
@@ -150,10 +154,10 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& mod
   model.setLinear(parameterLinear);
 }
 
-std::vector<int> ZeroStage3::partitioned(int block) const {
+std::vector<int> ZeroStage3::partitioned(int block, bool trainableOnly) const {
   std::vector<int> out;
   for (int i : model_.blockParameters(block)) {
-    if (!params_[i].persistent) out.push_back(i);
+    if (!params_[i].persistent && (params_[i].trainable || !trainableOnly)) out.push_back(i);
   }
   return out;
 }
@@ -255,7 +259,7 @@ void ZeroStage3::release(int block) {
 
 void ZeroStage3::reduceGradients(int block, bool wait) {
   at::NoGradGuard noGrad;
-  const std::vector<int> ids = partitioned(block);
+  const std::vector<int> ids = partitioned(block, /*trainableOnly=*/true);
   int64_t width = 0;
   for (int i : ids) width += params_[i].part;
   if (!ids.empty()) {
@@ -296,7 +300,8 @@ void ZeroStage3::reduceGradients(int block, bool wait) {
 }
 
 void ZeroStage3::zeroGradients() {
-  for (auto& p : params_) p.grad.zero_();
+  for (auto& p : params_)
+    if (p.trainable) p.grad.zero_();
 }
 
 StatusOr<double> ZeroStage3::reduce(double lossScale) {
@@ -304,6 +309,7 @@ StatusOr<double> ZeroStage3::reduce(double lossScale) {
   double persistentSquares = 0;
   at::Tensor squares = at::zeros({1}, f32_.dtype(at::kDouble));
   for (auto& p : params_) {
+    if (!p.trainable) continue;
     if (lossScale != 1.0) p.grad.div_(lossScale);
     const double s = p.grad.pow(2).sum().item<double>();
     if (p.persistent) {
@@ -320,12 +326,14 @@ Status ZeroStage3::step(double lr, double clipCoefficient) {
   at::NoGradGuard noGrad;
   std::vector<at::Tensor> grads;
   for (auto& p : params_) {
+    if (!p.trainable) continue;
     if (clipCoefficient < 1.0) p.grad.mul_(clipCoefficient);
     // Offloaded: the step runs on the host, on a copy of the gradient part.
     grads.push_back(p.grad.device() == p.master.device() ? p.grad : p.grad.to(p.master.device()));
   }
   optimizer_->step(lr, grads);
   for (auto& p : params_) {
+    if (!p.trainable) continue;
     if (p.persistent) {
       p.tensor.copy_(p.master.view(p.shape));
     } else {
@@ -337,13 +345,15 @@ Status ZeroStage3::step(double lr, double clipCoefficient) {
 
 TensorMap ZeroStage3::state() const {
   TensorMap out = optimizer_->state();
-  for (const auto& p : params_) out["master." + p.name] = p.master;
+  for (const auto& p : params_)
+    if (p.trainable) out["master." + p.name] = p.master;
   return out;
 }
 
 Status ZeroStage3::restore(const TensorMap& state, const std::string& source) {
   at::NoGradGuard noGrad;
   for (auto& p : params_) {
+    if (!p.trainable) continue;
     auto it = state.find("master." + p.name);
     if (it == state.end()) return invalidArgument("{}: master.{} is missing", source, p.name);
     if (it->second.numel() != p.master.numel())
@@ -363,8 +373,8 @@ ZeroMemory ZeroStage3::memory() const {
   ZeroMemory m;
   for (const auto& p : params_) {
     const int64_t held = p.persistent ? p.numel * c10::elementSize(dtype_) : p.local.numel() * p.local.element_size();
-    m.parameterBytes += held + p.master.numel() * 4;
-    m.gradientBytes += p.grad.numel() * 4;
+    m.parameterBytes += held + (p.trainable ? p.master.numel() * 4 : 0);
+    m.gradientBytes += p.trainable ? p.grad.numel() * 4 : 0;
   }
   for (const auto& [name, t] : optimizer_->state()) {
     if (name != "step") m.optimizerStateBytes += t.numel() * t.element_size();

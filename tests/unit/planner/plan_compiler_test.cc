@@ -483,3 +483,23 @@ TEST_CASE("plan rejections: expert_parallel settings that contradict the model",
   CHECK((plan.routing->normalizeTopK && plan.routing->routeScale == 2.0 && plan.routing->topK == 4));
   CHECK(plan.routing->scoring == RouterConfig::Scoring::kSigmoid);
 }
+
+TEST_CASE("plan rejections: train.frozen_parameters that hold nothing or everything", "[planner][plan]") {
+  auto frozen = [](const json& patterns) {
+    json spec = trainSpec(8, deepspeed({{"zero_optimization", {{"stage", 3}}}}));
+    spec["train"]["frozen_parameters"] = patterns;
+    return spec;
+  };
+  compiled("llama3_8b.json", frozen({"model\\.embed_tokens\\.weight", "model\\.layers\\.[0-3]\\..*"}));
+  // A typo would train what was meant to stay fixed.
+  CHECK(rejection("llama3_8b.json", frozen({"model\\.embed_tokens\\.weight", "model\\.embed\\.weight"})) ==
+        "train.frozen_parameters[1]: \"model\\.embed\\.weight\" matches no parameter of the model (names look like "
+        "model.layers.0.input_layernorm.weight)");
+  CHECK(rejection("llama3_8b.json", frozen({".*"})) ==
+        "train.frozen_parameters: every one of the model's 291 parameters is frozen");
+  // Not a regular expression: refused when the spec is read, by index.
+  auto bad = parseJobSpec(frozen({"model.layers.(0"}).dump(), SpecPurpose::kPlan);
+  REQUIRE_FALSE(bad.isOk());
+  CHECK(bad.status().message().rfind("train.frozen_parameters[0]: \"model.layers.(0\" is not a regular expression", 0) ==
+        0);
+}
