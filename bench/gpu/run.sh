@@ -3,10 +3,13 @@
 # one GPU through the real control plane (`loomctl run`: embedded planner, loomd, one rank, NCCL
 # for the gradients when there are several), at ZeRO stages 0 and 3; transformers + PyTorch
 # trains the same model on the same GPU; the bf16 matmul rate is measured in the same run.
+# With PLUGIN (the CUDA kernel plugin, libloom_kernels_cuda.so), both stages run again with the
+# model's rms_norm, rope, swiglu and cross entropy on its fused kernels (the job's
+# kernels.plugins).
 # Usage (from the repository root, with Loom's binaries in BIN and their libraries on
-# LD_LIBRARY_PATH): bench/gpu/run.sh BIN OUT [MICRO]
+# LD_LIBRARY_PATH): bench/gpu/run.sh BIN OUT [MICRO] [PLUGIN]
 set -euo pipefail
-bin=$1 out=$2 micro=${3:-8} seq=2048 steps=12
+bin=$1 out=$2 micro=${3:-8} plugin=${4:-} seq=2048 steps=12
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 python3 - "$out/random.tokens" <<'PY'
@@ -17,10 +20,15 @@ from token_file import write_token_file
 write_token_file(sys.argv[1], np.random.default_rng(0).integers(0, 128256, 40 * 8 * 2049), 128256, "uint32")
 PY
 python3 "$here/hf_reference.py" --config "$here/llama-1b-config.json" --seq $seq --micro "$micro" --steps $steps \
-  > "$out/reference.jsonl" 2> "$out/reference.err" || echo "reference failed: see reference.err"
-for stage in 0 3; do
-  cat > "$out/loom-z$stage.json" <<JSON
-{"name": "bench-gpu-z$stage", "kind": "train", "resources": {"ranks": 1, "device": "cuda"},
+  --profile > "$out/reference.jsonl" 2> "$out/reference.err" || echo "reference failed: see reference.err"
+runs="z0 z3"
+[ -n "$plugin" ] && runs="$runs z0-cuda-kernels z3-cuda-kernels"
+for run in $runs; do
+  stage=${run:1:1}
+  kernels=""
+  [[ $run == *cuda-kernels ]] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
+  cat > "$out/loom-$run.json" <<JSON
+{"name": "bench-gpu-$run", "kind": "train", "resources": {"ranks": 1, "device": "cuda"}, $kernels
  "model": {"config": "$here/llama-1b-config.json", "init_seed": 1},
  "data": {"train": "$out/random.tokens", "seq_len": $seq, "seed": 1},
  "train": {"steps": $steps},
@@ -28,9 +36,9 @@ for stage in 0 3; do
    "bf16": {"enabled": true}, "gradient_clipping": 1.0, "zero_optimization": {"stage": $stage},
    "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}}
 JSON
-  "$bin/loomctl" run "$out/loom-z$stage.json" --state-dir "$out/state-z$stage" > "$out/loom-z$stage.out" 2>&1 ||
-    echo "loom stage $stage failed: see loom-z$stage.out"
-  cp "$out"/state-z$stage/jobs/*/attempt-1/rank-0.log "$out/loom-z$stage-rank0.log" 2>/dev/null || true
+  "$bin/loomctl" run "$out/loom-$run.json" --state-dir "$out/state-$run" > "$out/loom-$run.out" 2>&1 ||
+    echo "loom $run failed: see loom-$run.out"
+  cp "$out"/state-$run/jobs/*/attempt-1/rank-0.log "$out/loom-$run-rank0.log" 2>/dev/null || true
 done
 python3 - "$out" $micro $seq <<'PY'
 import json, re, statistics, sys
@@ -44,18 +52,28 @@ def mfu(tps):  # 6 N per token plus attention 12 * layers * hidden * seq
 rows = []
 if hf:
     rows.append(("transformers + PyTorch (bf16 autocast, fused AdamW)", hf["tokens_per_s"]))
-for stage in (0, 3):
+for run in ("z0", "z3", "z0-cuda-kernels", "z3-cuda-kernels"):
     try:
-        log = open(f"{out}/loom-z{stage}-rank0.log").read()
+        log = open(f"{out}/loom-{run}-rank0.log").read()
     except OSError:
         continue
     tps = [float(m) for s, m in re.findall(r"step (\d+)/\d+: .*tokens/s (\d+)", log) if int(s) > 2]
+    fused = ", CUDA kernel plugin" if run.endswith("cuda-kernels") else ""
     if tps:
-        rows.append((f"Loom ZeRO {stage} (bf16, fp32 masters, AdamW)", statistics.median(tps)))
+        rows.append((f"Loom ZeRO {run[1]} (bf16, fp32 masters, AdamW{fused})", statistics.median(tps)))
 print(f"matmul bf16 8192^3: {flops / 1e12:.0f} TFLOP/s" if flops else "matmul: not measured")
 print("| trainer | tokens/s | MFU | vs transformers |")
 print("|---|---|---|---|")
 for name, tps in rows:
     ratio = tps / hf["tokens_per_s"] if hf else float("nan")
     print(f"| {name} | {tps:,.0f} | {mfu(tps):.1%} | {ratio:.2f}x |")
+prof = next((r for r in ref if "profile" in r), None)
+if prof:
+    print(f"\ntransformers + PyTorch, one step: {prof['step_ms']} ms, GPU busy {prof['gpu_busy_ms']} ms")
+    print("| part of the step | GPU ms | of the step |")
+    print("|---|---|---|")
+    for part, ms in prof["profile"].items():
+        print(f"| {part} | {ms} | {ms / prof['step_ms']:.1%} |")
+    idle = prof["step_ms"] - prof["gpu_busy_ms"]
+    print(f"| GPU idle (launch gaps, host work) | {idle:.2f} | {idle / prof['step_ms']:.1%} |")
 PY
