@@ -23,17 +23,24 @@ python3 "$here/hf_reference.py" --config "$here/llama-1b-config.json" --seq $seq
   --profile > "$out/reference.jsonl" 2> "$out/reference.err" || echo "reference failed: see reference.err"
 runs="z0 z3"
 [ -n "$plugin" ] && runs="$runs z0-cuda-kernels z3-cuda-kernels"
+# ZeRO-Offload: the optimizer step on the host, on the CPU plugin's AdamW (16 cores here).
+cpu_plugin=$(cd "$bin/.." && pwd)/lib/libloom_kernels_cpu.so
+[ -f "$cpu_plugin" ] && runs="$runs z2-offload"
 for run in $runs; do
   stage=${run:1:1}
-  kernels=""
+  kernels="" zero="{\"stage\": $stage}"
   [[ $run == *cuda-kernels ]] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
+  if [[ $run == *offload ]]; then
+    kernels="\"kernels\": {\"plugins\": [\"$cpu_plugin\"]},"
+    zero="{\"stage\": $stage, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}"
+  fi
   cat > "$out/loom-$run.json" <<JSON
 {"name": "bench-gpu-$run", "kind": "train", "resources": {"ranks": 1, "device": "cuda"}, $kernels
  "model": {"config": "$here/llama-1b-config.json", "init_seed": 1},
  "data": {"train": "$out/random.tokens", "seq_len": $seq, "seed": 1},
  "train": {"steps": $steps},
  "deepspeed": {"train_batch_size": $micro, "train_micro_batch_size_per_gpu": $micro, "steps_per_print": 1,
-   "bf16": {"enabled": true}, "gradient_clipping": 1.0, "zero_optimization": {"stage": $stage},
+   "bf16": {"enabled": true}, "gradient_clipping": 1.0, "zero_optimization": $zero,
    "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}}
 JSON
   "$bin/loomctl" run "$out/loom-$run.json" --state-dir "$out/state-$run" > "$out/loom-$run.out" 2>&1 ||
@@ -52,13 +59,14 @@ def mfu(tps):  # 6 N per token plus attention 12 * layers * hidden * seq
 rows = []
 if hf:
     rows.append(("transformers + PyTorch (bf16 autocast, fused AdamW)", hf["tokens_per_s"]))
-for run in ("z0", "z3", "z0-cuda-kernels", "z3-cuda-kernels"):
+for run in ("z0", "z3", "z0-cuda-kernels", "z3-cuda-kernels", "z2-offload"):
     try:
         log = open(f"{out}/loom-{run}-rank0.log").read()
     except OSError:
         continue
     tps = [float(m) for s, m in re.findall(r"step (\d+)/\d+: .*tokens/s (\d+)", log) if int(s) > 2]
-    fused = ", CUDA kernel plugin" if run.endswith("cuda-kernels") else ""
+    fused = {"cuda-kernels": ", CUDA kernel plugin", "offload": ", optimizer offloaded to the CPU plugin"}.get(
+        run.split("-", 1)[-1], "")
     if tps:
         rows.append((f"Loom ZeRO {run[1]} (bf16, fp32 masters, AdamW{fused})", statistics.median(tps)))
 print(f"matmul bf16 8192^3: {flops / 1e12:.0f} TFLOP/s" if flops else "matmul: not measured")

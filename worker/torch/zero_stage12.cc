@@ -70,6 +70,7 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   std::vector<std::vector<at::Tensor>> gradViews_;  // stage 1, per block
   at::Tensor gradPartition_;
   at::Tensor masterPartition_;
+  at::Tensor hostGrad_, hostModel_;  // offload: host staging of the gradient part and the updated part
   std::vector<Pending> pending_;
   std::unique_ptr<Optimizer> optimizer_;
 };
@@ -241,11 +242,18 @@ Status ZeroStage12::step(double lr, double clipCoefficient) {
   if (clipCoefficient < 1.0) gradPartition_.mul_(clipCoefficient);
   // With the optimizer offloaded the step runs on the host, on a copy of the gradient part.
   const bool offloaded = masterPartition_.device() != gradPartition_.device();
-  optimizer_->step(lr, {offloaded ? gradPartition_.to(masterPartition_.device()) : gradPartition_});
+  const bool pinned = masterPartition_.is_pinned();
+  optimizer_->step(lr, {offloaded ? stageToHost(gradPartition_, hostGrad_, pinned) : gradPartition_});
   // Every rank's updated parts, in the model's dtype, to every rank in one all-gather; then each
   // block's parameters from the dp parts of that block.
   const at::ScalarType dtype = blocks_.front().params.front().second.scalar_type();
-  at::Tensor mine = masterPartition_.to(gradPartition_.device(), dtype);
+  at::Tensor mine;
+  if (offloaded) {
+    mine = at::empty({partitionNumel_}, f32_.dtype(dtype));
+    stageFromHost(mine, masterPartition_, hostModel_, pinned);
+  } else {
+    mine = masterPartition_.to(dtype);
+  }
   at::Tensor all = at::empty({dp_ * partitionNumel_}, f32_.dtype(dtype));
   if (comm_) {
     RETURN_IF_ERROR(comm_->allGather(all, mine)->wait().withContext("ZeRO parameter all-gather"));

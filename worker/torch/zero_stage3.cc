@@ -70,6 +70,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
     bool trainable = true;  // false: frozen (train.frozen_parameters), no master and no gradient
     at::Tensor master;   // fp32 [part]
     at::Tensor grad;     // fp32 [part]
+    at::Tensor hostGrad, hostModel;  // offload: host staging of grad and of the updated part
   };
   // The block's parameters cut into parts, all of them (to gather) or the trainable ones (whose
   // gradients are reduced).
@@ -329,15 +330,17 @@ Status ZeroStage3::step(double lr, double clipCoefficient) {
     if (!p.trainable) continue;
     if (clipCoefficient < 1.0) p.grad.mul_(clipCoefficient);
     // Offloaded: the step runs on the host, on a copy of the gradient part.
-    grads.push_back(p.grad.device() == p.master.device() ? p.grad : p.grad.to(p.master.device()));
+    const bool offloaded = p.grad.device() != p.master.device();
+    grads.push_back(offloaded ? stageToHost(p.grad, p.hostGrad, p.master.is_pinned()) : p.grad);
   }
   optimizer_->step(lr, grads);
   for (auto& p : params_) {
     if (!p.trainable) continue;
-    if (p.persistent) {
-      p.tensor.copy_(p.master.view(p.shape));
+    const at::Tensor dst = p.persistent ? p.tensor.view({-1}) : p.local;
+    if (dst.device() != p.master.device()) {
+      stageFromHost(dst, p.master, p.hostModel, p.master.is_pinned());
     } else {
-      p.local.copy_(p.master);
+      dst.copy_(p.master);
     }
   }
   return Status::ok();
