@@ -21,6 +21,13 @@ write_token_file(sys.argv[1], np.random.default_rng(0).integers(0, 128256, 40 * 
 PY
 python3 "$here/hf_reference.py" --config "$here/llama-1b-config.json" --seq $seq --micro "$micro" --steps $steps \
   --profile > "$out/reference.jsonl" 2> "$out/reference.err" || echo "reference failed: see reference.err"
+# DeepSpeed itself, where it imports (scripts/gpu/fetch-wheels brings it and its pure-Python
+# dependencies along; PYTHONPATH points at them).
+for stage in 0 3; do
+  python3 "$here/deepspeed_reference.py" --config "$here/llama-1b-config.json" --stage $stage --seq $seq \
+    --micro "$micro" --steps $steps >> "$out/reference.jsonl" 2> "$out/deepspeed-z$stage.err" ||
+    echo "deepspeed stage $stage did not run: see reference.jsonl and deepspeed-z$stage.err"
+done
 runs="z0 z3"
 [ -n "$plugin" ] && runs="$runs z0-cuda-kernels z3-cuda-kernels"
 # ZeRO-Offload: the optimizer step on the host, on the CPU plugin's AdamW (16 cores here).
@@ -59,6 +66,12 @@ def mfu(tps):  # 6 N per token plus attention 12 * layers * hidden * seq
 rows = []
 if hf:
     rows.append(("transformers + PyTorch (bf16 autocast, fused AdamW)", hf["tokens_per_s"]))
+for r in ref:
+    if r.get("reference") == "deepspeed":
+        if "tokens_per_s" in r:
+            rows.append((f"DeepSpeed {r.get('version', '')} ZeRO {r['stage']} (bf16, torch AdamW)", r["tokens_per_s"]))
+        else:
+            print(f"DeepSpeed ZeRO {r['stage']}: did not run: {r.get('error')}")
 for run in ("z0", "z3", "z0-cuda-kernels", "z3-cuda-kernels", "z2-offload"):
     try:
         log = open(f"{out}/loom-{run}-rank0.log").read()
