@@ -162,20 +162,22 @@ Status Trainer::trainStep() {
   const int dp = ctx_.worldSize;
   const double scale = scaler_.scale();
   zero_->zeroGradients();
-  double lossSum = 0;
+  // Summed on the device: reading each micro-batch's loss would stop the host until the GPU
+  // catches up, before it could queue the backward.
+  at::Tensor lossSum;
   for (int64_t m = 0; m < gas; ++m) {
     const int64_t start = train::microBatchStart(step_, ds_.trainBatchSize, m, micro, ctx_.rank, dp);
     std::vector<int64_t> samples;
     for (int64_t i = 0; i < micro; ++i) samples.push_back(order_->sampleAt(start + i));
     at::Tensor batch = train_->gather(samples).to(built_.model->device());
     at::Tensor loss = built_.model->loss(batch.slice(1, 0, seq), batch.slice(1, 1, seq + 1));
-    lossSum += loss.item<double>();
+    lossSum = lossSum.defined() ? lossSum + loss.detach().to(at::kDouble) : loss.detach().to(at::kDouble);
     // DeepSpeed scales by 1 / gradient_accumulation_steps: the step's gradient is the mean.
     (loss * (scale / static_cast<double>(gas))).backward();
     RETURN_IF_ERROR(zero_->accumulate());
   }
   at::NoGradGuard noGrad;
-  double loss = lossSum / static_cast<double>(gas);
+  double loss = lossSum.item<double>() / static_cast<double>(gas);
   if (comm()) {
     at::Tensor lossTensor = at::tensor({loss}, at::kDouble).to(built_.model->device());
     RETURN_IF_ERROR(comm()->allReduce(lossTensor, ReduceOp::kAvg)->wait().withContext("loss all-reduce"));
