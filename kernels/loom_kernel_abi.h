@@ -124,7 +124,10 @@ typedef struct loom_kernel_table {
    * at most one row at a time exist (per thread); results are fp32 [rows].
    * cross_entropy_forward: loss = logsumexp(row) - row[label], 0 where label == ignore_index;
    * lse (optional) receives logsumexp for the backward. The host reduces (mean over rows whose
-   * label is not ignored). A label outside [0, vocab) that is not ignore_index: INVALID_ARGUMENT. */
+   * label is not ignored). A label outside [0, vocab) that is not ignore_index: INVALID_ARGUMENT.
+   * On "cuda" the labels are device memory, checked by the kernels without a sync: such a row's
+   * outputs are NaN, and the process's next call that takes labels (this one, the backward or
+   * logprobs) returns INVALID_ARGUMENT naming label and row (kernels/cuda/plugin.cc). */
   int (*cross_entropy_forward)(loom_dtype dtype, const void* logits, const int64_t* labels, int64_t rows,
                                int64_t vocab, int64_t ignore_index, float* loss, float* lse, void* stream);
   /* dlogits = dloss[row] * (softmax(row) - onehot(label)); 0 rows where ignored. lse (optional):

@@ -1,14 +1,14 @@
 #pragma once
 
-// Shared by the kernel conformance tests: the CPU plugin under test (loaded through the loader),
-// its instruction-set paths, fresh random inputs, and the per-op comparison with the reference.
-
-#include <ATen/core/Tensor.h>
+// Shared by the CPU kernel conformance tests: the CPU plugin under test (loaded through the
+// loader) and its instruction-set paths. Random inputs and the comparison with the reference are
+// in kernel_compare.h.
 
 #include <string>
 #include <vector>
 
 #include "kernels/loom_kernel_abi.h"
+#include "tests/conformance/kernel_compare.h"
 
 namespace loom::testing {
 
@@ -28,28 +28,5 @@ struct PluginSetup {
 std::vector<PluginSetup> pluginSetups();
 // Re-initializes the plugin for `setup` (init may be called again between ops).
 void configurePlugin(const PluginSetup& setup);
-
-// The seed of this process's random inputs: LOOM_TEST_SEED if set, else fresh; printed once.
-uint64_t testSeed();
-// randn in fp32, then cast: both implementations get the same values in `dtype`.
-at::Tensor randomInput(at::IntArrayRef sizes, loom_dtype dtype, double scale = 1.0);
-
-// |actual - expected| <= rtol * |expected| + atol, element by element (both read as fp64).
-struct Tolerance {
-  double rtol;
-  double atol;
-};
-// The tolerance of an op for `dtype`: fp32 1e-6 relative, bf16 1e-2 relative. `termScale` is the
-// magnitude of the terms the result is summed or differenced from (e.g. the largest |input| of a
-// rotation): where the result cancels, the rounding error is relative to the terms, not to the
-// result, so an absolute part of rtol * termScale is the same bound written for such elements.
-Tolerance tolerance(loom_dtype dtype, double termScale);
-// Checks, and on failure reports the worst element with both values, the tolerance and `what`.
-// `terms` (optional, the shape of `expected`) adds rtol * terms element by element: the size of
-// the terms each element was computed from, where that is known per element.
-void requireClose(const at::Tensor& actual, const at::Tensor& expected, Tolerance tol, const std::string& what,
-                  const at::Tensor& terms = {});
-
-inline const char* dtypeName(loom_dtype dtype) { return dtype == LOOM_DTYPE_BF16 ? "bf16" : "fp32"; }
 
 }  // namespace loom::testing

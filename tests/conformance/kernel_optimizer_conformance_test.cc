@@ -14,53 +14,13 @@ namespace {
 constexpr int kSteps = 10;
 constexpr int64_t kSizes[] = {1, 17, 1000, 100003};
 
-struct Pair {
-  at::Tensor param, first, second;
-};
+using Pair = OptimizerState;
 
 // Both sides start from the same param; state zero.
 std::pair<Pair, Pair> start(int64_t n, loom_dtype paramDtype, bool second) {
   const at::Tensor p = randomInput({n}, paramDtype);
   auto make = [&] { return Pair{p.clone(), at::zeros({n}), second ? at::zeros({n}) : at::Tensor()}; };
   return {make(), make()};
-}
-
-// The size of the terms each element of the outputs was summed from, over the steps so far: a
-// step adds to x an update d, rounding relative to |x| + |d|, and a later step carries that
-// error on. Where x passes near 0 (a param decaying through it, a moment changing sign) its
-// error stays relative to these terms, not to x.
-struct Terms {
-  at::Tensor param, first, second;
-
-  static Terms of(const Pair& p) {
-    auto z = [](const at::Tensor& t) { return t.defined() ? at::zeros(t.sizes(), at::kDouble) : at::Tensor(); };
-    return {z(p.param), z(p.first), z(p.second)};
-  }
-  // Around one step of the reference: before is a copy of its outputs from before the step.
-  void add(const Pair& before, const Pair& after) {
-    auto acc = [](at::Tensor& terms, const at::Tensor& b, const at::Tensor& a) {
-      if (!terms.defined()) return;
-      const at::Tensor bd = b.to(at::kDouble), ad = a.to(at::kDouble);
-      terms += bd.abs() + (ad - bd).abs();
-    };
-    acc(param, before.param, after.param);
-    acc(first, before.first, after.first);
-    acc(second, before.second, after.second);
-  }
-};
-
-Pair copyOf(const Pair& p) {
-  return {p.param.clone(), p.first.clone(), p.second.defined() ? p.second.clone() : at::Tensor()};
-}
-
-// The param in its dtype's tolerance; the fp32 state at fp32's, except after bf16 params: they are
-// rounded every step, so the two sides may hold params one bf16 ulp apart from some step on and
-// their states follow at bf16's tolerance.
-void compare(const Pair& plugin, const Pair& ref, const Terms& terms, loom_dtype paramDtype, const std::string& what) {
-  requireClose(plugin.param, ref.param, tolerance(paramDtype, 0.0), what + " param", terms.param);
-  requireClose(plugin.first, ref.first, tolerance(paramDtype, 0.0), what + " state 1", terms.first);
-  if (plugin.second.defined())
-    requireClose(plugin.second, ref.second, tolerance(paramDtype, 0.0), what + " state 2", terms.second);
 }
 
 struct Dtypes {
@@ -112,19 +72,19 @@ TEST_CASE("adamw_step matches torch.optim's AdamW and Adam formulas over 10 step
           const std::string what = fmt::format("{} {} param {} grad {} [{}]", c.name, setup.label(),
                                                dtypeName(dt.param), dtypeName(dt.grad), n);
           auto [mine, ref] = start(n, dt.param, true);
-          Terms terms = Terms::of(ref);
+          OptimizerTerms terms = OptimizerTerms::of(ref);
           for (int step = 1; step <= kSteps; ++step) {
             const at::Tensor grad = randomInput({n}, dt.grad);
             loom_adam_config config = c.config;
             config.step = step;
-            const Pair before = copyOf(ref);
+            const Pair before = ref.copy();
             for (auto [side, table] : {std::pair{&mine, &cpuPlugin()}, std::pair{&ref, &referenceTable()}})
               REQUIRE(table->adamw_step(&config, dt.param, side->param.data_ptr(), dt.grad, grad.data_ptr(),
                                         side->first.data_ptr<float>(), side->second.data_ptr<float>(), n,
                                         nullptr) == LOOM_KERNEL_OK);
             terms.add(before, ref);
           }
-          compare(mine, ref, terms, dt.param, what);
+          compareOptimizerStates(mine, ref, terms, dt.param, what);
         }
       }
     }
@@ -140,16 +100,16 @@ TEST_CASE("lion_step matches the Lion reference over 10 steps", "[kernels]") {
         const std::string what =
             fmt::format("Lion {} param {} grad {} [{}]", setup.label(), dtypeName(dt.param), dtypeName(dt.grad), n);
         auto [mine, ref] = start(n, dt.param, false);
-        Terms terms = Terms::of(ref);
+        OptimizerTerms terms = OptimizerTerms::of(ref);
         for (int step = 1; step <= kSteps; ++step) {
           const at::Tensor grad = randomInput({n}, dt.grad);
-          const Pair before = copyOf(ref);
+          const Pair before = ref.copy();
           for (auto [side, table] : {std::pair{&mine, &cpuPlugin()}, std::pair{&ref, &referenceTable()}})
             REQUIRE(table->lion_step(&config, dt.param, side->param.data_ptr(), dt.grad, grad.data_ptr(),
                                      side->first.data_ptr<float>(), n, nullptr) == LOOM_KERNEL_OK);
           terms.add(before, ref);
         }
-        compare(mine, ref, terms, dt.param, what);
+        compareOptimizerStates(mine, ref, terms, dt.param, what);
       }
     }
   }
@@ -166,16 +126,16 @@ TEST_CASE("adagrad_step matches torch.optim's Adagrad over 10 steps", "[kernels]
           const std::string what = fmt::format("Adagrad wd {} {} param {} grad {} [{}]", config.weight_decay,
                                                setup.label(), dtypeName(dt.param), dtypeName(dt.grad), n);
           auto [mine, ref] = start(n, dt.param, false);
-          Terms terms = Terms::of(ref);
+          OptimizerTerms terms = OptimizerTerms::of(ref);
           for (int step = 1; step <= kSteps; ++step) {
             const at::Tensor grad = randomInput({n}, dt.grad);
-            const Pair before = copyOf(ref);
+            const Pair before = ref.copy();
             for (auto [side, table] : {std::pair{&mine, &cpuPlugin()}, std::pair{&ref, &referenceTable()}})
               REQUIRE(table->adagrad_step(&config, dt.param, side->param.data_ptr(), dt.grad, grad.data_ptr(),
                                           side->first.data_ptr<float>(), n, nullptr) == LOOM_KERNEL_OK);
             terms.add(before, ref);
           }
-          compare(mine, ref, terms, dt.param, what);
+          compareOptimizerStates(mine, ref, terms, dt.param, what);
         }
       }
     }

@@ -1,0 +1,91 @@
+#include "tests/conformance/kernel_compare.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+
+#include "tests/catch.h"
+
+namespace loom::testing {
+
+uint64_t testSeed() {
+  static const uint64_t seed = [] {
+    const char* fixed = std::getenv("LOOM_TEST_SEED");
+    const uint64_t s = fixed ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
+    std::printf("kernel conformance: random inputs from seed %llu (LOOM_TEST_SEED=%llu repeats them)\n",
+                static_cast<unsigned long long>(s), static_cast<unsigned long long>(s));
+    at::manual_seed(s);
+    return s;
+  }();
+  return seed;
+}
+
+at::Tensor randomInput(at::IntArrayRef sizes, loom_dtype dtype, double scale) {
+  testSeed();
+  at::Tensor t = at::randn(sizes) * scale;
+  return dtype == LOOM_DTYPE_BF16 ? t.to(at::kBFloat16) : t;
+}
+
+Tolerance tolerance(loom_dtype dtype, double termScale) {
+  const double rtol = dtype == LOOM_DTYPE_BF16 ? 1e-2 : 1e-6;
+  return {rtol, rtol * termScale};
+}
+
+void requireClose(const at::Tensor& actual, const at::Tensor& expected, Tolerance tol, const std::string& what,
+                  const at::Tensor& terms) {
+  INFO(what << " (seed " << testSeed() << ")");
+  REQUIRE(actual.sizes() == expected.sizes());
+  auto host = [](const at::Tensor& t) { return t.to(at::kCPU).to(at::kDouble).flatten(); };
+  const at::Tensor a = host(actual), e = host(expected);
+  if (a.numel() == 0) return;
+  at::Tensor bound = tol.rtol * e.abs() + tol.atol;
+  if (terms.defined()) bound = bound + tol.rtol * host(terms);
+  const at::Tensor excess = (a - e).abs() - bound;
+  const int64_t worst = excess.argmax().item<int64_t>();
+  const double over = excess[worst].item<double>();
+  // NaN anywhere fails, as does any element past its bound.
+  const bool nan = a.isnan().any().item<bool>() != e.isnan().any().item<bool>();
+  std::ostringstream msg;
+  msg << "worst element " << worst << " of " << a.numel() << ": " << a[worst].item<double>() << " vs reference "
+      << e[worst].item<double>() << " (|diff| " << std::abs(a[worst].item<double>() - e[worst].item<double>())
+      << ", rtol " << tol.rtol << ", atol " << tol.atol << (terms.defined() ? " + rtol * terms" : "") << ")";
+  INFO(msg.str());
+  CHECK_FALSE(nan);
+  CHECK(over <= 0.0);
+}
+
+OptimizerState OptimizerState::copy() const {
+  return {param.clone(), first.clone(), second.defined() ? second.clone() : at::Tensor()};
+}
+
+OptimizerTerms OptimizerTerms::of(const OptimizerState& s) {
+  auto z = [](const at::Tensor& t) {
+    return t.defined() ? at::zeros(t.sizes(), t.options().dtype(at::kDouble)) : at::Tensor();
+  };
+  return {z(s.param), z(s.first), z(s.second)};
+}
+
+void OptimizerTerms::add(const OptimizerState& before, const OptimizerState& after) {
+  auto acc = [](at::Tensor& terms, const at::Tensor& b, const at::Tensor& a) {
+    if (!terms.defined()) return;
+    const at::Tensor bd = b.to(at::kDouble), ad = a.to(at::kDouble);
+    terms += bd.abs() + (ad - bd).abs();
+  };
+  acc(param, before.param, after.param);
+  acc(first, before.first, after.first);
+  acc(second, before.second, after.second);
+}
+
+void compareOptimizerStates(const OptimizerState& mine, const OptimizerState& ref, const OptimizerTerms& terms,
+                            loom_dtype paramDtype, const std::string& what) {
+  requireClose(mine.param, ref.param, tolerance(paramDtype, 0.0), what + " param", terms.param);
+  requireClose(mine.first, ref.first, tolerance(paramDtype, 0.0), what + " state 1", terms.first);
+  if (mine.second.defined())
+    requireClose(mine.second, ref.second, tolerance(paramDtype, 0.0), what + " state 2", terms.second);
+}
+
+}  // namespace loom::testing

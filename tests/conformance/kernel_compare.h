@@ -1,0 +1,65 @@
+#pragma once
+
+// The comparison side of the kernel conformance tests, shared by the CPU suite
+// (kernel_conformance.h) and the CUDA one: fresh random inputs, per-op tolerances, element-wise
+// checks against the reference, and the bookkeeping of an optimizer comparison. Needs no plugin.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/loom_kernel_abi.h"
+
+namespace loom::testing {
+
+// The seed of this process's random inputs: LOOM_TEST_SEED if set, else fresh; printed once.
+uint64_t testSeed();
+// randn in fp32 on the CPU, then cast: both implementations get the same values in `dtype`.
+at::Tensor randomInput(at::IntArrayRef sizes, loom_dtype dtype, double scale = 1.0);
+
+// |actual - expected| <= rtol * |expected| + atol, element by element (both read as fp64).
+struct Tolerance {
+  double rtol;
+  double atol;
+};
+// The tolerance of an op for `dtype`: fp32 1e-6 relative, bf16 1e-2 relative. `termScale` is the
+// magnitude of the terms the result is summed or differenced from (e.g. the largest |input| of a
+// rotation): where the result cancels, the rounding error is relative to the terms, not to the
+// result, so an absolute part of rtol * termScale is the same bound written for such elements.
+Tolerance tolerance(loom_dtype dtype, double termScale);
+// Checks, and on failure reports the worst element with both values, the tolerance and `what`.
+// `terms` (optional, the shape of `expected`) adds rtol * terms element by element: the size of
+// the terms each element was computed from, where that is known per element. Tensors may be on
+// any device (they are compared on the CPU).
+void requireClose(const at::Tensor& actual, const at::Tensor& expected, Tolerance tol, const std::string& what,
+                  const at::Tensor& terms = {});
+
+inline const char* dtypeName(loom_dtype dtype) { return dtype == LOOM_DTYPE_BF16 ? "bf16" : "fp32"; }
+
+// One side of an optimizer comparison: the param and its state (`second` undefined for
+// optimizers with one state tensor).
+struct OptimizerState {
+  at::Tensor param, first, second;
+  OptimizerState copy() const;
+};
+
+// The size of the terms each element of the outputs was summed from, over the steps so far: a
+// step adds to x an update d, rounding relative to |x| + |d|, and a later step carries that
+// error on. Where x passes near 0 (a param decaying through it, a moment changing sign) its
+// error stays relative to these terms, not to x.
+struct OptimizerTerms {
+  at::Tensor param, first, second;
+
+  static OptimizerTerms of(const OptimizerState& s);
+  // Around one step of the reference: `before` is a copy of its state from before the step.
+  void add(const OptimizerState& before, const OptimizerState& after);
+};
+
+// The param in its dtype's tolerance; the fp32 state at fp32's, except after bf16 params: they
+// are rounded every step, so the two sides may hold params one bf16 ulp apart from some step on
+// and their states follow at bf16's tolerance.
+void compareOptimizerStates(const OptimizerState& mine, const OptimizerState& ref, const OptimizerTerms& terms,
+                            loom_dtype paramDtype, const std::string& what);
+
+}  // namespace loom::testing
