@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Loom's UCX collectives against torch.distributed gloo, side by side in one run.
+"""Loom's collectives against torch.distributed, side by side in one run: Loom's UCX communicator
+against gloo on host memory, or with --device cuda (on a machine with several GPUs) Loom's NCCL
+communicator against torch.distributed's NCCL, one rank per GPU.
 
 For each world size: the probe job's collective benchmark through `loomctl run` (real ranks,
-the embedded control plane) and bench/comm/gloo_bench.py under torchrun, same ops, sizes and
-dtype (float32). Also measures a single thread's memcpy bandwidth, the goal's yardstick.
-Prints markdown: busbw per op and size, the Loom/gloo ratio, and the goals' verdicts.
+the embedded control plane) and bench/comm/torch_dist_bench.py under torchrun, same ops, sizes
+and dtype (float32). On the host it also measures a single thread's memcpy bandwidth, the goal's
+yardstick. Prints markdown: busbw per op and size, the ratio, and the goals' verdicts.
 
     python3 bench/comm/run_comm_bench.py [--ranks 2,4] [--min-bytes 1024] [--max-bytes 268435456]
+                                         [--device cpu|cuda] [--loomctl PATH]
 """
 import argparse
 import glob
@@ -41,9 +44,9 @@ def timed(fn):
     return time.perf_counter() - start
 
 
-def loom(loomctl, ranks, min_bytes, max_bytes):
+def loom(loomctl, ranks, min_bytes, max_bytes, device):
     with tempfile.TemporaryDirectory() as state:
-        spec = {"name": "comm-bench", "kind": "probe", "resources": {"ranks": ranks},
+        spec = {"name": "comm-bench", "kind": "probe", "resources": {"ranks": ranks, "device": device},
                 "probe": {"ticks": 0, "collectives": {"ops": OPS, "min_bytes": min_bytes, "max_bytes": max_bytes,
                                                       "iterations": 20, "warmup": 3, "dtype": "float32"}}}
         path = os.path.join(state, "spec.json")
@@ -60,9 +63,9 @@ def loom(loomctl, ranks, min_bytes, max_bytes):
         return out
 
 
-def gloo(ranks, min_bytes, max_bytes):
+def torch_dist(ranks, min_bytes, max_bytes, backend):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-           os.path.join(HERE, "gloo_bench.py"), ",".join(OPS), str(min_bytes), str(max_bytes)]
+           os.path.join(HERE, "torch_dist_bench.py"), ",".join(OPS), str(min_bytes), str(max_bytes), backend]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     res = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     out = {}
@@ -84,15 +87,19 @@ def main():
     p.add_argument("--min-bytes", type=int, default=1024)
     p.add_argument("--max-bytes", type=int, default=256 << 20)
     p.add_argument("--loomctl", default=os.path.join(ROOT, "build", "bin", "loomctl"))
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = p.parse_args()
 
-    copy = memcpy_gbps()
-    print(f"memcpy, one thread, 256 MiB: {copy:.2f} GB/s copied\n")
+    cuda = args.device == "cuda"
+    mine_name, theirs_name = ("Loom NCCL", "torch.distributed NCCL") if cuda else ("Loom UCX", "gloo")
+    copy = None if cuda else memcpy_gbps()
+    if copy:
+        print(f"memcpy, one thread, 256 MiB: {copy:.2f} GB/s copied\n")
     for ranks in [int(r) for r in args.ranks.split(",")]:
-        ours = loom(args.loomctl, ranks, args.min_bytes, args.max_bytes)
-        ref = gloo(ranks, args.min_bytes, args.max_bytes)
+        ours = loom(args.loomctl, ranks, args.min_bytes, args.max_bytes, args.device)
+        ref = torch_dist(ranks, args.min_bytes, args.max_bytes, "nccl" if cuda else "gloo")
         print(f"### {ranks} ranks: busbw GB/s\n")
-        print("| op | size | Loom UCX | gloo | Loom / gloo |")
+        print(f"| op | size | {mine_name} | {theirs_name} | Loom / {theirs_name} |")
         print("|---|---|---|---|---|")
         worst = {}
         for (op, size) in sorted(ours, key=lambda k: (OPS.index(k[0]), k[1])):
@@ -104,9 +111,10 @@ def main():
         print()
         for op in OPS:
             if op in worst:
-                print(f"- {op}: lowest Loom/gloo ratio at >= 1 MiB: {worst[op]:.2f} (goal >= 2)")
+                goal = "" if cuda else " (goal >= 2)"
+                print(f"- {op}: lowest Loom/{theirs_name} ratio at >= 1 MiB: {worst[op]:.2f}{goal}")
         at64 = ours.get(("all_reduce", 64 << 20))
-        if at64:
+        if at64 and copy:
             print(f"- all_reduce busbw at 64 MiB: {at64:.2f} GB/s = {100 * at64 / copy:.0f}% of memcpy (goal >= 70%)")
         print()
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "backends/comms_logger.h"
+#include "worker/torch/model_setup.h"
 #include "worker/torch/world.h"
 
 namespace loom::worker {
@@ -69,6 +70,12 @@ std::shared_ptr<backends::Work> issue(Communicator& c, const std::string& op, Ca
   return c.broadcast(k.input, 0);
 }
 
+Case onDevice(Case k, const at::Device& device) {
+  for (at::Tensor* t : {&k.input, &k.output, &k.expected})
+    if (t->defined()) *t = t->to(device);
+  return k;
+}
+
 // In-place ops leave their result in the input, and the next iteration must start from the
 // pattern again.
 bool inPlace(const std::string& op) { return op == "all_reduce" || op == "broadcast"; }
@@ -83,7 +90,10 @@ std::string humanBytes(int64_t b) {
 
 Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, const TorchRuntime::ProgressFn& progress) {
   const auto& cfg = *spec.probe.collectives;
-  ASSIGN_OR_RETURN(World connected, connectWorld(ctx, spec, TensorHome::kHost));
+  // resources.device cuda: NCCL on each rank's GPU, like nccl-tests; else UCX on host memory.
+  const bool cuda = spec.device == planner::DeviceKind::kCuda;
+  const at::Device device = rankDevice(spec, ctx.localRank);
+  ASSIGN_OR_RETURN(World connected, connectWorld(ctx, spec, cuda ? TensorHome::kCuda : TensorHome::kHost));
   backends::Communicator* world = connected.comm.get();
   backends::CommsLogger& logger = *connected.logger;
   const int n = world->size();
@@ -91,8 +101,8 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
   const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype));
 
   if (ctx.rank == 0) {
-    std::printf("# collective benchmark: %d ranks, %s, %d iterations after %d warm-up\n", n, cfg.dtype.c_str(),
-                cfg.iterations, cfg.warmup);
+    std::printf("# collective benchmark: %d ranks, %s, %s, %d iterations after %d warm-up\n", n, cfg.dtype.c_str(),
+                cuda ? "NCCL on the GPUs" : "UCX on host memory", cfg.iterations, cfg.warmup);
     std::printf("%-16s %12s %12s %12s %12s %12s %8s\n", "op", "size", "count", "time (us)", "algbw GB/s",
                 "busbw GB/s", "#wrong");
   }
@@ -103,7 +113,7 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
       int64_t count = std::max<int64_t>(1, bytes / elem);
       if (op != "all_reduce" && op != "broadcast") count = std::max<int64_t>(n, count / n * n);
       const int64_t size = count * elem;
-      Case k = makeCase(op, count, ctx.rank, n, dtype);
+      Case k = onDevice(makeCase(op, count, ctx.rank, n, dtype), device);
       const at::Tensor pristine = inPlace(op) ? k.input.clone() : at::Tensor();
 
       // Large sizes get fewer iterations: at most ~2 GiB moved per size.
@@ -120,10 +130,17 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
 
       RETURN_IF_ERROR(world->barrier()->wait());
       auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < iterations; ++i) RETURN_IF_ERROR(issue(*world, op, k)->wait());
+      if (cuda) {
+        // Queued back to back on the stream, as nccl-tests does; the last one's end is all of them.
+        std::shared_ptr<backends::Work> last;
+        for (int i = 0; i < iterations; ++i) last = issue(*world, op, k);
+        RETURN_IF_ERROR(last->wait());
+      } else {
+        for (int i = 0; i < iterations; ++i) RETURN_IF_ERROR(issue(*world, op, k)->wait());
+      }
       double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
       // The slowest rank's time and every rank's wrong count.
-      auto stats = at::tensor({seconds, static_cast<double>(wrong)}, at::kDouble);
+      auto stats = at::tensor({seconds, static_cast<double>(wrong)}, at::kDouble).to(device);
       auto slowest = stats.slice(0, 0, 1).clone(), wrongs = stats.slice(0, 1, 2).clone();
       RETURN_IF_ERROR(world->allReduce(slowest, ReduceOp::kMax)->wait());
       RETURN_IF_ERROR(world->allReduce(wrongs, ReduceOp::kSum)->wait());

@@ -1,6 +1,10 @@
-"""torch.distributed gloo, the reference for Loom's UCX collectives: the same ops and sizes as
-the probe's collective benchmark, busbw by nccl-tests' factors. Run under torchrun; rank 0
-prints one JSON object per (op, size)."""
+"""torch.distributed, the reference for Loom's collectives: gloo on host tensors against Loom's UCX
+communicator, or NCCL on each rank's GPU against Loom's NCCL communicator; the same ops and sizes
+as the probe's collective benchmark, busbw by nccl-tests' factors. Run under torchrun; rank 0
+prints one JSON object per (op, size).
+
+  torchrun --nproc-per-node N torch_dist_bench.py OPS MIN_BYTES MAX_BYTES [gloo|nccl]
+"""
 import json
 import os
 import sys
@@ -29,10 +33,19 @@ def run(op, count, n, out, inp):
 
 
 def main():
-    dist.init_process_group("gloo")
+    backend = sys.argv[4] if len(sys.argv) > 4 else "gloo"
+    device = "cpu"
+    if backend == "nccl":
+        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend)
     n, rank = dist.get_world_size(), dist.get_rank()
     ops = sys.argv[1].split(",")
     min_bytes, max_bytes = int(sys.argv[2]), int(sys.argv[3])
+
+    def sync():
+        if backend == "nccl":
+            torch.cuda.synchronize()
     for op in ops:
         size = min_bytes
         while size <= max_bytes:
@@ -40,25 +53,28 @@ def main():
             if op != "all_reduce":
                 count = max(n, count // n * n)
             if op == "all_gather":
-                inp, out = torch.ones(count // n), torch.empty(count)
+                inp, out = torch.ones(count // n, device=device), torch.empty(count, device=device)
             elif op == "reduce_scatter":
-                inp, out = torch.ones(count), torch.empty(count // n)
+                inp, out = torch.ones(count, device=device), torch.empty(count // n, device=device)
             else:
-                inp, out = torch.ones(count), torch.empty(count)
+                inp, out = torch.ones(count, device=device), torch.empty(count, device=device)
             iters = max(2, min(20, (2 << 30) // (count * 4)))
             try:
                 for _ in range(3):
                     run(op, count, n, out, inp)
+                sync()
                 dist.barrier()
+                sync()
                 start = time.perf_counter()
                 for _ in range(iters):
                     run(op, count, n, out, inp)
+                sync()
                 seconds = (time.perf_counter() - start) / iters
             except RuntimeError as e:  # an op gloo does not implement
                 if rank == 0:
                     print(json.dumps({"op": op, "bytes": count * 4, "error": str(e).splitlines()[0]}), flush=True)
                 break
-            t = torch.tensor([seconds], dtype=torch.float64)
+            t = torch.tensor([seconds], dtype=torch.float64, device=device)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             seconds = t.item()
             algbw = count * 4 / seconds / 1e9
