@@ -8,6 +8,8 @@
 # kernels.plugins).
 # Usage (from the repository root, with Loom's binaries in BIN and their libraries on
 # LD_LIBRARY_PATH): bench/gpu/run.sh BIN OUT [MICRO] [PLUGIN]
+# RUNS (Loom's runs, default all that apply: z0 z3 z0-cuda-kernels z3-cuda-kernels z2-offload) and
+# DS_STAGES (DeepSpeed's ZeRO stages, default "0 3") pick a subset when time on the GPU is short.
 set -euo pipefail
 bin=$1 out=$2 micro=${3:-8} plugin=${4:-} seq=2048 steps=12
 mkdir -p "$out"
@@ -23,7 +25,7 @@ python3 "$here/hf_reference.py" --config "$here/llama-1b-config.json" --seq $seq
   --profile > "$out/reference.jsonl" 2> "$out/reference.err" || echo "reference failed: see reference.err"
 # DeepSpeed itself, where it imports (scripts/gpu/fetch-wheels brings it and its pure-Python
 # dependencies along; PYTHONPATH points at them).
-for stage in 0 3; do
+for stage in ${DS_STAGES-0 3}; do
   python3 "$here/deepspeed_reference.py" --config "$here/llama-1b-config.json" --stage $stage --seq $seq \
     --micro "$micro" --steps $steps >> "$out/reference.jsonl" 2> "$out/deepspeed-z$stage.err" ||
     echo "deepspeed stage $stage did not run: see reference.jsonl and deepspeed-z$stage.err"
@@ -33,7 +35,7 @@ runs="z0 z3"
 # ZeRO-Offload: the optimizer step on the host, on the CPU plugin's AdamW (16 cores here).
 cpu_plugin=$(cd "$bin/.." && pwd)/lib/libloom_kernels_cpu.so
 [ -f "$cpu_plugin" ] && runs="$runs z2-offload"
-for run in $runs; do
+for run in ${RUNS:-$runs}; do
   stage=${run:1:1}
   kernels="" zero="{\"stage\": $stage}"
   [[ $run == *cuda-kernels ]] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
