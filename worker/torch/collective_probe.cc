@@ -5,6 +5,9 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#ifdef LOOM_HAVE_NCCL
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include "backends/comms_logger.h"
 #include "worker/torch/model_setup.h"
@@ -76,6 +79,17 @@ Case onDevice(Case k, const at::Device& device) {
   return k;
 }
 
+// Waits for the GPU's work on `device`'s current stream (nothing on the host): the clock around
+// the timed loop then measures the GPU, as nccl-tests does, not when the communicator's watcher
+// next looked.
+void synchronize(const at::Device& device) {
+#ifdef LOOM_HAVE_NCCL
+  if (device.is_cuda()) c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
+#else
+  (void)device;
+#endif
+}
+
 // In-place ops leave their result in the input, and the next iteration must start from the
 // pattern again.
 bool inPlace(const std::string& op) { return op == "all_reduce" || op == "broadcast"; }
@@ -129,16 +143,20 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
       const int64_t wrong = result.ne(k.expected).sum().item<int64_t>();
 
       RETURN_IF_ERROR(world->barrier()->wait());
-      auto start = std::chrono::steady_clock::now();
+      synchronize(device);
+      const auto start = std::chrono::steady_clock::now();
+      double seconds = 0;
       if (cuda) {
         // Queued back to back on the stream, as nccl-tests does; the last one's end is all of them.
         std::shared_ptr<backends::Work> last;
         for (int i = 0; i < iterations; ++i) last = issue(*world, op, k);
+        synchronize(device);
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
         RETURN_IF_ERROR(last->wait());
       } else {
         for (int i = 0; i < iterations; ++i) RETURN_IF_ERROR(issue(*world, op, k)->wait());
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
       }
-      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
       // The slowest rank's time and every rank's wrong count.
       auto stats = at::tensor({seconds, static_cast<double>(wrong)}, at::kDouble).to(device);
       auto slowest = stats.slice(0, 0, 1).clone(), wrongs = stats.slice(0, 1, 2).clone();
