@@ -44,7 +44,7 @@ for run in ${RUNS:-$runs}; do
     zero="{\"stage\": $stage, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}"
   fi
   cat > "$out/loom-$run.json" <<JSON
-{"name": "bench-gpu-$run", "kind": "train", "resources": {"ranks": 1, "device": "cuda"}, $kernels
+{"name": "bench-gpu-$run", "kind": "train", "resources": {"ranks": 1, "device": "cuda", "device_memory_gb": 139}, $kernels
  "model": {"config": "$here/llama-1b-config.json", "init_seed": 1},
  "data": {"train": "$out/random.tokens", "seq_len": $seq, "seed": 1},
  "train": {"steps": $steps},
