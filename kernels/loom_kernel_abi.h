@@ -153,6 +153,27 @@ typedef struct loom_kernel_table {
                    const void* grad, float* exp_avg, int64_t n, void* stream);
   int (*adagrad_step)(const loom_adagrad_config* config, loom_dtype param_dtype, void* param, loom_dtype grad_dtype,
                       const void* grad, float* sum, int64_t n, void* stream);
+
+  /* Appended in ABI 1 (a plugin built before has a smaller struct_size: "not provided"). */
+
+  /* Softmax over the last dimension of x [rows, cols], of scale * x in fp32, over the entries
+   * whose mask byte is not 0 (mask [rows, cols] uint8; NULL: every entry). Masked entries are 0,
+   * and a row with no entry left is all 0, not NaN. y in dtype. */
+  int (*masked_softmax_forward)(loom_dtype dtype, const void* x, const uint8_t* mask, void* y, int64_t rows,
+                                int64_t cols, double scale, void* stream);
+  /* dx = scale * y * (dy - sum(dy * y)) per row, from the forward's y (masked entries, y = 0,
+   * get 0). */
+  int (*masked_softmax_backward)(loom_dtype dtype, const void* y, const void* dy, void* dx, int64_t rows,
+                                 int64_t cols, double scale, void* stream);
+
+  /* GPT-OSS's clamped SwiGLU expert activation over n elements: g = min(gate, limit),
+   * u = clamp(up, -limit, limit), out = (u + 1) * g * sigmoid(alpha * g) (GPT-OSS: alpha 1.702,
+   * limit 7). Its backward follows torch.clamp: a gradient flows where gate <= limit and where
+   * -limit <= up <= limit, none through a clamped value. */
+  int (*clamped_swiglu_forward)(loom_dtype dtype, const void* gate, const void* up, void* out, int64_t n, double alpha,
+                                double limit, void* stream);
+  int (*clamped_swiglu_backward)(loom_dtype dtype, const void* gate, const void* up, const void* dout, void* dgate,
+                                 void* dup, int64_t n, double alpha, double limit, void* stream);
 } loom_kernel_table;
 
 /* The one symbol a plugin exports. */

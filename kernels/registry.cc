@@ -26,6 +26,10 @@ const std::vector<OpSlot>& opSlots() {
       LOOM_OP_SLOT(adamw_step),
       LOOM_OP_SLOT(lion_step),
       LOOM_OP_SLOT(adagrad_step),
+      LOOM_OP_SLOT(masked_softmax_forward),
+      LOOM_OP_SLOT(masked_softmax_backward),
+      LOOM_OP_SLOT(clamped_swiglu_forward),
+      LOOM_OP_SLOT(clamped_swiglu_backward),
   };
   return slots;
 }

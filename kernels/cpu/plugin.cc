@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/portable_ops.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/loom_kernel_abi.h"
 
@@ -427,6 +428,56 @@ int adagradStep(const loom_adagrad_config* c, loom_dtype paramDtype, void* param
   return LOOM_KERNEL_OK;
 }
 
+int maskedSoftmaxForward(loom_dtype dtype, const void* x, const uint8_t* mask, void* y, int64_t rows, int64_t cols,
+                         double scale, void* stream) {
+  LOOM_CHECK(checkCall(stream, "masked_softmax_forward"));
+  LOOM_CHECK(checkDtype(dtype, "masked_softmax_forward"));
+  LOOM_CHECK(checkSizes({rows, cols}, "masked_softmax_forward"));
+  LOOM_CHECK(checkPointers(rows * cols > 0, {x, y}, "masked_softmax_forward"));
+  const MaskedSoftmaxArgs args{
+      .dtype = dtype, .x = x, .mask = mask, .y = nullptr, .dy = nullptr, .out = y, .cols = cols,
+      .scale = static_cast<float>(scale)};
+  parallelFor(rows, rowGrain(cols), [&](int64_t b, int64_t e) { maskedSoftmaxForwardRows(args, b, e); });
+  return LOOM_KERNEL_OK;
+}
+
+int maskedSoftmaxBackward(loom_dtype dtype, const void* y, const void* dy, void* dx, int64_t rows, int64_t cols,
+                          double scale, void* stream) {
+  LOOM_CHECK(checkCall(stream, "masked_softmax_backward"));
+  LOOM_CHECK(checkDtype(dtype, "masked_softmax_backward"));
+  LOOM_CHECK(checkSizes({rows, cols}, "masked_softmax_backward"));
+  LOOM_CHECK(checkPointers(rows * cols > 0, {y, dy, dx}, "masked_softmax_backward"));
+  const MaskedSoftmaxArgs args{
+      .dtype = dtype, .x = nullptr, .mask = nullptr, .y = y, .dy = dy, .out = dx, .cols = cols,
+      .scale = static_cast<float>(scale)};
+  parallelFor(rows, rowGrain(cols), [&](int64_t b, int64_t e) { maskedSoftmaxBackwardRows(args, b, e); });
+  return LOOM_KERNEL_OK;
+}
+
+int clampedSwigluForward(loom_dtype dtype, const void* gate, const void* up, void* out, int64_t n, double alpha,
+                         double limit, void* stream) {
+  LOOM_CHECK(checkCall(stream, "clamped_swiglu_forward"));
+  LOOM_CHECK(checkDtype(dtype, "clamped_swiglu_forward"));
+  LOOM_CHECK(checkSizes({n}, "clamped_swiglu_forward"));
+  LOOM_CHECK(checkPointers(n > 0, {gate, up, out}, "clamped_swiglu_forward"));
+  const ClampedSwigluArgs args{.dtype = dtype, .gate = gate, .up = up, .dout = nullptr, .out = out, .dgate = nullptr,
+                               .dup = nullptr, .alpha = static_cast<float>(alpha), .limit = static_cast<float>(limit)};
+  parallelFor(n, kElementGrain, [&](int64_t b, int64_t e) { clampedSwigluForwardRange(args, b, e); });
+  return LOOM_KERNEL_OK;
+}
+
+int clampedSwigluBackward(loom_dtype dtype, const void* gate, const void* up, const void* dout, void* dgate, void* dup,
+                          int64_t n, double alpha, double limit, void* stream) {
+  LOOM_CHECK(checkCall(stream, "clamped_swiglu_backward"));
+  LOOM_CHECK(checkDtype(dtype, "clamped_swiglu_backward"));
+  LOOM_CHECK(checkSizes({n}, "clamped_swiglu_backward"));
+  LOOM_CHECK(checkPointers(n > 0, {gate, up, dout, dgate, dup}, "clamped_swiglu_backward"));
+  const ClampedSwigluArgs args{.dtype = dtype, .gate = gate, .up = up, .dout = dout, .out = nullptr, .dgate = dgate,
+                               .dup = dup, .alpha = static_cast<float>(alpha), .limit = static_cast<float>(limit)};
+  parallelFor(n, kElementGrain, [&](int64_t b, int64_t e) { clampedSwigluBackwardRange(args, b, e); });
+  return LOOM_KERNEL_OK;
+}
+
 loom_kernel_table gTable = {
     .abi_version = LOOM_KERNEL_ABI_VERSION,
     .struct_size = sizeof(loom_kernel_table),
@@ -449,6 +500,10 @@ loom_kernel_table gTable = {
     .adamw_step = adamwStep,
     .lion_step = lionStep,
     .adagrad_step = adagradStep,
+    .masked_softmax_forward = maskedSoftmaxForward,
+    .masked_softmax_backward = maskedSoftmaxBackward,
+    .clamped_swiglu_forward = clampedSwigluForward,
+    .clamped_swiglu_backward = clampedSwigluBackward,
 };
 
 int initPlugin(const loom_kernel_host* host) {

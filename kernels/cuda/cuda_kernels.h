@@ -60,6 +60,28 @@ struct SwigluArgs {
 cudaError_t launchSwigluForward(const SwigluArgs& a, cudaStream_t stream);
 cudaError_t launchSwigluBackward(const SwigluArgs& a, cudaStream_t stream);
 
+// GPT-OSS's clamped SwiGLU (gating_kernels.cu), the SwigluArgs tensors with its constants.
+struct ClampedSwigluArgs {
+  SwigluArgs tensors;
+  float alpha, limit;
+  bool backward;
+};
+cudaError_t launchClampedSwiglu(const ClampedSwigluArgs& a, cudaStream_t stream);
+
+// The masked softmax (gating_kernels.cu): one block per row.
+struct MaskedSoftmaxArgs {
+  loom_dtype dtype;
+  const void* x;        // forward
+  const uint8_t* mask;  // forward, may be null
+  const void* y;        // backward: the forward's output
+  const void* dy;       // backward
+  void* out;            // y (forward) or dx (backward)
+  int64_t rows, cols;
+  float scale;
+  bool backward;
+};
+cudaError_t launchMaskedSoftmax(const MaskedSoftmaxArgs& a, cudaStream_t stream);
+
 // A label outside [0, vocab) (and not ignore_index) found by a kernel: the row's outputs are
 // written as NaN and the kernel stores one 64-bit record into host memory the device can write
 // (plugin.cc reads it at the next call that takes labels). Layout of the record:

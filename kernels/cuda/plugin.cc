@@ -266,6 +266,59 @@ int swigluBackward(loom_dtype dtype, const void* gate, const void* up, const voi
       what);
 }
 
+int clampedSwigluForward(loom_dtype dtype, const void* gate, const void* up, void* out, int64_t n, double alpha,
+                         double limit, void* stream) {
+  const char* what = "clamped_swiglu_forward";
+  LOOM_CHECK(checkDtype(dtype, what));
+  LOOM_CHECK(checkSizes({n}, what));
+  LOOM_CHECK(checkPointers(n > 0, {gate, up, out}, what));
+  if (n == 0) return LOOM_KERNEL_OK;
+  const ClampedSwigluArgs a{.tensors = {.dtype = dtype, .gate = gate, .up = up, .out = out, .n = n},
+                            .alpha = static_cast<float>(alpha),
+                            .limit = static_cast<float>(limit),
+                            .backward = false};
+  return launched(launchClampedSwiglu(a, streamOf(stream)), what);
+}
+
+int clampedSwigluBackward(loom_dtype dtype, const void* gate, const void* up, const void* dout, void* dgate, void* dup,
+                          int64_t n, double alpha, double limit, void* stream) {
+  const char* what = "clamped_swiglu_backward";
+  LOOM_CHECK(checkDtype(dtype, what));
+  LOOM_CHECK(checkSizes({n}, what));
+  LOOM_CHECK(checkPointers(n > 0, {gate, up, dout, dgate, dup}, what));
+  if (n == 0) return LOOM_KERNEL_OK;
+  const ClampedSwigluArgs a{
+      .tensors = {.dtype = dtype, .gate = gate, .up = up, .dout = dout, .dgate = dgate, .dup = dup, .n = n},
+      .alpha = static_cast<float>(alpha),
+      .limit = static_cast<float>(limit),
+      .backward = true};
+  return launched(launchClampedSwiglu(a, streamOf(stream)), what);
+}
+
+int maskedSoftmaxForward(loom_dtype dtype, const void* x, const uint8_t* mask, void* y, int64_t rows, int64_t cols,
+                         double scale, void* stream) {
+  const char* what = "masked_softmax_forward";
+  LOOM_CHECK(checkDtype(dtype, what));
+  LOOM_CHECK(checkSizes({rows, cols}, what));
+  LOOM_CHECK(checkPointers(rows * cols > 0, {x, y}, what));
+  if (rows * cols == 0) return LOOM_KERNEL_OK;
+  const MaskedSoftmaxArgs a{.dtype = dtype, .x = x, .mask = mask, .y = nullptr, .dy = nullptr, .out = y,
+                            .rows = rows, .cols = cols, .scale = static_cast<float>(scale), .backward = false};
+  return launched(launchMaskedSoftmax(a, streamOf(stream)), what);
+}
+
+int maskedSoftmaxBackward(loom_dtype dtype, const void* y, const void* dy, void* dx, int64_t rows, int64_t cols,
+                          double scale, void* stream) {
+  const char* what = "masked_softmax_backward";
+  LOOM_CHECK(checkDtype(dtype, what));
+  LOOM_CHECK(checkSizes({rows, cols}, what));
+  LOOM_CHECK(checkPointers(rows * cols > 0, {y, dy, dx}, what));
+  if (rows * cols == 0) return LOOM_KERNEL_OK;
+  const MaskedSoftmaxArgs a{.dtype = dtype, .x = nullptr, .mask = nullptr, .y = y, .dy = dy, .out = dx,
+                            .rows = rows, .cols = cols, .scale = static_cast<float>(scale), .backward = true};
+  return launched(launchMaskedSoftmax(a, streamOf(stream)), what);
+}
+
 int runVocab(const VocabArgs& args, void* stream, const char* what) {
   LOOM_CHECK(checkDtype(args.dtype, what));
   LOOM_CHECK(checkSizes({args.rows, args.vocab}, what));
@@ -454,6 +507,10 @@ const loom_kernel_table kTable = {
     .adamw_step = adamwStep,
     .lion_step = lionStep,
     .adagrad_step = adagradStep,
+    .masked_softmax_forward = maskedSoftmaxForward,
+    .masked_softmax_backward = maskedSoftmaxBackward,
+    .clamped_swiglu_forward = clampedSwigluForward,
+    .clamped_swiglu_backward = clampedSwigluBackward,
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace loom::kernels::reference {
 namespace {
@@ -80,6 +81,33 @@ at::Tensor swigluForward(const at::Tensor& gate, const at::Tensor& up) { return 
 
 std::pair<at::Tensor, at::Tensor> swigluBackward(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& dout) {
   auto g = gradients({gate, up}, dout, [](const auto& in) { return swigluForward(in[0], in[1]); });
+  return {g[0], g[1]};
+}
+
+at::Tensor maskedSoftmaxForward(const at::Tensor& x, const at::Tensor& mask, double scale) {
+  at::Tensor z = x.to(at::kFloat) * scale;
+  if (mask.defined()) z = z.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
+  // A fully masked row is NaN after softmax (0 / 0): 0 instead, as the ABI says.
+  at::Tensor y = at::softmax(z, -1);
+  if (mask.defined()) y = at::where(mask.any(-1, /*keepdim=*/true), y, at::zeros_like(y));
+  return y.to(x.scalar_type());
+}
+
+at::Tensor maskedSoftmaxBackward(const at::Tensor& y, const at::Tensor& dy, double scale) {
+  const at::Tensor yf = y.to(at::kFloat), dyf = dy.to(at::kFloat);
+  return (yf * (dyf - (dyf * yf).sum(-1, /*keepdim=*/true)) * scale).to(y.scalar_type());
+}
+
+at::Tensor clampedSwigluForward(const at::Tensor& gate, const at::Tensor& up, double alpha, double limit) {
+  const at::Tensor g = gate.clamp_max(limit);
+  const at::Tensor u = up.clamp(-limit, limit);
+  return (u + 1) * (g * at::sigmoid(g * alpha));
+}
+
+std::pair<at::Tensor, at::Tensor> clampedSwigluBackward(const at::Tensor& gate, const at::Tensor& up,
+                                                        const at::Tensor& dout, double alpha, double limit) {
+  auto g = gradients({gate, up}, dout,
+                     [&](const auto& in) { return clampedSwigluForward(in[0], in[1], alpha, limit); });
   return {g[0], g[1]};
 }
 

@@ -36,6 +36,21 @@ at::Tensor swigluForward(const at::Tensor& gate, const at::Tensor& up);
 // dgate, dup.
 std::pair<at::Tensor, at::Tensor> swigluBackward(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& dout);
 
+// softmax(scale * x) over the last dim of x [rows, cols] in fp32, over the entries where `mask`
+// (bool or uint8 [rows, cols], undefined: all) is set; masked entries and fully masked rows are 0.
+// Returns x's dtype.
+at::Tensor maskedSoftmaxForward(const at::Tensor& x, const at::Tensor& mask, double scale);
+// dx = scale * y * (dy - sum(dy * y)) in fp32, from the forward's y (what the ABI hands over; the
+// conformance tests check it against autograd through maskedSoftmaxForward). Returns y's dtype.
+at::Tensor maskedSoftmaxBackward(const at::Tensor& y, const at::Tensor& dy, double scale);
+
+// GPT-OSS's clamped SwiGLU, in the inputs' dtype as the model computes it:
+// (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = clamp(gate, max=limit).
+at::Tensor clampedSwigluForward(const at::Tensor& gate, const at::Tensor& up, double alpha, double limit);
+// dgate, dup (torch.clamp's gradient rule at the bounds).
+std::pair<at::Tensor, at::Tensor> clampedSwigluBackward(const at::Tensor& gate, const at::Tensor& up,
+                                                        const at::Tensor& dout, double alpha, double limit);
+
 // Over the vocabulary, logits [rows, vocab], labels int64 [rows]; results fp32 [rows]. Rows go
 // through in chunks, so the fp32 copy of at most kVocabChunkBytes of logits exists at once.
 constexpr int64_t kVocabChunkBytes = 64 << 20;

@@ -112,6 +112,42 @@ int swigluBackward(loom_dtype dtype, const void* gate, const void* up, const voi
   });
 }
 
+int maskedSoftmaxForward(loom_dtype dtype, const void* x, const uint8_t* mask, void* y, int64_t rows, int64_t cols,
+                         double scale, void* stream) {
+  return guarded(dtype, stream, [&] {
+    const at::Tensor m =
+        mask ? at::from_blob(const_cast<uint8_t*>(mask), {rows, cols}, at::TensorOptions().dtype(at::kByte)).to(at::kBool)
+             : at::Tensor();
+    view(y, dtype, {rows, cols}).copy_(reference::maskedSoftmaxForward(view(x, dtype, {rows, cols}), m, scale));
+  });
+}
+
+int maskedSoftmaxBackward(loom_dtype dtype, const void* y, const void* dy, void* dx, int64_t rows, int64_t cols,
+                          double scale, void* stream) {
+  return guarded(dtype, stream, [&] {
+    view(dx, dtype, {rows, cols})
+        .copy_(reference::maskedSoftmaxBackward(view(y, dtype, {rows, cols}), view(dy, dtype, {rows, cols}), scale));
+  });
+}
+
+int clampedSwigluForward(loom_dtype dtype, const void* gate, const void* up, void* out, int64_t n, double alpha,
+                         double limit, void* stream) {
+  return guarded(dtype, stream, [&] {
+    view(out, dtype, {n}).copy_(
+        reference::clampedSwigluForward(view(gate, dtype, {n}), view(up, dtype, {n}), alpha, limit));
+  });
+}
+
+int clampedSwigluBackward(loom_dtype dtype, const void* gate, const void* up, const void* dout, void* dgate, void* dup,
+                          int64_t n, double alpha, double limit, void* stream) {
+  return guarded(dtype, stream, [&] {
+    auto [gg, gu] = reference::clampedSwigluBackward(view(gate, dtype, {n}), view(up, dtype, {n}),
+                                                     view(dout, dtype, {n}), alpha, limit);
+    view(dgate, dtype, {n}).copy_(gg);
+    view(dup, dtype, {n}).copy_(gu);
+  });
+}
+
 int crossEntropyForward(loom_dtype dtype, const void* logits, const int64_t* labels, int64_t rows, int64_t vocab,
                         int64_t ignoreIndex, float* loss, float* lse, void* stream) {
   return guarded(dtype, stream, [&] {
@@ -212,6 +248,10 @@ const loom_kernel_table kTable = {
     .adamw_step = adamwStep,
     .lion_step = lionStepSlot,
     .adagrad_step = adagradStepSlot,
+    .masked_softmax_forward = maskedSoftmaxForward,
+    .masked_softmax_backward = maskedSoftmaxBackward,
+    .clamped_swiglu_forward = clampedSwigluForward,
+    .clamped_swiglu_backward = clampedSwigluBackward,
 };
 
 }  // namespace

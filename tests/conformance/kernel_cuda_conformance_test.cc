@@ -160,6 +160,72 @@ TEST_CASE("CUDA swiglu forward and backward match the reference", "[gpu][kernels
   }
 }
 
+TEST_CASE("CUDA clamped swiglu forward and backward match the reference", "[gpu][kernels]") {
+  const int64_t sizes[] = {1, 17, 1000, 100003, (1 << 22) + 3};
+  const double alpha = 1.702, limit = 7.0;  // GPT-OSS's
+  for (bool pooled : kPooledStream) {
+    const StreamPass pass(pooled);
+    for (loom_dtype dtype : kDtypes) {
+      for (int64_t n : sizes) {
+        const std::string what = fmt::format("clamped swiglu {} {} [{}]", pass.label(), dtypeName(dtype), n);
+        // Wide enough that both clamps bite: |x| > 7 for about 1 element in 4.
+        const at::Tensor gate = cudaInput({n}, dtype, 6.0), up = cudaInput({n}, dtype, 6.0),
+                         dout = cudaInput({n}, dtype, 1.0);
+        at::Tensor out = at::empty_like(gate);
+        REQUIRE(cudaPlugin().clamped_swiglu_forward(dtype, gate.data_ptr(), up.data_ptr(), out.data_ptr(), n, alpha,
+                                                    limit, pass.stream()) == LOOM_KERNEL_OK);
+        requireClose(out, ref::clampedSwigluForward(gate, up, alpha, limit), tolerance(dtype, 0.0), what + " out");
+        at::Tensor dg = at::empty_like(gate), du = at::empty_like(up);
+        REQUIRE(cudaPlugin().clamped_swiglu_backward(dtype, gate.data_ptr(), up.data_ptr(), dout.data_ptr(),
+                                                     dg.data_ptr(), du.data_ptr(), n, alpha, limit,
+                                                     pass.stream()) == LOOM_KERNEL_OK);
+        auto [dgRef, duRef] = ref::clampedSwigluBackward(gate, up, dout, alpha, limit);
+        // As on the CPU: d(g sigmoid(a g)) passes through 0, so the error is relative to its
+        // terms, at most |dout| (limit + 1) (1 + a limit).
+        const double dgTerms = maxAbs(dout.to(at::kFloat)) * (limit + 1.0) * (1.0 + alpha * limit);
+        requireClose(dg, dgRef, tolerance(dtype, dgTerms), what + " dgate");
+        requireClose(du, duRef, tolerance(dtype, maxAbs(dout.to(at::kFloat)) * limit), what + " dup");
+      }
+    }
+  }
+}
+
+TEST_CASE("CUDA masked softmax forward and backward match the reference - a fully masked row is 0",
+          "[gpu][kernels]") {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {3, 17}, {8, 129}, {4, 1000}, {2048, 2048}};
+  for (bool pooled : kPooledStream) {
+    const StreamPass pass(pooled);
+    for (loom_dtype dtype : kDtypes) {
+      for (auto [rows, cols] : shapes) {
+        for (bool masked : {false, true}) {
+          const std::string what = fmt::format("masked softmax {} {} [{}, {}]{}", pass.label(), dtypeName(dtype), rows,
+                                               cols, masked ? " with a mask" : "");
+          const double scale = 0.125;
+          const at::Tensor x = cudaInput({rows, cols}, dtype, 20.0), dy = cudaInput({rows, cols}, dtype, 1.0);
+          at::Tensor mask = onCuda((at::rand({rows, cols}) > 0.3).to(at::kByte));
+          if (rows > 1) mask[1].zero_();  // nothing left in row 1
+          at::Tensor y = at::empty_like(x);
+          REQUIRE(cudaPlugin().masked_softmax_forward(dtype, x.data_ptr(), masked ? mask.data_ptr<uint8_t>() : nullptr,
+                                                      y.data_ptr(), rows, cols, scale,
+                                                      pass.stream()) == LOOM_KERNEL_OK);
+          const at::Tensor yRef = ref::maskedSoftmaxForward(x, masked ? mask.to(at::kBool) : at::Tensor(), scale);
+          // exp's argument rounding and the normalizer's sum, as in the CPU suite.
+          const at::Tensor z = x.to(at::kFloat) * scale - (x.to(at::kFloat) * scale).amax(-1, true);
+          const at::Tensor expTerms = yRef.to(at::kFloat).abs() * (z.abs() + std::log2(double(cols)) + 1) *
+                                      (std::ldexp(1.0, -24) / 1e-6);
+          requireClose(y, yRef, tolerance(dtype, 0.0), what + " y", expTerms);
+          if (masked && rows > 1) CHECK(y[1].to(at::kFloat).abs().sum().item<double>() == 0.0);
+          at::Tensor dx = at::empty_like(x);
+          REQUIRE(cudaPlugin().masked_softmax_backward(dtype, yRef.data_ptr(), dy.data_ptr(), dx.data_ptr(), rows, cols,
+                                                       scale, pass.stream()) == LOOM_KERNEL_OK);
+          requireClose(dx, ref::maskedSoftmaxBackward(yRef, dy, scale),
+                       tolerance(dtype, scale * maxAbs(dy.to(at::kFloat)) * 2.0), what + " dx");
+        }
+      }
+    }
+  }
+}
+
 namespace {
 
 // Labels in range, every fifth -100 (ignored by cross-entropy).

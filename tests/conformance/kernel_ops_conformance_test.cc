@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "kernels/reference/reference_ops.h"
 #include "tests/catch.h"
 #include "tests/conformance/kernel_conformance.h"
 
@@ -233,4 +234,98 @@ TEST_CASE("a label outside the vocabulary is an error before anything is written
                                   loss.data_ptr<float>(), nullptr, nullptr) == LOOM_KERNEL_INVALID_ARGUMENT);
   CHECK(std::string(t.last_error()).find("label 10 of row 1") != std::string::npos);
   CHECK(loss[0].item<float>() == 7.0f);
+}
+
+TEST_CASE("clamped swiglu forward and backward match the reference", "[kernels]") {
+  const int64_t sizes[] = {1, 17, 1000, 100003};
+  const double alpha = 1.702, limit = 7.0;  // GPT-OSS's
+  for (const PluginSetup& setup : pluginSetups()) {
+    configurePlugin(setup);
+    for (loom_dtype dtype : kDtypes) {
+      for (int64_t n : sizes) {
+        const std::string what = fmt::format("clamped swiglu {} {} [{}]", setup.label(), dtypeName(dtype), n);
+        // Wide enough that both clamps bite: |x| > 7 for about 1 element in 4.
+        const at::Tensor gate = randomInput({n}, dtype, 6.0), up = randomInput({n}, dtype, 6.0),
+                         dout = randomInput({n}, dtype);
+        auto forward = [&](const loom_kernel_table& t) {
+          at::Tensor out = at::empty_like(gate);
+          REQUIRE(t.clamped_swiglu_forward(dtype, gate.data_ptr(), up.data_ptr(), out.data_ptr(), n, alpha, limit,
+                                           nullptr) == LOOM_KERNEL_OK);
+          return out;
+        };
+        requireClose(forward(cpuPlugin()), forward(referenceTable()), tolerance(dtype, 0.0), what + " out");
+        auto backward = [&](const loom_kernel_table& t) {
+          at::Tensor dg = at::empty_like(gate), du = at::empty_like(up);
+          REQUIRE(t.clamped_swiglu_backward(dtype, gate.data_ptr(), up.data_ptr(), dout.data_ptr(), dg.data_ptr(),
+                                            du.data_ptr(), n, alpha, limit, nullptr) == LOOM_KERNEL_OK);
+          return std::make_pair(dg, du);
+        };
+        auto [dg, du] = backward(cpuPlugin());
+        auto [dgRef, duRef] = backward(referenceTable());
+        // d(g sigmoid(a g)) = s (1 + a g (1 - s)) passes through 0: error relative to its terms,
+        // |dout| (|u| + 1) (1 + a |g|), at most |dout| (limit + 1) (1 + a limit).
+        const double dgTerms = maxAbs(dout.to(at::kFloat)) * (limit + 1.0) * (1.0 + alpha * limit);
+        requireClose(dg, dgRef, tolerance(dtype, dgTerms), what + " dgate");
+        requireClose(du, duRef, tolerance(dtype, maxAbs(dout.to(at::kFloat)) * limit), what + " dup");
+        // The clamps pass no gradient: where up was clamped, dup is exactly 0.
+        const at::Tensor clamped = up.to(at::kFloat).abs() > limit;
+        CHECK(du.to(at::kFloat).masked_select(clamped).abs().sum().item<double>() == 0.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("masked softmax forward and backward match the reference - a fully masked row is 0", "[kernels]") {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {3, 17}, {8, 129}, {4, 1000}};
+  for (const PluginSetup& setup : pluginSetups()) {
+    configurePlugin(setup);
+    for (loom_dtype dtype : kDtypes) {
+      for (auto [rows, cols] : shapes) {
+        for (bool masked : {false, true}) {
+          const std::string what = fmt::format("masked softmax {} {} [{}, {}]{}", setup.label(), dtypeName(dtype),
+                                               rows, cols, masked ? " with a mask" : "");
+          const double scale = 0.125;
+          const at::Tensor x = randomInput({rows, cols}, dtype, 20.0), dy = randomInput({rows, cols}, dtype);
+          at::Tensor mask = (at::rand({rows, cols}) > 0.3).to(at::kByte);
+          if (rows > 1) mask[1].zero_();  // nothing left in row 1
+          const uint8_t* maskPtr = masked ? mask.data_ptr<uint8_t>() : nullptr;
+          auto forward = [&](const loom_kernel_table& t) {
+            at::Tensor y = at::empty_like(x);
+            REQUIRE(t.masked_softmax_forward(dtype, x.data_ptr(), maskPtr, y.data_ptr(), rows, cols, scale, nullptr) ==
+                    LOOM_KERNEL_OK);
+            return y;
+          };
+          const at::Tensor y = forward(cpuPlugin()), yRef = forward(referenceTable());
+          // exp(z) carries its argument's rounding, |z| 2^-24 relative (z = scale x - max, up to
+          // ~20 here: 1.2e-6), and libtorch's fp32 normalizer its sum's, about log2(cols) 2^-24.
+          // Each element's bound |y| (|z| + log2(cols) + 1) 2^-24 is rtol * terms.
+          const at::Tensor z = x.to(at::kFloat) * scale - (x.to(at::kFloat) * scale).amax(-1, true);
+          const at::Tensor expTerms = yRef.to(at::kFloat).abs() * (z.abs() + std::log2(double(cols)) + 1) *
+                                      (std::ldexp(1.0, -24) / 1e-6);
+          requireClose(y, yRef, tolerance(dtype, 0.0), what + " y", expTerms);
+          if (masked && rows > 1) CHECK(y[1].to(at::kFloat).abs().sum().item<double>() == 0.0);
+          if (masked) CHECK(y.to(at::kFloat).masked_select(mask.logical_not()).abs().sum().item<double>() == 0.0);
+
+          auto backward = [&](const loom_kernel_table& t) {
+            at::Tensor dx = at::empty_like(x);
+            REQUIRE(t.masked_softmax_backward(dtype, yRef.data_ptr(), dy.data_ptr(), dx.data_ptr(), rows, cols, scale,
+                                              nullptr) == LOOM_KERNEL_OK);
+            return dx;
+          };
+          // dx = scale y (dy - sum(dy y)) cancels: error relative to scale |y| |dy| terms.
+          const double terms = scale * maxAbs(dy.to(at::kFloat)) * 2.0;
+          const at::Tensor dx = backward(cpuPlugin()), dxRef = backward(referenceTable());
+          requireClose(dx, dxRef, tolerance(dtype, terms), what + " dx");
+          if (dtype == LOOM_DTYPE_F32) {
+            // The reference's closed form against autograd through its forward.
+            at::Tensor leaf = x.clone().requires_grad_(true);
+            at::Tensor out = loom::kernels::reference::maskedSoftmaxForward(
+                leaf, masked ? mask.to(at::kBool) : at::Tensor(), scale);
+            out.backward(dy);
+            requireClose(dxRef, leaf.grad(), tolerance(dtype, terms), what + " dx, closed form vs autograd");
+          }
+        }
+      }
+    }
+  }
 }

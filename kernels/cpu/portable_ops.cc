@@ -1,0 +1,116 @@
+#include "kernels/cpu/portable_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace loom::kernels::cpu {
+namespace {
+
+// Rounds an fp32 intermediate to T, as torch does after each op of a bf16 computation; fp32
+// stays as it is.
+template <typename T>
+float rounded(float v) {
+  return toFloat(fromFloat<T>(v));
+}
+
+template <typename Fn>
+void byType(loom_dtype dtype, Fn&& fn) {
+  if (dtype == LOOM_DTYPE_BF16) {
+    fn(Bf16{});
+  } else {
+    fn(0.0f);
+  }
+}
+
+template <typename T>
+void softmaxForwardRows(const MaskedSoftmaxArgs& a, int64_t begin, int64_t end) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t r = begin; r < end; ++r) {
+    const T* x = static_cast<const T*>(a.x) + r * a.cols;
+    const uint8_t* mask = a.mask ? a.mask + r * a.cols : nullptr;
+    T* y = static_cast<T*>(a.out) + r * a.cols;
+    float max = kNegInf;
+    for (int64_t c = 0; c < a.cols; ++c)
+      if (!mask || mask[c]) max = std::max(max, toFloat(x[c]) * a.scale);
+    if (max == kNegInf) {  // nothing left in the row
+      std::fill(y, y + a.cols, fromFloat<T>(0.0f));
+      continue;
+    }
+    // Summed in double: the normalizer's rounding then does not grow with the row's length.
+    double sum = 0;
+    for (int64_t c = 0; c < a.cols; ++c)
+      if (!mask || mask[c]) sum += std::exp(toFloat(x[c]) * a.scale - max);
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t c = 0; c < a.cols; ++c)
+      y[c] = fromFloat<T>(!mask || mask[c] ? std::exp(toFloat(x[c]) * a.scale - max) * inv : 0.0f);
+  }
+}
+
+template <typename T>
+void softmaxBackwardRows(const MaskedSoftmaxArgs& a, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    const T* y = static_cast<const T*>(a.y) + r * a.cols;
+    const T* dy = static_cast<const T*>(a.dy) + r * a.cols;
+    T* dx = static_cast<T*>(a.out) + r * a.cols;
+    double dot = 0;
+    for (int64_t c = 0; c < a.cols; ++c) dot += static_cast<double>(toFloat(dy[c])) * toFloat(y[c]);
+    const float d = static_cast<float>(dot);
+    for (int64_t c = 0; c < a.cols; ++c) dx[c] = fromFloat<T>(a.scale * toFloat(y[c]) * (toFloat(dy[c]) - d));
+  }
+}
+
+float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+template <typename T>
+void clampedForward(const ClampedSwigluArgs& a, int64_t begin, int64_t end) {
+  const T* gate = static_cast<const T*>(a.gate);
+  const T* up = static_cast<const T*>(a.up);
+  T* out = static_cast<T*>(a.out);
+  for (int64_t i = begin; i < end; ++i) {
+    const float g = std::min(toFloat(gate[i]), a.limit);
+    const float u = std::clamp(toFloat(up[i]), -a.limit, a.limit);
+    // The reference's order of ops, each rounded in bf16: sigmoid(g * alpha), g * that, u + 1.
+    const float glu = rounded<T>(g * rounded<T>(sigmoid(rounded<T>(g * a.alpha))));
+    out[i] = fromFloat<T>(rounded<T>(u + 1.0f) * glu);
+  }
+}
+
+template <typename T>
+void clampedBackward(const ClampedSwigluArgs& a, int64_t begin, int64_t end) {
+  const T* gate = static_cast<const T*>(a.gate);
+  const T* up = static_cast<const T*>(a.up);
+  const T* dout = static_cast<const T*>(a.dout);
+  T* dgate = static_cast<T*>(a.dgate);
+  T* dup = static_cast<T*>(a.dup);
+  for (int64_t i = begin; i < end; ++i) {
+    const float gateIn = toFloat(gate[i]), upIn = toFloat(up[i]), d = toFloat(dout[i]);
+    const float g = std::min(gateIn, a.limit);
+    const float u = std::clamp(upIn, -a.limit, a.limit);
+    const float s = sigmoid(g * a.alpha);
+    // d/dg [g sigmoid(alpha g)] = s + alpha g s (1 - s); torch.clamp passes the gradient where
+    // the input lies within the bounds, ends included.
+    const float dglu = d * (u + 1.0f);
+    dgate[i] = fromFloat<T>(gateIn <= a.limit ? dglu * (s + a.alpha * g * s * (1.0f - s)) : 0.0f);
+    dup[i] = fromFloat<T>(upIn >= -a.limit && upIn <= a.limit ? d * g * s : 0.0f);
+  }
+}
+
+}  // namespace
+
+void maskedSoftmaxForwardRows(const MaskedSoftmaxArgs& a, int64_t begin, int64_t end) {
+  byType(a.dtype, [&](auto t) { softmaxForwardRows<decltype(t)>(a, begin, end); });
+}
+void maskedSoftmaxBackwardRows(const MaskedSoftmaxArgs& a, int64_t begin, int64_t end) {
+  byType(a.dtype, [&](auto t) { softmaxBackwardRows<decltype(t)>(a, begin, end); });
+}
+void clampedSwigluForwardRange(const ClampedSwigluArgs& a, int64_t begin, int64_t end) {
+  byType(a.dtype, [&](auto t) { clampedForward<decltype(t)>(a, begin, end); });
+}
+void clampedSwigluBackwardRange(const ClampedSwigluArgs& a, int64_t begin, int64_t end) {
+  byType(a.dtype, [&](auto t) { clampedBackward<decltype(t)>(a, begin, end); });
+}
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,41 @@
+#pragma once
+
+// Ops the CPU plugin writes once in plain C++ for every instruction set (the compiler vectorizes
+// what it can): the masked softmax and GPT-OSS's clamped SwiGLU. plugin.cc checks a call and runs
+// these over ranges, as it does the per-instruction-set kernels of cpu_kernels.h.
+
+#include <cstdint>
+
+#include "kernels/loom_kernel_abi.h"
+
+namespace loom::kernels::cpu {
+
+struct MaskedSoftmaxArgs {
+  loom_dtype dtype;
+  const void* x;         // forward
+  const uint8_t* mask;   // forward, may be null (every entry)
+  const void* y;         // backward: the forward's output
+  const void* dy;        // backward
+  void* out;             // y (forward) or dx (backward)
+  int64_t cols;
+  float scale;
+};
+// Rows [begin, end).
+void maskedSoftmaxForwardRows(const MaskedSoftmaxArgs& a, int64_t begin, int64_t end);
+void maskedSoftmaxBackwardRows(const MaskedSoftmaxArgs& a, int64_t begin, int64_t end);
+
+struct ClampedSwigluArgs {
+  loom_dtype dtype;
+  const void* gate;
+  const void* up;
+  const void* dout;  // backward
+  void* out;         // forward
+  void* dgate;       // backward
+  void* dup;         // backward
+  float alpha, limit;
+};
+// Elements [begin, end).
+void clampedSwigluForwardRange(const ClampedSwigluArgs& a, int64_t begin, int64_t end);
+void clampedSwigluBackwardRange(const ClampedSwigluArgs& a, int64_t begin, int64_t end);
+
+}  // namespace loom::kernels::cpu
