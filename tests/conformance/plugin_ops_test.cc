@@ -28,10 +28,9 @@ void usePlugin() {
     configurePlugin(pluginSetups().back());  // the best instruction set, on libtorch's threads
     r->addPlugin(&cpuPlugin(), LOOM_CPU_PLUGIN_PATH);
     r->addReference(loom::kernels::reference::referenceKernelTable());
-    loom::worker::usePluginOps(*r);
     return r;
   }();
-  (void)registry;
+  loom::worker::usePluginOps(*registry);
 }
 
 using Op = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
@@ -158,4 +157,45 @@ TEST_CASE("a label outside the vocabulary is an error naming the op", "[kernels]
     INFO(message);
     CHECK(message.find("cross_entropy_forward") != std::string::npos);
   }
+}
+
+namespace {
+
+int refuse() { return LOOM_KERNEL_UNSUPPORTED; }
+const char* refusal() { return "this plugin takes no call"; }
+
+// A plugin that provides every model op and refuses every call, as one built for another GPU does.
+loom_kernel_table refusingTable() {
+  loom_kernel_table t{};
+  t.abi_version = LOOM_KERNEL_ABI_VERSION;
+  t.struct_size = sizeof(loom_kernel_table);
+  t.name = "refusing";
+  t.device = "cpu";
+  t.isa = "none";
+  t.last_error = refusal;
+  t.rms_norm_forward = [](loom_dtype, const void*, const void*, void*, float*, int64_t, int64_t, double, void*) {
+    return refuse();
+  };
+  t.rms_norm_backward = [](loom_dtype, const void*, const void*, const void*, const float*, void*, float*, int64_t,
+                           int64_t, double, void*) { return refuse(); };
+  t.swiglu_forward = [](loom_dtype, const void*, const void*, void*, int64_t, void*) { return refuse(); };
+  t.swiglu_backward = [](loom_dtype, const void*, const void*, const void*, void*, void*, int64_t, void*) {
+    return refuse();
+  };
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("a call every plugin refuses runs the libtorch reference instead", "[kernels]") {
+  static const loom_kernel_table table = refusingTable();
+  loom::kernels::KernelRegistry refusing;  // no reference: the refusal reaches the op table
+  refusing.addPlugin(&table, "refusing (test)");
+  loom::worker::usePluginOps(refusing);
+  const at::Tensor x = at::randn({3, 16}).requires_grad_(true), w = at::randn({16}).requires_grad_(true);
+  at::Tensor y = ops().rmsNorm(x, w, 1e-6);
+  CHECK(at::equal(y, referenceOps().rmsNorm(x, w, 1e-6)));
+  CHECK(nodeOf(y).find("RmsNormFunction") == std::string::npos);
+  CHECK(at::equal(ops().swiglu(x, x), referenceOps().swiglu(x, x)));
+  usePlugin();  // back to the CPU plugin for the other cases of this binary
 }

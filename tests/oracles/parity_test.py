@@ -59,8 +59,9 @@ def step_lines(log):
     return out
 
 
-def loom_run(bin_dir, spec, work, name):
-    """Runs a job spec with `loomctl run`; returns rank 0's log."""
+def loom_run(bin_dir, spec, work, name, expect_failure=False):
+    """Runs a job spec with `loomctl run`; returns rank 0's log (with expect_failure, the job must
+    fail, and loomctl's output is returned)."""
     spec_path = os.path.join(work, name + ".json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
@@ -69,6 +70,10 @@ def loom_run(bin_dir, spec, work, name):
                        capture_output=True, text=True, timeout=300)
     logs = sorted(glob.glob(os.path.join(state, "jobs", "*", "attempt-1", "rank-0.log")))
     log = open(logs[0]).read() if logs else ""
+    if expect_failure:
+        if r.returncode == 0:
+            raise SystemExit(f"loomctl run {name}: succeeded, and it should have failed")
+        return r.stdout + r.stderr + log
     if r.returncode != 0:
         print(r.stdout, r.stderr, log, sep="\n", file=sys.stderr)
         raise SystemExit(f"loomctl run {name}: exit {r.returncode}")
@@ -379,13 +384,28 @@ def zero(bin_dir, work):
     _, tokens = read_token_file(data)
     theirs, their_weights = reference_loop(model_dir, tokens, seq, 2, frozen_steps, base, frozen)
     loaded = load_file(os.path.join(model_dir, "model.safetensors"))
+    stage3 = {"stage": 3, "stage3_param_persistence_threshold": 1000}
     for name, zero_config in {"frozen-stage0": {"stage": 0}, "frozen-stage1": {"stage": 1},
                               "frozen-stage2": {"stage": 2, "overlap_comm": True},
-                              "frozen-stage3": {"stage": 3, "stage3_param_persistence_threshold": 1000}}.items():
+                              "frozen-stage3": stage3, "frozen-stage3-resumed": stage3}.items():
         checkpoints = os.path.join(work, "zero-" + name)
         job = spec(name, 4, zero_config, checkpoints, frozen_steps)
         job["train"]["frozen_parameters"] = frozen
-        losses = loom_losses(loom_run(bin_dir, job, work, "zero-" + name))
+        if name.endswith("-resumed"):
+            # Stopped half way, resumed from its ZeRO-3 checkpoint: the frozen parts come back
+            # from the checkpoint's weights, not from the optimizer state (they have none).
+            first = dict(job, train=dict(job["train"], steps=frozen_steps // 2))
+            log = loom_run(bin_dir, first, work, "zero-" + name + "-1")
+            log += loom_run(bin_dir, job, work, "zero-" + name)
+            check(f"at step {frozen_steps // 2}" in log, f"ZeRO {name}: the second job resumed")
+            # A different frozen set would pair the optimizer state with other parameters.
+            other = dict(job, train=dict(job["train"], steps=frozen_steps + 2, frozen_parameters=frozen[:1]))
+            refused = loom_run(bin_dir, other, work, "zero-" + name + "-other", expect_failure=True)
+            check("written with train.frozen_parameters" in refused,
+                  f"ZeRO {name}: resuming with another frozen set is refused, naming the field")
+        else:
+            log = loom_run(bin_dir, job, work, "zero-" + name)
+        losses = loom_losses(log)
         worst = max(abs(losses.get(s + 1, 0) - l) / l for s, l in enumerate(theirs))
         check(len(losses) == frozen_steps and worst <= 1e-5,
               f"ZeRO {name}: {len(losses)} losses vs torch with the same parameters frozen, worst relative "

@@ -2,8 +2,12 @@
 
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #ifdef LOOM_HAVE_CUDA
 #include <c10/cuda/CUDAStream.h>
@@ -46,12 +50,31 @@ bool pluginServes(Forward loom_kernel_table::*forward, Backward loom_kernel_tabl
          gRegistry->pluginProvides(backward, deviceName(t));
 }
 
-// Runs a slot on `like`'s device; a refusal by every implementation or a failed kernel becomes
-// a c10::Error naming the op (the runtime turns it into the job's reason).
+// Thrown when every implementation refused a call (a plugin built for another GPU, a size it
+// does not take): the dispatcher then runs the libtorch reference instead. Refusals come before
+// any output is written.
+struct Refused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Runs a slot on `like`'s device (made current: the plugin launches on the current one). A
+// failed kernel becomes a c10::Error naming the op (the runtime turns it into the job's reason).
 template <typename Fn, typename... Args>
 void run(Fn loom_kernel_table::*slot, const at::Tensor& like, Args... args) {
+  const c10::DeviceGuard onDevice(like.device());
   const Status status = gRegistry->call(slot, deviceName(like), args...);
+  if (status.code() == StatusCode::kUnimplemented) throw Refused(status.message());
   TORCH_CHECK(status.isOk(), status.message());
+}
+
+// The plugin's function, or the reference when the plugin refuses the forward.
+template <typename Plugin, typename Reference>
+auto orReference(Plugin&& plugin, Reference&& reference) {
+  try {
+    return plugin();
+  } catch (const Refused&) {
+    return reference();
+  }
 }
 
 at::Tensor fp32Like(const at::Tensor& like, at::IntArrayRef sizes) {
@@ -77,11 +100,21 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const at::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2];
     const at::Tensor dy = grads[0].contiguous();
     const int64_t dim = x.size(-1);
+    const double eps = ctx->saved_data["eps"].toDouble();
     at::Tensor dx = at::empty_like(x);
     at::Tensor dweight = fp32Like(x, {dim});
-    run(&loom_kernel_table::rms_norm_backward, x, dtypeOf(x), x.const_data_ptr(), weight.const_data_ptr(),
-        dy.const_data_ptr(), rstd.const_data_ptr<float>(), dx.data_ptr(), dweight.data_ptr<float>(), x.numel() / dim,
-        dim, ctx->saved_data["eps"].toDouble(), streamOf(x));
+    try {
+      run(&loom_kernel_table::rms_norm_backward, x, dtypeOf(x), x.const_data_ptr(), weight.const_data_ptr(),
+          dy.const_data_ptr(), rstd.const_data_ptr<float>(), dx.data_ptr(), dweight.data_ptr<float>(),
+          x.numel() / dim, dim, eps, streamOf(x));
+    } catch (const Refused&) {
+      // A backward the plugin does not take (a dim past its shared memory): the reference's
+      // gradients, by autograd through its forward.
+      at::AutoGradMode enable(true);
+      const at::Tensor xl = x.detach().requires_grad_(true), wl = weight.detach().requires_grad_(true);
+      auto g = torch::autograd::grad({referenceOps().rmsNorm(xl, wl, eps)}, {xl, wl}, {dy});
+      return {g[0], g[1], at::Tensor()};
+    }
     return {dx, dweight.to(weight.scalar_type()), at::Tensor()};
   }
 };
@@ -89,7 +122,8 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
 // q [B, H, S, D] and k [B, Hkv, S, D] (any strides) rotated into fresh contiguous tensors:
 // the slots work in place, and the inputs are not theirs to change.
 void ropeInPlace(bool backward, at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t cosBatchStride = cos.dim() == 3 ? cos.stride(0) : 0;
+  // [1, S, D] is one table for every sequence, as [S, D] is.
+  const int64_t cosBatchStride = cos.dim() == 3 && cos.size(0) > 1 ? cos.stride(0) : 0;
   auto slot = backward ? &loom_kernel_table::rope_backward : &loom_kernel_table::rope_forward;
   run(slot, q, dtypeOf(q), q.data_ptr(), k.data_ptr(), cos.const_data_ptr(), sin.const_data_ptr(), q.size(0),
       q.size(1), k.size(1), q.size(2), q.size(3), cosBatchStride, streamOf(q));
@@ -190,11 +224,18 @@ struct LogprobsFunction : public torch::autograd::Function<LogprobsFunction> {
   }
 };
 
+// Labels the kernels can read: one per row of logits, on the same device.
+bool labelsFit(const at::Tensor& logits, const at::Tensor& labels) {
+  return labels.device() == logits.device() && labels.numel() == logits.size(0);
+}
+
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (!pluginServes(&loom_kernel_table::rms_norm_forward, &loom_kernel_table::rms_norm_backward, x) ||
-      !pluginDtype(x) || weight.scalar_type() != x.scalar_type() || weight.device() != x.device())
+      !pluginDtype(x) || weight.scalar_type() != x.scalar_type() || weight.device() != x.device() ||
+      weight.numel() != x.size(-1))
     return referenceOps().rmsNorm(x, weight, eps);
-  return RmsNormFunction::apply(x, weight, eps);
+  return orReference([&] { return RmsNormFunction::apply(x, weight, eps); },
+                     [&] { return referenceOps().rmsNorm(x, weight, eps); });
 }
 
 std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
@@ -205,29 +246,36 @@ std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& q, const at::Tensor& k,
   if (!pluginServes(&loom_kernel_table::rope_forward, &loom_kernel_table::rope_backward, q) || !pluginDtype(q) ||
       !sameTypes || !cosShape || q.dim() != 4 || k.dim() != 4)
     return referenceOps().rope(q, k, cos, sin);
-  tensor_list out = RopeFunction::apply(q, k, cos, sin);
-  return {out[0], out[1]};
+  return orReference(
+      [&] {
+        tensor_list out = RopeFunction::apply(q, k, cos, sin);
+        return std::make_pair(out[0], out[1]);
+      },
+      [&] { return referenceOps().rope(q, k, cos, sin); });
 }
 
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) {
   if (!pluginServes(&loom_kernel_table::swiglu_forward, &loom_kernel_table::swiglu_backward, gate) ||
       !pluginDtype(gate) || up.scalar_type() != gate.scalar_type() || up.sizes() != gate.sizes())
     return referenceOps().swiglu(gate, up);
-  return SwigluFunction::apply(gate, up);
+  return orReference([&] { return SwigluFunction::apply(gate, up); },
+                     [&] { return referenceOps().swiglu(gate, up); });
 }
 
 at::Tensor crossEntropy(const at::Tensor& logits, const at::Tensor& labels) {
   if (!pluginServes(&loom_kernel_table::cross_entropy_forward, &loom_kernel_table::cross_entropy_backward, logits) ||
-      !pluginDtype(logits) || logits.dim() != 2)
+      !pluginDtype(logits) || logits.dim() != 2 || !labelsFit(logits, labels))
     return referenceOps().crossEntropy(logits, labels);
-  return CrossEntropyFunction::apply(logits, labels);
+  return orReference([&] { return CrossEntropyFunction::apply(logits, labels); },
+                     [&] { return referenceOps().crossEntropy(logits, labels); });
 }
 
 at::Tensor logprobs(const at::Tensor& logits, const at::Tensor& labels) {
   if (!pluginServes(&loom_kernel_table::logprobs, &loom_kernel_table::cross_entropy_backward, logits) ||
-      !pluginDtype(logits) || logits.dim() != 2)
+      !pluginDtype(logits) || logits.dim() != 2 || !labelsFit(logits, labels))
     return referenceOps().logprobs(logits, labels);
-  return LogprobsFunction::apply(logits, labels);
+  return orReference([&] { return LogprobsFunction::apply(logits, labels); },
+                     [&] { return referenceOps().logprobs(logits, labels); });
 }
 
 }  // namespace

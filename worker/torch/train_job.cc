@@ -8,6 +8,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/human_bytes.h"
 #include "worker/torch/checkpoint.h"
@@ -140,9 +141,22 @@ Status Trainer::resume() {
     return failedPrecondition("{}: written at ZeRO stage {} by {} ranks; this job runs stage {} on {} ranks (stage 0 "
                               "checkpoints load at any size; a ZeRO checkpoint at its own stage and size only)",
                               where, stage, dp, ds_.zero.stage, ctx_.worldSize);
-  // Stage 3 restores its parameter parts from the fp32 masters; the others load the weights.
+  // The frozen set decides what the optimizer state covers: it must be the one the checkpoint
+  // was written with.
+  const auto frozen = t.value("frozen_parameters", std::vector<std::string>{});
+  if (frozen != spec_.train.frozenParameters)
+    return failedPrecondition("{}: written with train.frozen_parameters [{}], this job has [{}]", where,
+                              fmt::format("{}", fmt::join(frozen, ", ")),
+                              fmt::format("{}", fmt::join(spec_.train.frozenParameters, ", ")));
+  // Stage 3 restores its trainable parts from the fp32 masters and its frozen ones from the
+  // checkpoint's weights; the others load the weights.
   if (stage < 3) RETURN_IF_ERROR(built_.model->loadWeights(c.model, where));
-  RETURN_IF_ERROR(zero_->restore(stage > 0 ? c.rank : c.optimizer, where));
+  TensorMap state = stage > 0 ? c.rank : c.optimizer;
+  if (stage == 3) {
+    for (const auto& [name, weight] : c.model)
+      if (spec_.train.freezes(name)) state["frozen." + name] = weight;
+  }
+  RETURN_IF_ERROR(zero_->restore(state, where));
   RETURN_IF_ERROR(scaler_.restore(t.at("loss_scaler")));
   step_ = t.at("step").get<int64_t>();
   appliedSteps_ = t.at("applied_steps").get<int64_t>();
@@ -259,6 +273,7 @@ Status Trainer::saveNow() {
                  {"train_batch_size", ds_.trainBatchSize},
                  {"dp_world_size", ctx_.worldSize},
                  {"zero_stage", ds_.zero.stage},
+                 {"frozen_parameters", spec_.train.frozenParameters},
                  {"data_seed", spec_.data.seed},
                  {"loss_scaler", scaler_.state()},
                  {"deepspeed", ds_.toJson()}};

@@ -356,7 +356,23 @@ TensorMap ZeroStage3::state() const {
 Status ZeroStage3::restore(const TensorMap& state, const std::string& source) {
   at::NoGradGuard noGrad;
   for (auto& p : params_) {
-    if (!p.trainable) continue;
+    if (!p.trainable) {
+      // A frozen parameter has no master: its value is the checkpoint's weight ("frozen.<name>").
+      auto weight = state.find("frozen." + p.name);
+      if (weight == state.end()) return invalidArgument("{}: frozen parameter {} is missing", source, p.name);
+      if (weight->second.numel() != p.numel)
+        return invalidArgument("{}: frozen parameter {} has {} elements, the model {}", source, p.name,
+                               weight->second.numel(), p.numel);
+      const at::Tensor whole = weight->second.reshape({-1}).to(p.tensor.device(), dtype_);
+      if (p.persistent) {
+        p.tensor.view({-1}).copy_(whole);
+      } else {
+        at::Tensor padded = at::zeros({p.part * dp_}, modelOptions_);
+        padded.slice(0, 0, p.numel).copy_(whole);
+        p.local.copy_(padded.slice(0, rank_ * p.part, (rank_ + 1) * p.part));
+      }
+      continue;
+    }
     auto it = state.find("master." + p.name);
     if (it == state.end()) return invalidArgument("{}: master.{} is missing", source, p.name);
     if (it->second.numel() != p.master.numel())
