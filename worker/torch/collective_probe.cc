@@ -107,6 +107,7 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
   // resources.device cuda: NCCL on each rank's GPU, like nccl-tests; else UCX on host memory.
   const bool cuda = spec.device == planner::DeviceKind::kCuda;
   const at::Device device = rankDevice(spec, ctx.localRank);
+  makeCurrent(device);
   ASSIGN_OR_RETURN(World connected, connectWorld(ctx, spec, cuda ? TensorHome::kCuda : TensorHome::kHost));
   backends::Communicator* world = connected.comm.get();
   backends::CommsLogger& logger = *connected.logger;

@@ -5,6 +5,9 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#ifdef LOOM_HAVE_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 #include "common/files.h"
 #include "planner/plan_compiler.h"
@@ -23,6 +26,14 @@ at::ScalarType modelDtype(planner::Precision precision) {
 at::Device rankDevice(const planner::JobSpec& spec, int localRank) {
   if (spec.device == planner::DeviceKind::kCuda) return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(localRank));
   return at::kCPU;
+}
+
+void makeCurrent(const at::Device& device) {
+#ifdef LOOM_HAVE_NCCL
+  if (device.is_cuda() && at::hasCUDA()) c10::cuda::set_device(device.index());
+#else
+  (void)device;
+#endif
 }
 
 namespace {
@@ -67,6 +78,7 @@ StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, at::Device device)
   built.plan = std::move(*plan);
   if (device.is_cuda() && !at::hasCUDA())
     return failedPrecondition("resources.device: cuda, but this rank sees no CUDA device (or libtorch has no CUDA)");
+  makeCurrent(device);
   ASSIGN_OR_RETURN(built.model, DecoderModel::create(*config, modelDtype(spec.deepspeed.precision), device));
   RETURN_IF_ERROR(checkAgainstPlan(*built.model, built.plan));
   if (spec.model.weights.empty()) {

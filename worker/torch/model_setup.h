@@ -30,6 +30,9 @@ StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, at::Device device)
 
 // The device a rank computes on: the CPU, or for resources.device cuda the GPU of its local rank.
 at::Device rankDevice(const planner::JobSpec& spec, int localRank);
+// Makes a GPU the thread's current device (as torchrun scripts do with torch.cuda.set_device):
+// kernels launched without a device of their own, a plugin's among them, go to the rank's GPU.
+void makeCurrent(const at::Device& device);
 
 // Threads for libtorch: the machine's cores shared among the ranks on this node.
 void setThreadsForRanks(int localWorldSize);
