@@ -179,7 +179,12 @@ StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
   }
 
   const ZeroConfig& zero = ds.zero;
-  plan.memory = estimateMemory(model, parameters, layouts,
+  // Frozen parameters hold their weights only: no gradient, no master, no optimizer state (ZeRO-3
+  // still partitions them, as it does every weight).
+  std::vector<ParameterInfo> held = parameters;
+  for (ParameterInfo& p : held)
+    if (spec.train.freezes(p.name)) p.trainable = false;
+  plan.memory = estimateMemory(model, held, layouts,
                                TrainingShape{.zeroStage = zero.stage,
                                              .dataParallel = plan.mesh.denseData(),
                                              .expertParallel = ep,

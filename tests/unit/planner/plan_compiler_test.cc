@@ -495,6 +495,15 @@ TEST_CASE("plan rejections: train.frozen_parameters that hold nothing or everyth
   CHECK(rejection("llama3_8b.json", frozen({"model\\.embed_tokens\\.weight", "model\\.embed\\.weight"})) ==
         "train.frozen_parameters[1]: \"model\\.embed\\.weight\" matches no parameter of the model (names look like "
         "model.layers.0.input_layernorm.weight)");
+  // The memory estimate gives frozen parameters no gradient, master or optimizer state: freezing
+  // the embedding (128,256 x 4,096) saves 4 + 8 bytes (fp32 master, AdamW's two moments) of each
+  // of its elements over 8 ranks at stage 3, and its bf16 gradient part.
+  const Plan all = compiled("llama3_8b.json", frozen(json::array()));
+  const Plan noEmbedding = compiled("llama3_8b.json", frozen({"model\\.embed_tokens\\.weight"}));
+  const int64_t embedding = int64_t{128256} * 4096;
+  CHECK(all.memory.optimizer - noEmbedding.memory.optimizer == 12 * embedding / 8);
+  CHECK(all.memory.gradients - noEmbedding.memory.gradients == 2 * embedding / 8);
+  CHECK(all.memory.parameters == noEmbedding.memory.parameters);
   CHECK(rejection("llama3_8b.json", frozen({".*"})) ==
         "train.frozen_parameters: every one of the model's 291 parameters is frozen");
   // Not a regular expression: refused when the spec is read, by index.
