@@ -340,6 +340,10 @@ def zero(bin_dir, work):
             log = first + log
         else:
             log = loom_run(bin_dir, spec(name, ranks, zero_config, checkpoints, steps), work, "zero-" + name)
+        if "offload_optimizer" in zero_config:
+            # The host's optimizer step runs on the CPU plugin without the job naming it.
+            check("libloom_kernels_cpu.so" in log and "cpu ops: loom-cpu (all)" in log,
+                  f"ZeRO {name}: the CPU plugin, loaded for the offloaded optimizer, runs every op")
         weights = load_file(os.path.join(checkpoints, f"global_step{steps}", "model.safetensors"))
         results[name] = (loom_losses(log), weights, memory_line(log))
     ref_losses, ref_weights, ref_memory = results["stage0"]
