@@ -67,9 +67,11 @@ void run(Fn loom_kernel_table::*slot, const at::Tensor& like, Args... args) {
   TORCH_CHECK(status.isOk(), status.message());
 }
 
-// The plugin's function, or the reference when the plugin refuses the forward.
+// The plugin's function where it can take the call; else, and when every plugin refuses the
+// forward, the reference.
 template <typename Plugin, typename Reference>
-auto orReference(Plugin&& plugin, Reference&& reference) {
+auto pluginOr(bool usable, Plugin&& plugin, Reference&& reference) {
+  if (!usable) return reference();
   try {
     return plugin();
   } catch (const Refused&) {
@@ -230,12 +232,12 @@ bool labelsFit(const at::Tensor& logits, const at::Tensor& labels) {
 }
 
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (!pluginServes(&loom_kernel_table::rms_norm_forward, &loom_kernel_table::rms_norm_backward, x) ||
-      !pluginDtype(x) || weight.scalar_type() != x.scalar_type() || weight.device() != x.device() ||
-      weight.numel() != x.size(-1))
-    return referenceOps().rmsNorm(x, weight, eps);
-  return orReference([&] { return RmsNormFunction::apply(x, weight, eps); },
-                     [&] { return referenceOps().rmsNorm(x, weight, eps); });
+  const bool usable = pluginServes(&loom_kernel_table::rms_norm_forward, &loom_kernel_table::rms_norm_backward, x) &&
+                      pluginDtype(x) && weight.scalar_type() == x.scalar_type() && weight.device() == x.device() &&
+                      weight.numel() == x.size(-1);
+  return pluginOr(
+      usable, [&] { return RmsNormFunction::apply(x, weight, eps); },
+      [&] { return referenceOps().rmsNorm(x, weight, eps); });
 }
 
 std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
@@ -243,10 +245,10 @@ std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& q, const at::Tensor& k,
   const bool sameTypes = k.scalar_type() == q.scalar_type() && cos.scalar_type() == q.scalar_type() &&
                          sin.scalar_type() == q.scalar_type();
   const bool cosShape = (cos.dim() == 2 || cos.dim() == 3) && cos.sizes() == sin.sizes();
-  if (!pluginServes(&loom_kernel_table::rope_forward, &loom_kernel_table::rope_backward, q) || !pluginDtype(q) ||
-      !sameTypes || !cosShape || q.dim() != 4 || k.dim() != 4)
-    return referenceOps().rope(q, k, cos, sin);
-  return orReference(
+  const bool usable = pluginServes(&loom_kernel_table::rope_forward, &loom_kernel_table::rope_backward, q) &&
+                      pluginDtype(q) && sameTypes && cosShape && q.dim() == 4 && k.dim() == 4;
+  return pluginOr(
+      usable,
       [&] {
         tensor_list out = RopeFunction::apply(q, k, cos, sin);
         return std::make_pair(out[0], out[1]);
@@ -255,27 +257,27 @@ std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& q, const at::Tensor& k,
 }
 
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) {
-  if (!pluginServes(&loom_kernel_table::swiglu_forward, &loom_kernel_table::swiglu_backward, gate) ||
-      !pluginDtype(gate) || up.scalar_type() != gate.scalar_type() || up.sizes() != gate.sizes())
-    return referenceOps().swiglu(gate, up);
-  return orReference([&] { return SwigluFunction::apply(gate, up); },
-                     [&] { return referenceOps().swiglu(gate, up); });
+  const bool usable = pluginServes(&loom_kernel_table::swiglu_forward, &loom_kernel_table::swiglu_backward, gate) &&
+                      pluginDtype(gate) && up.scalar_type() == gate.scalar_type() && up.sizes() == gate.sizes();
+  return pluginOr(
+      usable, [&] { return SwigluFunction::apply(gate, up); }, [&] { return referenceOps().swiglu(gate, up); });
 }
 
 at::Tensor crossEntropy(const at::Tensor& logits, const at::Tensor& labels) {
-  if (!pluginServes(&loom_kernel_table::cross_entropy_forward, &loom_kernel_table::cross_entropy_backward, logits) ||
-      !pluginDtype(logits) || logits.dim() != 2 || !labelsFit(logits, labels))
-    return referenceOps().crossEntropy(logits, labels);
-  return orReference([&] { return CrossEntropyFunction::apply(logits, labels); },
-                     [&] { return referenceOps().crossEntropy(logits, labels); });
+  const bool usable =
+      pluginServes(&loom_kernel_table::cross_entropy_forward, &loom_kernel_table::cross_entropy_backward, logits) &&
+      pluginDtype(logits) && logits.dim() == 2 && labelsFit(logits, labels);
+  return pluginOr(
+      usable, [&] { return CrossEntropyFunction::apply(logits, labels); },
+      [&] { return referenceOps().crossEntropy(logits, labels); });
 }
 
 at::Tensor logprobs(const at::Tensor& logits, const at::Tensor& labels) {
-  if (!pluginServes(&loom_kernel_table::logprobs, &loom_kernel_table::cross_entropy_backward, logits) ||
-      !pluginDtype(logits) || logits.dim() != 2 || !labelsFit(logits, labels))
-    return referenceOps().logprobs(logits, labels);
-  return orReference([&] { return LogprobsFunction::apply(logits, labels); },
-                     [&] { return referenceOps().logprobs(logits, labels); });
+  const bool usable = pluginServes(&loom_kernel_table::logprobs, &loom_kernel_table::cross_entropy_backward, logits) &&
+                      pluginDtype(logits) && logits.dim() == 2 && labelsFit(logits, labels);
+  return pluginOr(
+      usable, [&] { return LogprobsFunction::apply(logits, labels); },
+      [&] { return referenceOps().logprobs(logits, labels); });
 }
 
 }  // namespace

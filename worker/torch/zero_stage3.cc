@@ -75,6 +75,8 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
   // The block's parameters cut into parts, all of them (to gather) or the trainable ones (whose
   // gradients are reduced).
   std::vector<int> partitioned(int block, bool trainableOnly = false) const;
+  // This rank's part of the whole parameter `whole` (any shape, p.numel elements), padded.
+  at::Tensor localPart(const Param& p, const at::Tensor& whole) const;
 
   const planner::DeepSpeedConfig& config_;
   DecoderModel& model_;
@@ -138,9 +140,7 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& mod
     if (p.persistent) {
       if (p.trainable) p.master = at::empty({p.numel}, masterOptions).copy_(t.detach().reshape({-1}));
     } else {
-      at::Tensor padded = at::zeros({p.part * dp_}, modelOptions_);
-      padded.slice(0, 0, p.numel).copy_(t.reshape({-1}));
-      p.local = padded.slice(0, rank_ * p.part, (rank_ + 1) * p.part).clone();
+      p.local = localPart(p, t);
       if (p.trainable) p.master = at::empty({p.part}, masterOptions).copy_(p.local);
       t.set_data(at::empty({0}, modelOptions_));  // released until a block needs it
     }
@@ -153,6 +153,12 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& mod
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters));
   model.setBlockRunner(this);
   model.setLinear(parameterLinear);
+}
+
+at::Tensor ZeroStage3::localPart(const Param& p, const at::Tensor& whole) const {
+  at::Tensor padded = at::zeros({p.part * dp_}, modelOptions_);
+  padded.slice(0, 0, p.numel).copy_(whole.reshape({-1}));
+  return padded.slice(0, rank_ * p.part, (rank_ + 1) * p.part).clone();
 }
 
 std::vector<int> ZeroStage3::partitioned(int block, bool trainableOnly) const {
@@ -363,13 +369,10 @@ Status ZeroStage3::restore(const TensorMap& state, const std::string& source) {
       if (weight->second.numel() != p.numel)
         return invalidArgument("{}: frozen parameter {} has {} elements, the model {}", source, p.name,
                                weight->second.numel(), p.numel);
-      const at::Tensor whole = weight->second.reshape({-1}).to(p.tensor.device(), dtype_);
       if (p.persistent) {
-        p.tensor.view({-1}).copy_(whole);
+        p.tensor.view({-1}).copy_(weight->second.reshape({-1}));
       } else {
-        at::Tensor padded = at::zeros({p.part * dp_}, modelOptions_);
-        padded.slice(0, 0, p.numel).copy_(whole);
-        p.local.copy_(padded.slice(0, rank_ * p.part, (rank_ + 1) * p.part));
+        p.local.copy_(localPart(p, weight->second));
       }
       continue;
     }
