@@ -119,6 +119,9 @@ Status parseTrain(const json& object, JobSpec* spec) {
                              t.frozenParameters[i], e.what());
     }
   }
+  RETURN_IF_ERROR(r.readInt("profile_step", &t.profileStep, false, 0, int64_t(1) << 40));
+  if (t.profileStep > t.steps)
+    return invalidArgument("train.profile_step: {} is past the last step (train.steps is {})", t.profileStep, t.steps);
   if (t.evalEvery > 0 && spec->data.eval.empty())
     return invalidArgument("train.eval_every: {} needs data.eval, the token file to evaluate on", t.evalEvery);
   if (t.checkpointEvery > 0 && t.checkpointDir.empty())
@@ -289,6 +292,7 @@ json JobSpec::toJson() const {
                   {"resume", train.resume}};
     if (!train.checkpointDir.empty()) j["train"]["checkpoint_dir"] = train.checkpointDir;
     if (!train.frozenParameters.empty()) j["train"]["frozen_parameters"] = train.frozenParameters;
+    if (train.profileStep > 0) j["train"]["profile_step"] = train.profileStep;
   }
   if (kind == JobKind::kEval) {
     j["eval"] = {{"max_batches", eval.maxBatches}};

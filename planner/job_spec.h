@@ -67,6 +67,9 @@ struct TrainSpec {
   // regex model\.embed_tokens\.weight; model\.layers\.[0-3]\..* for the first four layers). A
   // frozen parameter gets no gradient and is not in the optimizer (no weight decay, no state).
   std::vector<std::string> frozenParameters;
+  // A step (1-based) that rank 0 runs under libtorch's profiler, printing where its time went
+  // (worker/torch/step_profiler.h). 0: none.
+  int64_t profileStep = 0;
   // Whether frozenParameters holds `name` (one of them matches it whole).
   bool freezes(const std::string& name) const;
 };

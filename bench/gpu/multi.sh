@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Several GPUs of one host: the bench/gpu model on N GPUs at ZeRO stages 0-3 (one rank per GPU,
 # NCCL), against the same global batch on 1 GPU (N micro-batches of gradient accumulation): the
-# losses must agree within bf16 tolerance, and tokens/s gives the scaling efficiency.
+# losses must agree within bf16 tolerance, and tokens/s gives the scaling efficiency. DeepSpeed
+# trains the same model on the same N GPUs at the stages of DS_STAGES (default "1 2 3").
+# With PLUGIN (libloom_kernels_cuda.so), Loom's runs use its fused kernels.
 # Usage (repository root, Loom's binaries in BIN, libraries on LD_LIBRARY_PATH):
-#   bench/gpu/multi.sh BIN OUT GPUS [MICRO]
+#   bench/gpu/multi.sh BIN OUT GPUS [MICRO] [PLUGIN]
 set -euo pipefail
-bin=$1 out=$2 gpus=$3 micro=${4:-8} seq=2048 steps=10
+bin=$1 out=$2 gpus=$3 micro=${4:-8} plugin=${5:-} seq=2048 steps=10
+kernels=""
+[ -n "$plugin" ] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 python3 - "$out/random.tokens" <<'PY'
@@ -17,7 +21,7 @@ write_token_file(sys.argv[1], np.random.default_rng(0).integers(0, 128256, 80 * 
 PY
 run() {  # name ranks stage
   cat > "$out/$1.json" <<JSON
-{"name": "$1", "kind": "train", "resources": {"ranks": $2, "device": "cuda"},
+{"name": "$1", "kind": "train", "resources": {"ranks": $2, "device": "cuda", "device_memory_gb": 139}, $kernels
  "model": {"config": "$here/llama-1b-config.json", "init_seed": 1},
  "data": {"train": "$out/random.tokens", "seq_len": $seq, "seed": 1},
  "train": {"steps": $steps},
@@ -30,6 +34,12 @@ JSON
 }
 run one-gpu 1 0
 for stage in 0 1 2 3; do run "gpus$gpus-z$stage" "$gpus" "$stage"; done
+: >"$out/deepspeed.jsonl"
+for stage in ${DS_STAGES-1 2 3}; do
+  python3 "$here/deepspeed_reference.py" --config "$here/llama-1b-config.json" --stage "$stage" --seq $seq \
+    --micro "$micro" --steps $steps --gpus "$gpus" >>"$out/deepspeed.jsonl" 2>"$out/deepspeed-z$stage.err" ||
+    echo "deepspeed stage $stage on $gpus GPUs did not run: see deepspeed.jsonl and deepspeed-z$stage.err"
+done
 python3 - "$out" "$gpus" "$micro" "$seq" <<'PY'
 import re, statistics, sys
 out, gpus, micro, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -53,4 +63,17 @@ for stage in range(4):
         continue
     diff = max(abs(losses[s] - base_losses[s]) for s in base_losses) if base_losses else float("nan")
     print(f"| {gpus} | {stage} | {tps:,.0f} | {tps / (gpus * base_tps):.0%} | {diff:.4f} |")
+import json
+ds = [json.loads(line) for line in open(f"{out}/deepspeed.jsonl") if line.strip()]
+if ds:
+    print()
+    print(f"| GPUs | stage | DeepSpeed tokens/s | Loom / DeepSpeed |")
+    print("|---|---|---|---|")
+for r in ds:
+    if "tokens_per_s" not in r:
+        print(f"| {gpus} | {r['stage']} | did not run: {r.get('error', '')[:80]} | |")
+        continue
+    _, tps = read(f"gpus{gpus}-z{r['stage']}")
+    ratio = f"{tps / r['tokens_per_s']:.2f}x" if tps else ""
+    print(f"| {gpus} | {r['stage']} | {r['tokens_per_s']:,.0f} | {ratio} |")
 PY

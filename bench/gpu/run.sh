@@ -47,7 +47,7 @@ for run in ${RUNS:-$runs}; do
 {"name": "bench-gpu-$run", "kind": "train", "resources": {"ranks": 1, "device": "cuda", "device_memory_gb": 139}, $kernels
  "model": {"config": "$here/llama-1b-config.json", "init_seed": 1},
  "data": {"train": "$out/random.tokens", "seq_len": $seq, "seed": 1},
- "train": {"steps": $steps},
+ "train": {"steps": $steps, "profile_step": $steps},
  "deepspeed": {"train_batch_size": $micro, "train_micro_batch_size_per_gpu": $micro, "steps_per_print": 1,
    "bf16": {"enabled": true}, "gradient_clipping": 1.0, "zero_optimization": $zero,
    "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}}
@@ -79,7 +79,9 @@ for run in ("z0", "z3", "z0-cuda-kernels", "z3-cuda-kernels", "z2-offload"):
         log = open(f"{out}/loom-{run}-rank0.log").read()
     except OSError:
         continue
-    tps = [float(m) for s, m in re.findall(r"step (\d+)/\d+: .*tokens/s (\d+)", log) if int(s) > 2]
+    # Steps 3 to the last but one: the last runs under the profiler (train.profile_step).
+    steps = re.findall(r"step (\d+)/(\d+): .*tokens/s (\d+)", log)
+    tps = [float(m) for s, n, m in steps if 2 < int(s) < int(n)]
     fused = {"cuda-kernels": ", CUDA kernel plugin", "offload": ", optimizer offloaded to the CPU plugin"}.get(
         run.split("-", 1)[-1], "")
     if tps:
@@ -99,4 +101,19 @@ if prof:
         print(f"| {part} | {ms} | {ms / prof['step_ms']:.1%} |")
     idle = prof["step_ms"] - prof["gpu_busy_ms"]
     print(f"| GPU idle (launch gaps, host work) | {idle:.2f} | {idle / prof['step_ms']:.1%} |")
+# Loom's own profile of its last step (train.profile_step), for the fastest run that has one.
+for run in ("z0-cuda-kernels", "z0"):
+    try:
+        log = open(f"{out}/loom-{run}-rank0.log").read()
+    except OSError:
+        continue
+    at = log.find("profile of step")
+    if at < 0:
+        continue
+    print(f"\nLoom ZeRO 0 ({run}), one step under train.profile_step:")
+    for line in log[at:].splitlines()[1:]:
+        if not (line.startswith("|") or line.startswith("GPU busy") or not line.strip()):
+            break
+        print(line)
+    break
 PY

@@ -86,12 +86,18 @@ TEST_CASE("train: 2 data-parallel ranks reproduce the 1-rank losses - and the lo
   TrainingFiles f;
   Standalone cluster(2);
   v1::Job one = runToEnd(cluster, f.trainSpec("one", 1, 12));
-  v1::Job two = runToEnd(cluster, f.trainSpec("two", 2, 12, f.dir.path() + "/ckpt"));
+  json twoSpec = f.trainSpec("two", 2, 12, f.dir.path() + "/ckpt");
+  twoSpec["train"]["profile_step"] = 5;  // profiling one step changes nothing in the run
+  v1::Job two = runToEnd(cluster, twoSpec);
   INFO(one.reason() << " / " << two.reason());
   REQUIRE(one.state() == v1::SUCCEEDED);
   REQUIRE(two.state() == v1::SUCCEEDED);
   auto a = losses(rankLog(*cluster.client, one.id(), 0));
-  auto b = losses(rankLog(*cluster.client, two.id(), 0));
+  const std::string twoLog = rankLog(*cluster.client, two.id(), 0);
+  auto b = losses(twoLog);
+  // train.profile_step: the profiled step's report in rank 0's log, the operators by time.
+  CHECK(twoLog.find("profile of step 5 (train.profile_step):") != std::string::npos);
+  CHECK(std::regex_search(twoLog, std::regex(R"(\| aten::\w+ \| [0-9.]+ \| [0-9.]+% \|)")));
   REQUIRE(a.size() == 12);
   REQUIRE(b.size() == 12);
   // Same samples per step, gradient mean over ranks = mean over micro-batches: equal up to

@@ -5,9 +5,6 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#ifdef LOOM_HAVE_NCCL
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 #include "backends/comms_logger.h"
 #include "worker/torch/model_setup.h"
@@ -77,17 +74,6 @@ Case onDevice(Case k, const at::Device& device) {
   for (at::Tensor* t : {&k.input, &k.output, &k.expected})
     if (t->defined()) *t = t->to(device);
   return k;
-}
-
-// Waits for the GPU's work on `device`'s current stream (nothing on the host): the clock around
-// the timed loop then measures the GPU, as nccl-tests does, not when the communicator's watcher
-// next looked.
-void synchronize(const at::Device& device) {
-#ifdef LOOM_HAVE_NCCL
-  if (device.is_cuda()) c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
-#else
-  (void)device;
-#endif
 }
 
 // In-place ops leave their result in the input, and the next iteration must start from the

@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 #ifdef LOOM_HAVE_NCCL
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 #include "common/files.h"
@@ -31,6 +32,14 @@ at::Device rankDevice(const planner::JobSpec& spec, int localRank) {
 void makeCurrent(const at::Device& device) {
 #ifdef LOOM_HAVE_NCCL
   if (device.is_cuda() && at::hasCUDA()) c10::cuda::set_device(device.index());
+#else
+  (void)device;
+#endif
+}
+
+void synchronize(const at::Device& device) {
+#ifdef LOOM_HAVE_NCCL
+  if (device.is_cuda()) c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
 #else
   (void)device;
 #endif

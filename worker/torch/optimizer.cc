@@ -1,6 +1,7 @@
 #include "worker/torch/optimizer.h"
 
 #include <cmath>
+#include <optional>
 
 #include <ATen/ATen.h>
 
@@ -39,7 +40,7 @@ bool Optimizer::fused() const {
          !slots_.empty() && slots_.front().param.scalar_type() == at::kFloat;
 }
 
-void Optimizer::fusedAdamStep(double lr, const std::vector<at::Tensor>& grads) {
+void Optimizer::fusedAdamStep(double lr, const std::vector<at::Tensor>& grads, double gradDivisor) {
   std::vector<at::Tensor> params, firsts, seconds, steps;
   for (auto& s : slots_) {
     params.push_back(s.param);
@@ -50,26 +51,36 @@ void Optimizer::fusedAdamStep(double lr, const std::vector<at::Tensor>& grads) {
     steps.push_back(s.step);
   }
   const auto& c = config_;
+  // The kernel divides each gradient by grad_scale as it reads it (AMP's unscale): clipping and
+  // loss scaling cost no pass of their own over the gradients.
+  std::optional<at::Tensor> gradScale;
+  if (gradDivisor != 1.0) gradScale = at::full({}, gradDivisor, slots_.front().param.options());
   if (c.decoupledWeightDecay) {
     at::_fused_adamw_(params, grads, firsts, seconds, /*max_exp_avg_sqs=*/{}, steps, lr, c.beta1, c.beta2,
-                      c.weightDecay, c.eps, /*amsgrad=*/false, /*maximize=*/false);
+                      c.weightDecay, c.eps, /*amsgrad=*/false, /*maximize=*/false, gradScale);
   } else {
     at::_fused_adam_(params, grads, firsts, seconds, {}, steps, lr, c.beta1, c.beta2, c.weightDecay, c.eps, false,
-                     false);
+                     false, gradScale);
   }
 }
 
-bool Optimizer::pluginStep(double lr, const std::vector<at::Tensor>& grads) {
+bool Optimizer::pluginServes() const {
   const auto& registry = kernelRegistry();
   const auto& c = config_;
   for (const auto& s : slots_) {
     if (!s.param.is_cpu() || s.param.scalar_type() != at::kFloat || !s.param.is_contiguous()) return false;
   }
   const bool adam = c.type == OptimizerType::kAdam || c.type == OptimizerType::kAdamW;
-  if ((adam && !registry.pluginProvides(&loom_kernel_table::adamw_step, "cpu")) ||
-      (c.type == OptimizerType::kLion && !registry.pluginProvides(&loom_kernel_table::lion_step, "cpu")) ||
-      (c.type == OptimizerType::kAdagrad && !registry.pluginProvides(&loom_kernel_table::adagrad_step, "cpu")))
-    return false;
+  return !((adam && !registry.pluginProvides(&loom_kernel_table::adamw_step, "cpu")) ||
+           (c.type == OptimizerType::kLion && !registry.pluginProvides(&loom_kernel_table::lion_step, "cpu")) ||
+           (c.type == OptimizerType::kAdagrad && !registry.pluginProvides(&loom_kernel_table::adagrad_step, "cpu")));
+}
+
+bool Optimizer::pluginStep(double lr, const std::vector<at::Tensor>& grads) {
+  if (!pluginServes()) return false;
+  const auto& registry = kernelRegistry();
+  const auto& c = config_;
+  const bool adam = c.type == OptimizerType::kAdam || c.type == OptimizerType::kAdamW;
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
     at::Tensor g = grads[i].to(at::kFloat).contiguous();
@@ -97,14 +108,17 @@ bool Optimizer::pluginStep(double lr, const std::vector<at::Tensor>& grads) {
   return true;
 }
 
-void Optimizer::step(double lr, const std::vector<at::Tensor>& grads) {
+void Optimizer::step(double lr, const std::vector<at::Tensor>& grads, double gradDivisor) {
   at::NoGradGuard noGrad;
   ++steps_;
-  if (pluginStep(lr, grads)) return;
-  if (fused()) {
-    fusedAdamStep(lr, grads);
+  if (fused() && !pluginServes()) {
+    fusedAdamStep(lr, grads, gradDivisor);
     return;
   }
+  if (gradDivisor != 1.0) {
+    for (const at::Tensor& g : grads) g.div_(gradDivisor);
+  }
+  if (pluginStep(lr, grads)) return;
   const auto& c = config_;
   const double t = static_cast<double>(steps_);
   for (size_t i = 0; i < slots_.size(); ++i) {

@@ -24,8 +24,10 @@ class Optimizer {
  public:
   Optimizer(const planner::OptimizerConfig& config, std::vector<std::pair<std::string, at::Tensor>> masters);
 
-  // One update with learning rate `lr`; grads[i] belongs to masters[i] (fp32, same shape).
-  void step(double lr, const std::vector<at::Tensor>& grads);
+  // One update with learning rate `lr`; grads[i] belongs to masters[i] (fp32, same shape). The
+  // update uses grads[i] / gradDivisor (the loss scale over the clipping coefficient): inside the
+  // fused kernel where there is one, else by dividing the grads in place first.
+  void step(double lr, const std::vector<at::Tensor>& grads, double gradDivisor = 1.0);
   int64_t steps() const { return steps_; }
 
   // "<param>.exp_avg", "<param>.exp_avg_sq" (Adam), "<param>.exp_avg" (Lion), "<param>.sum"
@@ -44,8 +46,9 @@ class Optimizer {
   // Adam and AdamW with bias correction: libtorch's fused kernel (torch.optim's fused=True), one
   // pass over each tensor instead of seven.
   bool fused() const;
-  void fusedAdamStep(double lr, const std::vector<at::Tensor>& grads);
+  void fusedAdamStep(double lr, const std::vector<at::Tensor>& grads, double gradDivisor);
   // On the CPU, a loaded kernel plugin's step (kernels/), when one provides this optimizer.
+  bool pluginServes() const;
   bool pluginStep(double lr, const std::vector<at::Tensor>& grads);
   std::vector<std::string> stateNames() const;
 

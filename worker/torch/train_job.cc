@@ -15,6 +15,7 @@
 #include "worker/torch/evaluation.h"
 #include "worker/torch/kernels.h"
 #include "worker/torch/model_setup.h"
+#include "worker/torch/step_profiler.h"
 #include "worker/torch/zero_optimizer.h"
 #include "worker/torch/token_samples.h"
 #include "worker/torch/world.h"
@@ -44,6 +45,8 @@ class Trainer {
 
  private:
   Status trainStep();
+  // trainStep under the profiler; rank 0 prints where the step's time went.
+  Status profiledTrainStep();
   Status evaluateNow();
   Status saveNow();
   Status resume();
@@ -243,6 +246,23 @@ Status Trainer::trainStep() {
   return Status::ok();
 }
 
+Status Trainer::profiledTrainStep() {
+  const at::Device device = built_.model->device();
+  synchronize(device);  // the step starts with nothing queued before it
+  const auto started = Clock::now();
+  std::optional<StepProfiler> profiler;
+  if (ctx_.rank == 0) profiler.emplace(device);
+  RETURN_IF_ERROR(trainStep());
+  synchronize(device);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  if (profiler) {
+    std::printf("profile of step %lld (train.profile_step):\n%s", static_cast<long long>(step_),
+                profiler->report(ms).c_str());
+    std::fflush(stdout);
+  }
+  return Status::ok();
+}
+
 Status Trainer::evaluateNow() {
   ASSIGN_OR_RETURN(EvalResult r, evaluate(*built_.model, *eval_, ds_.microBatchSize, spec_.train.evalBatches,
                                           /*wantLogprobs=*/false, ctx_.rank, comm()));
@@ -293,7 +313,7 @@ Status Trainer::saveNow() {
 Status Trainer::run() {
   const auto& t = spec_.train;
   while (step_ < t.steps) {
-    RETURN_IF_ERROR(trainStep());
+    RETURN_IF_ERROR(step_ + 1 == t.profileStep ? profiledTrainStep() : trainStep());
     if (eval_ && t.evalEvery > 0 && step_ % t.evalEvery == 0) RETURN_IF_ERROR(evaluateNow());
     if (!t.checkpointDir.empty() && t.checkpointEvery > 0 && step_ % t.checkpointEvery == 0)
       RETURN_IF_ERROR(saveNow());

@@ -29,11 +29,12 @@ class ZeroEngine {
   virtual void zeroGradients() = 0;
   // After each micro-batch's backward: takes what is left of the parameters' gradients.
   virtual Status accumulate() = 0;
-  // At the end of the step: averages over the ranks (if not done), divides by `lossScale`, and
-  // returns the global gradient norm (not finite when a gradient overflowed).
+  // At the end of the step: averages over the ranks (if not done) and returns the global norm of
+  // the gradient divided by `lossScale` (not finite when a gradient overflowed). The buffers keep
+  // the scaled gradient: step() divides as the optimizer reads it.
   virtual StatusOr<double> reduce(double lossScale) = 0;
-  // Scales the gradient by `clipCoefficient` (<= 1), runs the optimizer on this rank's part with
-  // `lr`, and brings every rank's model up to date.
+  // Runs the optimizer on this rank's part with `lr`, on the gradient divided by the loss scale and
+  // multiplied by `clipCoefficient` (<= 1), and brings every rank's model up to date.
   virtual Status step(double lr, double clipCoefficient) = 0;
   // This rank's optimizer state and fp32 masters (what its checkpoint file holds).
   virtual TensorMap state() const = 0;

@@ -35,31 +35,42 @@ class ZeroStage0 final : public ZeroEngine {
     optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters));
   }
 
-  void zeroGradients() override { gradFlat_.zero_(); }
+  // The first micro-batch copies its gradients into the buffer rather than adding them to zeros:
+  // one pass over the buffer fewer, and none to clear it.
+  void zeroGradients() override { bufferHoldsStep_ = false; }
 
   Status accumulate() override {
     at::NoGradGuard noGrad;
+    std::vector<at::Tensor> into, grads;
     for (size_t i = 0; i < params_.size(); ++i) {
       at::Tensor& p = params_[i].second;
-      if (p.grad().defined()) gradViews_[i].add_(p.grad());
-      p.mutable_grad().reset();
+      if (p.grad().defined()) {
+        into.push_back(gradViews_[i]);
+        grads.push_back(p.grad());
+      } else if (!bufferHoldsStep_) {
+        gradViews_[i].zero_();
+      }
     }
+    if (!into.empty()) bufferHoldsStep_ ? at::_foreach_add_(into, grads) : at::_foreach_copy_(into, grads);
+    bufferHoldsStep_ = true;
+    for (auto& [name, p] : params_) p.mutable_grad().reset();
     return Status::ok();
   }
 
   StatusOr<double> reduce(double lossScale) override {
     at::NoGradGuard noGrad;
     if (comm_) RETURN_IF_ERROR(comm_->allReduce(gradFlat_, ReduceOp::kAvg)->wait().withContext("gradient all-reduce"));
-    if (lossScale != 1.0) gradFlat_.div_(lossScale);
-    return std::sqrt(gradFlat_.pow(2).sum().to(at::kDouble).item<double>());
+    lossScale_ = lossScale;
+    return at::linalg_vector_norm(gradFlat_, 2).item<double>() / lossScale;
   }
 
   Status step(double lr, double clipCoefficient) override {
     at::NoGradGuard noGrad;
-    if (clipCoefficient < 1.0) gradFlat_.mul_(clipCoefficient);
-    optimizer_->step(lr, gradViews_);
+    optimizer_->step(lr, gradViews_, lossScale_ / clipCoefficient);
     if (masterFlat_.defined()) {
-      for (size_t i = 0; i < params_.size(); ++i) params_[i].second.copy_(masterViews_[i]);
+      std::vector<at::Tensor> params;
+      for (auto& [name, p] : params_) params.push_back(p);
+      at::_foreach_copy_(params, masterViews_);
     }
     return Status::ok();
   }
@@ -101,6 +112,8 @@ class ZeroStage0 final : public ZeroEngine {
   const DecoderModel& model_;
   std::vector<std::pair<std::string, at::Tensor>> params_;  // the trainable ones
   at::Tensor gradFlat_, masterFlat_;
+  bool bufferHoldsStep_ = false;  // gradFlat_ holds this step's first micro-batch already
+  double lossScale_ = 1.0;        // the step's, from reduce()
   std::vector<at::Tensor> gradViews_, masterViews_;
   std::unique_ptr<Optimizer> optimizer_;
 };

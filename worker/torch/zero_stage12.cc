@@ -71,6 +71,7 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   at::Tensor gradPartition_;
   at::Tensor masterPartition_;
   at::Tensor hostGrad_, hostModel_;  // offload: host staging of the gradient part and the updated part
+  double lossScale_ = 1.0;            // the step's, from reduce()
   std::vector<Pending> pending_;
   std::unique_ptr<Optimizer> optimizer_;
 };
@@ -231,19 +232,25 @@ StatusOr<double> ZeroStage12::reduce(double lossScale) {
                                   /*wait=*/false));
     RETURN_IF_ERROR(finishPending());
   }
-  if (lossScale != 1.0) gradPartition_.div_(lossScale);
-  at::Tensor squares = gradPartition_.pow(2).sum().to(at::kDouble).reshape({1});
+  lossScale_ = lossScale;
+  at::Tensor squares = at::linalg_vector_norm(gradPartition_, 2).to(at::kDouble).square().reshape({1});
   if (comm_) RETURN_IF_ERROR(comm_->allReduce(squares, ReduceOp::kSum)->wait().withContext("gradient norm all-reduce"));
-  return std::sqrt(squares.item<double>());
+  return std::sqrt(squares.item<double>()) / lossScale;
 }
 
 Status ZeroStage12::step(double lr, double clipCoefficient) {
   at::NoGradGuard noGrad;
-  if (clipCoefficient < 1.0) gradPartition_.mul_(clipCoefficient);
-  // With the optimizer offloaded the step runs on the host, on a copy of the gradient part.
+  const double divisor = lossScale_ / clipCoefficient;
+  // With the optimizer offloaded the step runs on the host, on a copy of the gradient part (scaled
+  // on the device, where that pass is cheap).
   const bool offloaded = masterPartition_.device() != gradPartition_.device();
   const bool pinned = masterPartition_.is_pinned();
-  optimizer_->step(lr, {offloaded ? stageToHost(gradPartition_, hostGrad_, pinned) : gradPartition_});
+  if (offloaded) {
+    if (divisor != 1.0) gradPartition_.div_(divisor);
+    optimizer_->step(lr, {stageToHost(gradPartition_, hostGrad_, pinned)});
+  } else {
+    optimizer_->step(lr, {gradPartition_}, divisor);
+  }
   // Every rank's updated parts, in the model's dtype, to every rank in one all-gather; then each
   // block's parameters from the dp parts of that block.
   const at::ScalarType dtype = blocks_.front().params.front().second.scalar_type();

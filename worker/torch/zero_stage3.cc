@@ -87,6 +87,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
   at::TensorOptions f32_, modelOptions_;  // fp32, and the model's dtype, on the model's device
   std::vector<Param> params_;
   std::unique_ptr<Optimizer> optimizer_;
+  double lossScale_ = 1.0;  // the step's, from reduce()
   std::map<int, Gather> gathers_;  // by block
   std::vector<Pending> pending_;
 };
@@ -313,33 +314,34 @@ void ZeroStage3::zeroGradients() {
 
 StatusOr<double> ZeroStage3::reduce(double lossScale) {
   at::NoGradGuard noGrad;
-  double persistentSquares = 0;
-  at::Tensor squares = at::zeros({1}, f32_.dtype(at::kDouble));
-  for (auto& p : params_) {
-    if (!p.trainable) continue;
-    if (lossScale != 1.0) p.grad.div_(lossScale);
-    const double s = p.grad.pow(2).sum().item<double>();
-    if (p.persistent) {
-      persistentSquares += s;  // the same on every rank: counted once
-    } else {
-      squares += s;
-    }
-  }
+  lossScale_ = lossScale;
+  // Persistent parameters are whole and the same on every rank: counted once, not summed.
+  std::vector<at::Tensor> parts, whole;
+  for (auto& p : params_)
+    if (p.trainable) (p.persistent ? whole : parts).push_back(p.grad);
+  auto sumOfSquares = [&](const std::vector<at::Tensor>& grads) {
+    if (grads.empty()) return at::zeros({1}, f32_.dtype(at::kDouble));
+    return at::stack(at::_foreach_norm(grads)).to(at::kDouble).square().sum().reshape({1});
+  };
+  at::Tensor squares = sumOfSquares(parts);
+  const at::Tensor wholeSquares = sumOfSquares(whole);
   if (comm_) RETURN_IF_ERROR(comm_->allReduce(squares, ReduceOp::kSum)->wait().withContext("gradient norm all-reduce"));
-  return std::sqrt(squares.item<double>() + persistentSquares);
+  return std::sqrt((squares + wholeSquares).item<double>()) / lossScale;
 }
 
 Status ZeroStage3::step(double lr, double clipCoefficient) {
   at::NoGradGuard noGrad;
+  const double divisor = lossScale_ / clipCoefficient;
   std::vector<at::Tensor> grads;
+  bool offloaded = false;
   for (auto& p : params_) {
     if (!p.trainable) continue;
-    if (clipCoefficient < 1.0) p.grad.mul_(clipCoefficient);
-    // Offloaded: the step runs on the host, on a copy of the gradient part.
-    const bool offloaded = p.grad.device() != p.master.device();
+    // Offloaded: the step runs on the host, on a copy of the gradient part scaled on the device.
+    offloaded = p.grad.device() != p.master.device();
+    if (offloaded && divisor != 1.0) p.grad.div_(divisor);
     grads.push_back(offloaded ? stageToHost(p.grad, p.hostGrad, p.master.is_pinned()) : p.grad);
   }
-  optimizer_->step(lr, grads);
+  optimizer_->step(lr, grads, offloaded ? 1.0 : divisor);
   for (auto& p : params_) {
     if (!p.trainable) continue;
     const at::Tensor dst = p.persistent ? p.tensor.view({-1}) : p.local;

@@ -150,6 +150,8 @@ TEST_CASE("train spec: sections, paths and their checks", "[planner][deepspeed]"
         "train.eval_every: 5 needs data.eval, the token file to evaluate on");
   CHECK(withTrain(R"({"steps": 10, "checkpoint_every": 5})") == "train.checkpoint_every: 5 needs train.checkpoint_dir");
   CHECK(withTrain(R"({"eval_every": 5})") == "train.steps: required field is missing");
+  CHECK(withTrain(R"({"steps": 10, "profile_step": 11})") ==
+        "train.profile_step: 11 is past the last step (train.steps is 10)");
   json noModel = json::parse(base);
   noModel.erase("model");
   CHECK(parseJobSpec(noModel.dump()).status().message() == "model: required for a train job");
