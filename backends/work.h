@@ -15,12 +15,15 @@ namespace loom::backends {
 class Work {
  public:
   explicit Work(std::string description) : description_(std::move(description)) {}
+  virtual ~Work() = default;
 
   bool isCompleted() const;
   // OK when done; the operation's error when it failed. Without a timeout it waits for the end,
   // which the backend's watchdog guarantees; with one, DeadlineExceeded (naming the operation)
   // when it passes first, while the operation itself goes on.
-  Status wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // A backend may find the end itself while waiting (NCCL asks CUDA) rather than wait for its
+  // watchdog to notice.
+  virtual Status wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   Status error() const;
   // "allReduce #12 on world (4 ranks), 64.0 MiB float32"
   const std::string& description() const { return description_; }

@@ -1,6 +1,8 @@
 #include "backends/nccl/nccl_communicator.h"
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -54,6 +56,42 @@ Status checkCuda(const at::Tensor& t, int device, const char* which, ncclDataTyp
   if (type) *type = *mapped;
   return Status::ok();
 }
+
+// A collective's Work. Its end is a CUDA event on the stream; the watchdog polls it every
+// millisecond, but a caller blocked in wait() asks CUDA itself, so that the host learns of the end
+// at once rather than up to a millisecond late while the GPU runs dry (a ZeRO-3 gather before its
+// layer, a loss being read).
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::string description, std::shared_ptr<const std::atomic<bool>> failed)
+      : Work(std::move(description)), failed_(std::move(failed)) {}
+  ~NcclWork() override {
+    if (end_) cudaEventDestroy(end_);
+  }
+  cudaEvent_t& end() { return end_; }
+
+  Status wait(std::optional<std::chrono::milliseconds> timeout) override {
+    using Clock = std::chrono::steady_clock;
+    const auto deadline = timeout ? Clock::now() + *timeout : Clock::time_point::max();
+    while (end_ && !isCompleted() && Clock::now() < deadline) {
+      const cudaError_t state = cudaEventQuery(end_);
+      if (state == cudaSuccess) {
+        // An aborted operation's kernels return too: the watchdog reports those.
+        if (!failed_->load()) complete(Status::ok());
+        break;
+      }
+      if (state != cudaErrorNotReady) break;  // the watchdog names the error
+      std::this_thread::yield();
+    }
+    if (!timeout) return Work::wait();
+    return Work::wait(std::max(std::chrono::milliseconds(0),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())));
+  }
+
+ private:
+  cudaEvent_t end_ = nullptr;
+  std::shared_ptr<const std::atomic<bool>> failed_;
+};
 
 std::string describe(const at::Tensor& t) {
   return t.defined() ? fmt::format("{} {}", humanBytes(t.nbytes()), c10::toString(t.scalar_type())) : "undefined";
@@ -127,7 +165,8 @@ std::shared_ptr<Work> NcclCommunicator::run(const char* op, const std::string& d
                                             const std::function<ncclResult_t(cudaStream_t)>& launch) {
   std::lock_guard launching(launchMu_);
   const uint32_t seq = sequence_++;
-  auto work = std::make_shared<Work>(fmt::format("{} #{} on {} ({} ranks, NCCL), {}", op, seq, name_, size_, detail));
+  auto work =
+      std::make_shared<NcclWork>(fmt::format("{} #{} on {} ({} ranks, NCCL), {}", op, seq, name_, size_, detail), failed_);
   {
     std::lock_guard lock(mu_);
     if (valid.isOk() && !broken_.isOk())
@@ -143,13 +182,15 @@ std::shared_ptr<Work> NcclCommunicator::run(const char* op, const std::string& d
   Pending p{work, op, bytes, nullptr, nullptr, std::chrono::steady_clock::now() + options_.operationTimeout,
             std::move(keep)};
   // Untimed events cost nothing to record; timed ones only when the comms logger profiles the op.
-  cudaEventCreateWithFlags(&p.end, timed ? cudaEventDefault : cudaEventDisableTiming);
+  cudaEventCreateWithFlags(&work->end(), timed ? cudaEventDefault : cudaEventDisableTiming);
+  p.end = work->end();
   if (timed) {
     cudaEventCreate(&p.start);
     cudaEventRecord(p.start, stream);
   }
   Status launched = ncclStatus(work->description(), launch(stream));
   if (!launched.isOk()) {
+    if (p.start) cudaEventDestroy(p.start);
     work->complete(launched);
     return work;
   }
@@ -182,7 +223,6 @@ void NcclCommunicator::watch() {
         options_.logger->record(front->op, front->bytes, size_, ms / 1e3);
         cudaEventDestroy(front->start);
       }
-      cudaEventDestroy(front->end);
       std::shared_ptr<Work> work;
       {
         std::lock_guard lock(mu_);
@@ -212,10 +252,12 @@ void NcclCommunicator::watch() {
       std::lock_guard launching(launchMu_);
       std::lock_guard lock(mu_);
       broken_ = failure;
+      failed_->store(true);
       ncclCommAbort(comm_);
       failed.swap(pending_);
     }
     for (auto& f : failed) {
+      if (f.start) cudaEventDestroy(f.start);
       f.work->complete(&f == &failed.front() ? failure
                                               : Status(failure.code(), f.work->description() +
                                                                            ": not run, the communicator failed: " +

@@ -67,7 +67,7 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> pointToPoint(bool sending, at::Tensor tensor, int peer);
 
   struct Pending {
-    std::shared_ptr<Work> work;
+    std::shared_ptr<Work> work;  // an NcclWork: it owns `end`
     std::string op;
     int64_t bytes;
     cudaEvent_t start, end;
@@ -87,6 +87,9 @@ class NcclCommunicator final : public Communicator {
   std::condition_variable cv_;
   std::deque<Pending> pending_;
   Status broken_;
+  // Set (before the abort) once the communicator failed: a waiter that sees an aborted op's event
+  // pass must not call it done.
+  std::shared_ptr<std::atomic<bool>> failed_ = std::make_shared<std::atomic<bool>>(false);
   bool stopping_ = false;
   std::thread watchdog_;
 };

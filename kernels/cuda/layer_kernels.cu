@@ -12,8 +12,9 @@ namespace {
 
 constexpr int kRowThreadCap = 512;
 // Blocks of rms_norm_backward, each summing dweight over its rows: a fixed number (not one per
-// multiprocessor) so that dweight's summation order, and so its bits, are the same on any GPU.
-constexpr int64_t kRmsBackwardBlocks = 512;
+// multiprocessor) so that dweight's summation order, and so its bits, are the same on any GPU;
+// enough of them to fill an H100/H200 with rows in flight (a block walks its rows one by one).
+constexpr int64_t kRmsBackwardBlocks = 2048;
 
 __device__ __forceinline__ float rstdOf(float sumSquares, int64_t dim, float eps) {
   return 1.0f / sqrtf(sumSquares / static_cast<float>(dim) + eps);
@@ -125,9 +126,11 @@ __global__ void __launch_bounds__(32 * kPartialLanes)
 }
 
 // Rows of head_dim elements, `threadsPerRow` threads each (a power of two up to 128); a thread
-// rotates the pairs (i, i + half) for i = lane, lane + threadsPerRow, ...
+// rotates the pairs (i, i + half) for the chunk of kVec<T> i's at lane * kVec<T>, then every
+// threadsPerRow chunks on: 16-byte loads and stores where the row allows.
 template <typename T>
 __global__ void ropeKernel(RopeArgs a, int threadsPerRow) {
+  constexpr int V = kVec<T>;
   const int rowsPerBlock = blockDim.x / threadsPerRow;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * rowsPerBlock + threadIdx.x / threadsPerRow;
   if (row >= a.qRows + a.kRows) return;
@@ -146,22 +149,30 @@ __global__ void ropeKernel(RopeArgs a, int threadsPerRow) {
   }
   const T* c = static_cast<const T*>(a.cos) + b * a.cosBatchStride + s * d;
   const T* sn = static_cast<const T*>(a.sin) + b * a.cosBatchStride + s * d;
-  for (int64_t i = threadIdx.x % threadsPerRow; i < half; i += threadsPerRow) {
-    const float x1 = toFloat(x[i]), x2 = toFloat(x[half + i]);
-    const float c1 = toFloat(c[i]), c2 = toFloat(c[half + i]);
-    const float s1 = toFloat(sn[i]), s2 = toFloat(sn[half + i]);
-    // Each product rounded to T, then the sum, as the reference's tensor ops round them.
-    auto mul = [](float u, float v) { return roundTo<T>(__fmul_rn(u, v)); };
-    float o1, o2;
-    if (!a.backward) {  // x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]
-      o1 = __fadd_rn(mul(x1, c1), mul(-x2, s1));
-      o2 = __fadd_rn(mul(x2, c2), mul(x1, s2));
-    } else {  // the transpose: dx1 = dy1 cos1 + dy2 sin2, dx2 = dy2 cos2 - dy1 sin1
-      o1 = __fadd_rn(mul(x1, c1), mul(x2, s2));
-      o2 = __fsub_rn(mul(x2, c2), mul(x1, s1));
+  // Each product rounded to T, then the sum, as the reference's tensor ops round them.
+  auto mul = [](float u, float v) { return roundTo<T>(__fmul_rn(u, v)); };
+  for (int64_t i = static_cast<int64_t>(threadIdx.x % threadsPerRow) * V; i < half;
+       i += static_cast<int64_t>(threadsPerRow) * V) {
+    const int count = half - i < V ? static_cast<int>(half - i) : V;
+    float x1[V], x2[V], c1[V], c2[V], s1[V], s2[V], o1[V], o2[V];
+    loadChunk(x + i, count, x1);
+    loadChunk(x + half + i, count, x2);
+    loadChunk(c + i, count, c1);
+    loadChunk(c + half + i, count, c2);
+    loadChunk(sn + i, count, s1);
+    loadChunk(sn + half + i, count, s2);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      if (!a.backward) {  // x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]
+        o1[k] = __fadd_rn(mul(x1[k], c1[k]), mul(-x2[k], s1[k]));
+        o2[k] = __fadd_rn(mul(x2[k], c2[k]), mul(x1[k], s2[k]));
+      } else {  // the transpose: dx1 = dy1 cos1 + dy2 sin2, dx2 = dy2 cos2 - dy1 sin1
+        o1[k] = __fadd_rn(mul(x1[k], c1[k]), mul(x2[k], s2[k]));
+        o2[k] = __fsub_rn(mul(x2[k], c2[k]), mul(x1[k], s1[k]));
+      }
     }
-    x[i] = fromFloat<T>(o1);
-    x[half + i] = fromFloat<T>(o2);
+    storeChunk(x + i, count, o1);
+    storeChunk(x + half + i, count, o2);
   }
 }
 
@@ -295,12 +306,16 @@ cudaError_t launchRmsNormBackward(const RmsNormArgs& a, cudaStream_t stream) {
 
 cudaError_t launchRope(const RopeArgs& a, cudaStream_t stream) {
   const int64_t half = a.headDim / 2;
-  int threadsPerRow = 1;
-  while (threadsPerRow < half && threadsPerRow < 128) threadsPerRow *= 2;
-  const int threads = 256, rowsPerBlock = threads / threadsPerRow;
-  const int64_t rows = a.qRows + a.kRows;
-  const auto blocks = static_cast<unsigned>((rows + rowsPerBlock - 1) / rowsPerBlock);
-  byDtype(a.dtype, [&](auto tag) { ropeKernel<decltype(tag)><<<blocks, threads, 0, stream>>>(a, threadsPerRow); });
+  byDtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t chunks = (half + kVec<T> - 1) / kVec<T>;
+    int threadsPerRow = 1;
+    while (threadsPerRow < chunks && threadsPerRow < 128) threadsPerRow *= 2;
+    const int threads = 256, rowsPerBlock = threads / threadsPerRow;
+    const int64_t rows = a.qRows + a.kRows;
+    const auto blocks = static_cast<unsigned>((rows + rowsPerBlock - 1) / rowsPerBlock);
+    ropeKernel<T><<<blocks, threads, 0, stream>>>(a, threadsPerRow);
+  });
   return cudaGetLastError();
 }
 
