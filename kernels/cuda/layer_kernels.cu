@@ -12,9 +12,8 @@ namespace {
 
 constexpr int kRowThreadCap = 512;
 // Blocks of rms_norm_backward, each summing dweight over its rows: a fixed number (not one per
-// multiprocessor) so that dweight's summation order, and so its bits, are the same on any GPU;
-// enough of them to fill an H100/H200 with rows in flight (a block walks its rows one by one).
-constexpr int64_t kRmsBackwardBlocks = 2048;
+// multiprocessor) so that dweight's summation order, and so its bits, are the same on any GPU.
+constexpr int64_t kRmsBackwardBlocks = 512;
 
 __device__ __forceinline__ float rstdOf(float sumSquares, int64_t dim, float eps) {
   return 1.0f / sqrtf(sumSquares / static_cast<float>(dim) + eps);

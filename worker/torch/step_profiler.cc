@@ -27,7 +27,7 @@ struct Category {
 const std::vector<Category>& categories() {
   static const std::vector<Category> table{
       {"attention", {"flash", "fmha", "attention", "sdpa"}},
-      {"softmax and loss over the vocabulary", {"softmax", "nll_loss", "cross_entropy", "logprob", "vocab"}},
+      {"softmax and loss over the vocabulary", {"softmax", "nll_loss", "cross_entropy", "crossentropy", "logprob", "vocab"}},
       {"optimizer", {"multi_tensor", "adam", "foreach", "norm_kernel"}},
       {"matmul", {"gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90"}},
       {"dtype copies", {"copy"}},
