@@ -35,14 +35,15 @@ std::vector<std::string> Optimizer::stateNames() const {
   return {};
 }
 
-bool Optimizer::fused() const {
+bool Optimizer::fused(const std::vector<Slot>& slots) const {
   return (config_.type == OptimizerType::kAdam || config_.type == OptimizerType::kAdamW) && config_.biasCorrection &&
-         !slots_.empty() && slots_.front().param.scalar_type() == at::kFloat;
+         !slots.empty() && slots.front().param.scalar_type() == at::kFloat;
 }
 
-void Optimizer::fusedAdamStep(double lr, const std::vector<at::Tensor>& grads, double gradDivisor) {
+void Optimizer::fusedAdamStep(std::vector<Slot>& slots, double lr, const std::vector<at::Tensor>& grads,
+                              double gradDivisor) {
   std::vector<at::Tensor> params, firsts, seconds, steps;
-  for (auto& s : slots_) {
+  for (auto& s : slots) {
     params.push_back(s.param);
     firsts.push_back(s.first);
     seconds.push_back(s.second);
@@ -54,7 +55,7 @@ void Optimizer::fusedAdamStep(double lr, const std::vector<at::Tensor>& grads, d
   // The kernel divides each gradient by grad_scale as it reads it (AMP's unscale): clipping and
   // loss scaling cost no pass of their own over the gradients.
   std::optional<at::Tensor> gradScale;
-  if (gradDivisor != 1.0) gradScale = at::full({}, gradDivisor, slots_.front().param.options());
+  if (gradDivisor != 1.0) gradScale = at::full({}, gradDivisor, slots.front().param.options());
   if (c.decoupledWeightDecay) {
     at::_fused_adamw_(params, grads, firsts, seconds, /*max_exp_avg_sqs=*/{}, steps, lr, c.beta1, c.beta2,
                       c.weightDecay, c.eps, /*amsgrad=*/false, /*maximize=*/false, gradScale);
@@ -64,10 +65,10 @@ void Optimizer::fusedAdamStep(double lr, const std::vector<at::Tensor>& grads, d
   }
 }
 
-bool Optimizer::pluginServes() const {
+bool Optimizer::pluginServes(const std::vector<Slot>& slots) const {
   const auto& registry = kernelRegistry();
   const auto& c = config_;
-  for (const auto& s : slots_) {
+  for (const auto& s : slots) {
     if (!s.param.is_cpu() || s.param.scalar_type() != at::kFloat || !s.param.is_contiguous()) return false;
   }
   const bool adam = c.type == OptimizerType::kAdam || c.type == OptimizerType::kAdamW;
@@ -76,13 +77,13 @@ bool Optimizer::pluginServes() const {
            (c.type == OptimizerType::kAdagrad && !registry.pluginProvides(&loom_kernel_table::adagrad_step, "cpu")));
 }
 
-bool Optimizer::pluginStep(double lr, const std::vector<at::Tensor>& grads) {
-  if (!pluginServes()) return false;
+bool Optimizer::pluginStep(const std::vector<Slot>& slots, double lr, const std::vector<at::Tensor>& grads) {
+  if (!pluginServes(slots)) return false;
   const auto& registry = kernelRegistry();
   const auto& c = config_;
   const bool adam = c.type == OptimizerType::kAdam || c.type == OptimizerType::kAdamW;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    const Slot& s = slots_[i];
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const Slot& s = slots[i];
     at::Tensor g = grads[i].to(at::kFloat).contiguous();
     Status status;
     if (adam) {
@@ -110,19 +111,33 @@ bool Optimizer::pluginStep(double lr, const std::vector<at::Tensor>& grads) {
 
 void Optimizer::step(double lr, const std::vector<at::Tensor>& grads, double gradDivisor) {
   at::NoGradGuard noGrad;
-  ++steps_;
-  if (fused() && !pluginServes()) {
-    fusedAdamStep(lr, grads, gradDivisor);
+  beginStep();
+  apply(slots_, lr, grads, gradDivisor);
+}
+
+void Optimizer::stepPiece(double lr, size_t slot, int64_t offset, const at::Tensor& grad) {
+  at::NoGradGuard noGrad;
+  const Slot& s = slots_[slot];
+  const int64_t n = grad.numel();
+  auto piece = [&](const at::Tensor& t) { return t.defined() ? t.view(-1).narrow(0, offset, n) : t; };
+  std::vector<Slot> pieces{Slot{.name = s.name, .param = piece(s.param), .first = piece(s.first),
+                                .second = piece(s.second), .step = s.step}};
+  apply(pieces, lr, {grad.view(-1)}, 1.0);
+}
+
+void Optimizer::apply(std::vector<Slot>& slots, double lr, const std::vector<at::Tensor>& grads, double gradDivisor) {
+  if (fused(slots) && !pluginServes(slots)) {
+    fusedAdamStep(slots, lr, grads, gradDivisor);
     return;
   }
   if (gradDivisor != 1.0) {
     for (const at::Tensor& g : grads) g.div_(gradDivisor);
   }
-  if (pluginStep(lr, grads)) return;
+  if (pluginStep(slots, lr, grads)) return;
   const auto& c = config_;
   const double t = static_cast<double>(steps_);
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& s = slots_[i];
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Slot& s = slots[i];
     at::Tensor g = grads[i];
     at::Tensor& p = s.param;
     switch (c.type) {

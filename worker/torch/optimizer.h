@@ -30,6 +30,14 @@ class Optimizer {
   void step(double lr, const std::vector<at::Tensor>& grads, double gradDivisor = 1.0);
   int64_t steps() const { return steps_; }
 
+  // The same update taken in pieces, for ZeRO-Offload's pipeline (worker/torch/host_step.h):
+  // beginStep() once, then stepPiece() for pieces that together cover every slot once. A piece
+  // is `grad.numel()` elements of slot `slot`'s flat tensors from `offset`.
+  void beginStep() { ++steps_; }
+  void stepPiece(double lr, size_t slot, int64_t offset, const at::Tensor& grad);
+  // Slot `slot`'s fp32 master, flat (the masters' order of the constructor).
+  at::Tensor master(size_t slot) const { return slots_[slot].param.view(-1); }
+
   // "<param>.exp_avg", "<param>.exp_avg_sq" (Adam), "<param>.exp_avg" (Lion), "<param>.sum"
   // (Adagrad), and "step".
   TensorMap state() const;
@@ -43,13 +51,15 @@ class Optimizer {
     at::Tensor first, second;  // exp_avg / exp_avg_sq, or exp_avg (Lion), or sum (Adagrad)
     at::Tensor step;           // Adam/AdamW: the step count as the fused kernel keeps it (fp32)
   };
+  // One update of `slots` (the optimizer's, or pieces of them) with grads[i] for slots[i].
+  void apply(std::vector<Slot>& slots, double lr, const std::vector<at::Tensor>& grads, double gradDivisor);
   // Adam and AdamW with bias correction: libtorch's fused kernel (torch.optim's fused=True), one
   // pass over each tensor instead of seven.
-  bool fused() const;
-  void fusedAdamStep(double lr, const std::vector<at::Tensor>& grads, double gradDivisor);
+  bool fused(const std::vector<Slot>& slots) const;
+  void fusedAdamStep(std::vector<Slot>& slots, double lr, const std::vector<at::Tensor>& grads, double gradDivisor);
   // On the CPU, a loaded kernel plugin's step (kernels/), when one provides this optimizer.
-  bool pluginServes() const;
-  bool pluginStep(double lr, const std::vector<at::Tensor>& grads);
+  bool pluginServes(const std::vector<Slot>& slots) const;
+  bool pluginStep(const std::vector<Slot>& slots, double lr, const std::vector<at::Tensor>& grads);
   std::vector<std::string> stateNames() const;
 
   planner::OptimizerConfig config_;

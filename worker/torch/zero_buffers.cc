@@ -22,20 +22,6 @@ std::vector<std::pair<std::string, at::Tensor>> trainableOnly(const std::vector<
   return out;
 }
 
-at::Tensor stageToHost(const at::Tensor& src, at::Tensor& staging, bool pinned) {
-  if (!staging.defined())
-    staging = at::empty(src.sizes(), at::TensorOptions().dtype(src.scalar_type()).pinned_memory(pinned));
-  staging.copy_(src);
-  return staging;
-}
-
-void stageFromHost(const at::Tensor& dst, const at::Tensor& hostSrc, at::Tensor& staging, bool pinned) {
-  if (!staging.defined())
-    staging = at::empty(dst.sizes(), at::TensorOptions().dtype(dst.scalar_type()).pinned_memory(pinned));
-  staging.copy_(hostSrc.view(dst.sizes()));
-  dst.copy_(staging);
-}
-
 int64_t bytesOf(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
 
 int64_t stateBytes(const Optimizer& optimizer) {

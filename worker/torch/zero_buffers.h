@@ -24,14 +24,6 @@ std::vector<at::Tensor> viewsInto(const at::Tensor& flat, const std::vector<std:
 int64_t bytesOf(const at::Tensor& t);
 // The bytes of an optimizer's state tensors (its step count aside).
 int64_t stateBytes(const Optimizer& optimizer);
-// ZeRO-Offload's copies between the GPU and the host's optimizer step go through `staging`, a
-// host buffer kept from step to step (pinned when `pinned`): a pinned copy crosses PCIe once at
-// DMA speed, where a fresh pageable one is staged by the driver again every step.
-// The device tensor `src` on the host, in its dtype.
-at::Tensor stageToHost(const at::Tensor& src, at::Tensor& staging, bool pinned);
-// dst (on the device) = hostSrc, converted to dst's dtype on the host first: half the bytes cross.
-void stageFromHost(const at::Tensor& dst, const at::Tensor& hostSrc, at::Tensor& staging, bool pinned);
-
 // Collective failures inside autograd (a backward hook) travel as exceptions; the runtime turns
 // them back into a Status at the job's edge (worker/torch/runtime.cc).
 void throwIfError(const Status& status);

@@ -9,6 +9,7 @@
 #include "planner/zero_partition.h"
 #include "worker/torch/block_hooks.h"
 #include "worker/torch/decoder_model.h"
+#include "worker/torch/host_step.h"
 #include "worker/torch/optimizer.h"
 #include "worker/torch/zero_buffers.h"
 
@@ -70,7 +71,7 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   std::vector<std::vector<at::Tensor>> gradViews_;  // stage 1, per block
   at::Tensor gradPartition_;
   at::Tensor masterPartition_;
-  at::Tensor hostGrad_, hostModel_;  // offload: host staging of the gradient part and the updated part
+  std::unique_ptr<HostStepPipeline> hostStep_;  // offload_optimizer.device cpu
   double lossScale_ = 1.0;            // the step's, from reduce()
   std::vector<Pending> pending_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -130,6 +131,7 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& m
   }
   optimizer_ = std::make_unique<Optimizer>(config.optimizer,
                                            std::vector<std::pair<std::string, at::Tensor>>{{"partition", masterPartition_}});
+  if (config.zero.offloadOptimizer == "cpu") hostStep_ = std::make_unique<HostStepPipeline>(config.zero.subGroupSize, config.zero.offloadPinMemory);
 }
 
 at::Tensor ZeroStage12::run(DecoderModel& model, int index, const at::Tensor& input) {
@@ -241,24 +243,18 @@ StatusOr<double> ZeroStage12::reduce(double lossScale) {
 Status ZeroStage12::step(double lr, double clipCoefficient) {
   at::NoGradGuard noGrad;
   const double divisor = lossScale_ / clipCoefficient;
-  // With the optimizer offloaded the step runs on the host, on a copy of the gradient part (scaled
-  // on the device, where that pass is cheap).
-  const bool offloaded = masterPartition_.device() != gradPartition_.device();
-  const bool pinned = masterPartition_.is_pinned();
-  if (offloaded) {
-    if (divisor != 1.0) gradPartition_.div_(divisor);
-    optimizer_->step(lr, {stageToHost(gradPartition_, hostGrad_, pinned)});
-  } else {
-    optimizer_->step(lr, {gradPartition_}, divisor);
-  }
-  // Every rank's updated parts, in the model's dtype, to every rank in one all-gather; then each
+  // Every rank's updated part, in the model's dtype, to every rank in one all-gather; then each
   // block's parameters from the dp parts of that block.
   const at::ScalarType dtype = blocks_.front().params.front().second.scalar_type();
   at::Tensor mine;
-  if (offloaded) {
+  if (hostStep_) {
+    // Offloaded: the step runs on the host, the gradient scaled on the device first (cheap there).
+    if (divisor != 1.0) gradPartition_.div_(divisor);
     mine = at::empty({partitionNumel_}, f32_.dtype(dtype));
-    stageFromHost(mine, masterPartition_, hostModel_, pinned);
+    hostStep_->add(0, gradPartition_, mine);
+    hostStep_->run(*optimizer_, lr);
   } else {
+    optimizer_->step(lr, {gradPartition_}, divisor);
     mine = masterPartition_.to(dtype);
   }
   at::Tensor all = at::empty({dp_ * partitionNumel_}, f32_.dtype(dtype));

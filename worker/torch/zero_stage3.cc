@@ -12,6 +12,7 @@
 #include "planner/zero_partition.h"
 #include "worker/torch/block_hooks.h"
 #include "worker/torch/decoder_model.h"
+#include "worker/torch/host_step.h"
 #include "worker/torch/optimizer.h"
 #include "worker/torch/zero_buffers.h"
 
@@ -70,7 +71,6 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
     bool trainable = true;  // false: frozen (train.frozen_parameters), no master and no gradient
     at::Tensor master;   // fp32 [part]
     at::Tensor grad;     // fp32 [part]
-    at::Tensor hostGrad, hostModel;  // offload: host staging of grad and of the updated part
   };
   // The block's parameters cut into parts, all of them (to gather) or the trainable ones (whose
   // gradients are reduced).
@@ -88,6 +88,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
   std::vector<Param> params_;
   std::unique_ptr<Optimizer> optimizer_;
   double lossScale_ = 1.0;  // the step's, from reduce()
+  std::unique_ptr<HostStepPipeline> hostStep_;  // offload_optimizer.device cpu
   std::map<int, Gather> gathers_;  // by block
   std::vector<Pending> pending_;
 };
@@ -152,6 +153,7 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& mod
     params_.push_back(std::move(p));
   }
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters));
+  if (config.zero.offloadOptimizer == "cpu") hostStep_ = std::make_unique<HostStepPipeline>(config.zero.subGroupSize, config.zero.offloadPinMemory);
   model.setBlockRunner(this);
   model.setLinear(parameterLinear);
 }
@@ -332,25 +334,26 @@ StatusOr<double> ZeroStage3::reduce(double lossScale) {
 Status ZeroStage3::step(double lr, double clipCoefficient) {
   at::NoGradGuard noGrad;
   const double divisor = lossScale_ / clipCoefficient;
-  std::vector<at::Tensor> grads;
-  bool offloaded = false;
-  for (auto& p : params_) {
-    if (!p.trainable) continue;
-    // Offloaded: the step runs on the host, on a copy of the gradient part scaled on the device.
-    offloaded = p.grad.device() != p.master.device();
-    if (offloaded && divisor != 1.0) p.grad.div_(divisor);
-    grads.push_back(offloaded ? stageToHost(p.grad, p.hostGrad, p.master.is_pinned()) : p.grad);
-  }
-  optimizer_->step(lr, grads, offloaded ? 1.0 : divisor);
-  for (auto& p : params_) {
-    if (!p.trainable) continue;
-    const at::Tensor dst = p.persistent ? p.tensor.view({-1}) : p.local;
-    if (dst.device() != p.master.device()) {
-      stageFromHost(dst, p.master, p.hostModel, p.master.is_pinned());
-    } else {
-      dst.copy_(p.master);
+  // Where each trainable part's update goes: the whole parameter when persistent, else this
+  // rank's part (gathered from the parts when a block runs).
+  auto destination = [](Param& p) { return p.persistent ? p.tensor.view({-1}) : p.local; };
+  if (hostStep_) {
+    // Offloaded: the step runs on the host, the gradients scaled on the device first.
+    size_t slot = 0;
+    for (auto& p : params_) {
+      if (!p.trainable) continue;
+      if (divisor != 1.0) p.grad.div_(divisor);
+      hostStep_->add(slot++, p.grad, destination(p));
     }
+    hostStep_->run(*optimizer_, lr);
+    return Status::ok();
   }
+  std::vector<at::Tensor> grads;
+  for (auto& p : params_)
+    if (p.trainable) grads.push_back(p.grad);
+  optimizer_->step(lr, grads, divisor);
+  for (auto& p : params_)
+    if (p.trainable) destination(p).copy_(p.master);
   return Status::ok();
 }
 
