@@ -144,7 +144,10 @@ StatusOr<std::shared_ptr<NcclCommunicator>> NcclCommunicator::create(const NcclO
 
 NcclCommunicator::NcclCommunicator(ncclComm_t comm, int rank, int size, int device, std::string name,
                                    NcclOptions options)
-    : comm_(comm), rank_(rank), size_(size), device_(device), name_(std::move(name)), options_(options) {
+    : comm_(comm), rank_(rank), size_(size), device_(device), name_(std::move(name)), options_(options),
+      stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device))) {
+  c10::cuda::CUDAGuard guard(device_);
+  cudaEventCreateWithFlags(&inputsReady_, cudaEventDisableTiming);
   watchdog_ = std::thread([this] { watch(); });
 }
 
@@ -158,6 +161,7 @@ NcclCommunicator::~NcclCommunicator() {
   if (broken_.isOk()) {
     ncclCommDestroy(comm_);
   }
+  cudaEventDestroy(inputsReady_);
 }
 
 std::shared_ptr<Work> NcclCommunicator::run(const char* op, const std::string& detail, int64_t bytes,
@@ -177,7 +181,10 @@ std::shared_ptr<Work> NcclCommunicator::run(const char* op, const std::string& d
     return work;
   }
   c10::cuda::CUDAGuard guard(device_);
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_).stream();
+  // The inputs are ready once the caller's stream gets here; the collective runs on stream_.
+  cudaEventRecord(inputsReady_, c10::cuda::getCurrentCUDAStream(device_).stream());
+  cudaStream_t stream = stream_.stream();
+  cudaStreamWaitEvent(stream, inputsReady_, 0);
   const bool timed = options_.logger && options_.logger->wants(op);
   Pending p{work, op, bytes, nullptr, nullptr, std::chrono::steady_clock::now() + options_.operationTimeout,
             std::move(keep)};

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <cuda_runtime_api.h>
+#include <c10/cuda/CUDAStream.h>
 #include <nccl.h>
 
 #include "backends/comms_logger.h"
@@ -30,8 +31,10 @@ struct NcclOptions {
   Status validate() const;
 };
 
-// Collectives on CUDA tensors through NCCL, enqueued on libtorch's current stream of the
-// tensor's device, as c10d's NCCL backend does. A Work completes when the stream passes the
+// Collectives on CUDA tensors through NCCL, on a stream of the communicator's own (as c10d's NCCL
+// backend does) that first waits for what libtorch's current stream has queued, the inputs: a
+// collective then overlaps the compute queued after it, and a caller orders its use of the
+// outputs by wait(), as with every communicator. A Work completes when that stream passes the
 // operation (a CUDA event). A watchdog thread watches every pending operation: one not done by
 // the timeout aborts the NCCL communicator, so that no rank hangs, and fails its Work naming the
 // op; so does an asynchronous NCCL error. Later operations fail at once with the first error.
@@ -83,6 +86,8 @@ class NcclCommunicator final : public Communicator {
   std::atomic<uint32_t> splits_{0};
 
   std::mutex launchMu_;  // launches and the watchdog's abort never overlap
+  c10::cuda::CUDAStream stream_;  // where the collectives run
+  cudaEvent_t inputsReady_ = nullptr;  // recorded on the caller's stream before each launch (under launchMu_)
   std::mutex mu_;        // guards pending_, broken_, stopping_
   std::condition_variable cv_;
   std::deque<Pending> pending_;

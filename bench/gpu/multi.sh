@@ -3,7 +3,8 @@
 # NCCL), against the same global batch on 1 GPU (N micro-batches of gradient accumulation): the
 # losses must agree within bf16 tolerance, and tokens/s gives the scaling efficiency. DeepSpeed
 # trains the same model on the same N GPUs at the stages of DS_STAGES (default "1 2 3").
-# With PLUGIN (libloom_kernels_cuda.so), Loom's runs use its fused kernels.
+# With PLUGIN (libloom_kernels_cuda.so), Loom's runs use its fused kernels. STAGES (default
+# "0 1 2 3") picks Loom's stages on N GPUs.
 # Usage (repository root, Loom's binaries in BIN, libraries on LD_LIBRARY_PATH):
 #   bench/gpu/multi.sh BIN OUT GPUS [MICRO] [PLUGIN]
 set -euo pipefail
@@ -33,7 +34,7 @@ JSON
   cp "$out"/state-$1/jobs/*/attempt-1/rank-0.log "$out/$1-rank0.log" 2>/dev/null || true
 }
 run one-gpu 1 0
-for stage in 0 1 2 3; do run "gpus$gpus-z$stage" "$gpus" "$stage"; done
+for stage in ${STAGES-0 1 2 3}; do run "gpus$gpus-z$stage" "$gpus" "$stage"; done
 : >"$out/deepspeed.jsonl"
 for stage in ${DS_STAGES-1 2 3}; do
   python3 "$here/deepspeed_reference.py" --config "$here/llama-1b-config.json" --stage "$stage" --seq $seq \

@@ -134,12 +134,12 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
       const auto start = std::chrono::steady_clock::now();
       double seconds = 0;
       if (cuda) {
-        // Queued back to back on the stream, as nccl-tests does; the last one's end is all of them.
+        // Queued back to back on the communicator's stream, as nccl-tests does; the last one's
+        // end is all of them.
         std::shared_ptr<backends::Work> last;
         for (int i = 0; i < iterations; ++i) last = issue(*world, op, k);
-        synchronize(device);
-        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
         RETURN_IF_ERROR(last->wait());
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
       } else {
         for (int i = 0; i < iterations; ++i) RETURN_IF_ERROR(issue(*world, op, k)->wait());
         seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
