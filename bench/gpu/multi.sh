@@ -41,9 +41,10 @@ for stage in ${DS_STAGES-1 2 3}; do
     --micro "$micro" --steps $steps --gpus "$gpus" >>"$out/deepspeed.jsonl" 2>"$out/deepspeed-z$stage.err" ||
     echo "deepspeed stage $stage on $gpus GPUs did not run: see deepspeed.jsonl and deepspeed-z$stage.err"
 done
-python3 - "$out" "$gpus" "$micro" "$seq" <<'PY'
+python3 - "$out" "$gpus" "$micro" "$seq" ${STAGES-0 1 2 3} <<'PY'
 import re, statistics, sys
 out, gpus, micro, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+stages = [int(s) for s in sys.argv[5:]]
 def read(name):
     try:
         log = open(f"{out}/{name}-rank0.log").read()
@@ -57,7 +58,7 @@ base_losses, base_tps = read("one-gpu")
 print(f"1 GPU, batch {micro * gpus} (micro {micro} x {gpus} accumulation): {base_tps:,.0f} tokens/s" if base_tps else "1 GPU: failed")
 print(f"| GPUs | stage | tokens/s | scaling efficiency | max loss difference vs 1 GPU |")
 print("|---|---|---|---|---|")
-for stage in range(4):
+for stage in stages:
     losses, tps = read(f"gpus{gpus}-z{stage}")
     if not tps:
         print(f"| {gpus} | {stage} | failed | | |")
