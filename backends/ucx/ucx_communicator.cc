@@ -15,6 +15,7 @@ namespace {
 constexpr int64_t kDirectAllReduceBytes = 64 * 1024;  // below: every buffer to every rank
 constexpr int64_t kDirectBroadcastBytes = 256 * 1024;
 constexpr int64_t kChunkBytes = 1 << 20;              // ring and chain pipelining unit
+constexpr int64_t kReceiveSlots = 4;                   // reduce-scatter chunks in flight from the left
 
 std::string describe(const at::Tensor& t) {
   return fmt::format("{} {}", humanBytes(t.defined() ? static_cast<int64_t>(t.nbytes()) : 0),
@@ -138,24 +139,30 @@ Status UcxCommunicator::ringReduceScatter(const char* input, char* work, char* f
   const size_t elem = c10::elementSize(dtype);
   const int left = (rank_ - 1 + n) % n, right = (rank_ + 1) % n;
   const int shift = endOnOwnPart ? n - 1 : 0;
+  const int64_t chunkElems = std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(elem));
+  // The chunks from the left land in a few slots that are used again and again, so that they are
+  // still in the cache when they are combined: one pass over memory for the reduction, not two.
   int64_t largest = 0;
   for (int i = 0; i < n; ++i) largest = std::max(largest, bounds[i + 1] - bounds[i]);
-  char* incoming = transport_->scratch(0, largest * elem);
-  const int64_t chunkElems = std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(elem));
+  const int64_t slots = std::max<int64_t>(1, std::min<int64_t>(kReceiveSlots, (largest + chunkElems - 1) / chunkElems));
+  char* incoming = transport_->scratch(0, slots * chunkElems * elem);
   uint32_t sendPart = 0, recvPart = 0;
   for (int s = 0; s < n - 1; ++s) {
     const int sendIdx = (rank_ - s + shift + 2 * n) % n;
     const int recvIdx = (rank_ - s - 1 + shift + 2 * n) % n;
-    std::vector<UcxTransport::Request> sends, recvs;
     std::vector<std::pair<int64_t, int64_t>> recvChunks;  // (offset in the part, elements)
-    for (int64_t off = 0; off < bounds[recvIdx + 1] - bounds[recvIdx]; off += chunkElems) {
-      int64_t len = std::min(chunkElems, bounds[recvIdx + 1] - bounds[recvIdx] - off);
-      ASSIGN_OR_RETURN(auto r, transport_->postReceive(ranks_[left], tagFrom(left, seq, recvPart++),
-                                                       incoming + off * elem, len * elem,
-                                                       fmt::format("step {} of the reduce-scatter ring from rank {}", s, left)));
-      recvs.push_back(std::move(r));
-      recvChunks.push_back({off, len});
-    }
+    for (int64_t off = 0; off < bounds[recvIdx + 1] - bounds[recvIdx]; off += chunkElems)
+      recvChunks.push_back({off, std::min(chunkElems, bounds[recvIdx + 1] - bounds[recvIdx] - off)});
+    std::vector<UcxTransport::Request> recvs(recvChunks.size());
+    auto postReceive = [&](size_t c) -> Status {
+      ASSIGN_OR_RETURN(recvs[c], transport_->postReceive(ranks_[left], tagFrom(left, seq, recvPart++),
+                                                         incoming + (c % slots) * chunkElems * elem,
+                                                         recvChunks[c].second * elem,
+                                                         fmt::format("step {} of the reduce-scatter ring from rank {}", s, left)));
+      return Status::ok();
+    };
+    for (size_t c = 0; c < recvChunks.size() && c < static_cast<size_t>(slots); ++c) RETURN_IF_ERROR(postReceive(c));
+    std::vector<UcxTransport::Request> sends;
     for (int64_t off = 0; off < bounds[sendIdx + 1] - bounds[sendIdx]; off += chunkElems) {
       int64_t len = std::min(chunkElems, bounds[sendIdx + 1] - bounds[sendIdx] - off);
       const char* from = (s == 0 ? input : work) + (bounds[sendIdx] + off) * elem;
@@ -165,12 +172,14 @@ Status UcxCommunicator::ringReduceScatter(const char* input, char* work, char* f
     }
     const bool last = s == n - 2;
     char* into = last && finalPart ? finalPart : work + bounds[recvIdx] * elem;
-    for (size_t c = 0; c < recvs.size(); ++c) {
+    for (size_t c = 0; c < recvChunks.size(); ++c) {
       std::vector<UcxTransport::Request> one{std::move(recvs[c])};
       RETURN_IF_ERROR(transport_->waitAll(one));
       auto [off, len] = recvChunks[c];
-      RETURN_IF_ERROR(combine(into + off * elem, input + (bounds[recvIdx] + off) * elem, incoming + off * elem, len,
-                              dtype, op));
+      RETURN_IF_ERROR(combine(into + off * elem, input + (bounds[recvIdx] + off) * elem,
+                              incoming + (c % slots) * chunkElems * elem, len, dtype, op));
+      // Its slot is free again: the chunk `slots` further on lands there.
+      if (c + slots < recvChunks.size()) RETURN_IF_ERROR(postReceive(c + slots));
     }
     RETURN_IF_ERROR(transport_->waitAll(sends));
   }
