@@ -70,6 +70,8 @@ std::vector<std::pair<std::string, double>> byTime(const std::map<std::string, d
 }  // namespace
 
 StepProfiler::StepProfiler(c10::Device device) : device_(device) {
+  // Kineto must be prepared before it is enabled (enabling alone crashes). On a machine without
+  // a GPU, preparing logs one harmless "gpuGetDeviceCount failed" line of Kineto's own.
   profiler::prepareProfiler(kinetoConfig(), activities(device_));
   profiler::enableProfiler(kinetoConfig(), activities(device_));
   recording_ = true;
