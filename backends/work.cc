@@ -13,10 +13,14 @@ Status Work::wait(std::optional<std::chrono::milliseconds> timeout) {
   if (!timeout) {
     cv_.wait(lock, done);
   } else if (!cv_.wait_for(lock, *timeout, done)) {
-    return Status(StatusCode::kDeadlineExceeded, description_ + ": not complete after " +
-                                                     std::to_string(timeout->count()) + " ms of waiting (still running)");
+    return notCompleteAfter(*timeout);
   }
   return *result_;
+}
+
+Status Work::notCompleteAfter(std::chrono::milliseconds waited) const {
+  return Status(StatusCode::kDeadlineExceeded,
+                description_ + ": not complete after " + std::to_string(waited.count()) + " ms of waiting (still running)");
 }
 
 Status Work::error() const {

@@ -31,6 +31,10 @@ class Work {
   // For the backend: the operation ended.
   void complete(Status status);
 
+ protected:
+  // What wait() returns when `waited` passed before the end.
+  Status notCompleteAfter(std::chrono::milliseconds waited) const;
+
  private:
   std::string description_;
   mutable std::mutex mu_;

@@ -72,8 +72,9 @@ class NcclWork final : public Work {
 
   Status wait(std::optional<std::chrono::milliseconds> timeout) override {
     using Clock = std::chrono::steady_clock;
-    const auto deadline = timeout ? Clock::now() + *timeout : Clock::time_point::max();
-    while (end_ && !isCompleted() && Clock::now() < deadline) {
+    const auto start = Clock::now();
+    const auto deadline = timeout ? start + *timeout : Clock::time_point::max();
+    while (end_ && !isCompleted()) {
       const cudaError_t state = cudaEventQuery(end_);
       if (state == cudaSuccess) {
         // An aborted operation's kernels return too: the watchdog reports those.
@@ -81,11 +82,19 @@ class NcclWork final : public Work {
         break;
       }
       if (state != cudaErrorNotReady) break;  // the watchdog names the error
-      std::this_thread::yield();
+      const auto now = Clock::now();
+      if (now >= deadline) break;
+      // Spin through the first 200 us (most waits end there), then look every 50 us: a long
+      // collective, or a peer that hangs until the watchdog's timeout, does not hold a core.
+      if (now - start < std::chrono::microseconds(200)) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
     }
     if (!timeout) return Work::wait();
-    return Work::wait(std::max(std::chrono::milliseconds(0),
-                               std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())));
+    if (!isCompleted() && Clock::now() >= deadline) return notCompleteAfter(*timeout);
+    return Work::wait(std::chrono::ceil<std::chrono::milliseconds>(std::max(deadline - Clock::now(), Clock::duration(0))));
   }
 
  private:
@@ -263,6 +272,9 @@ void NcclCommunicator::watch() {
       ncclCommAbort(comm_);
       failed.swap(pending_);
     }
+    // The aborted kernels return; until they have, the tensors they use stay held, or the
+    // allocator could hand that memory to the compute stream under them.
+    cudaStreamSynchronize(stream_.stream());
     for (auto& f : failed) {
       if (f.start) cudaEventDestroy(f.start);
       f.work->complete(&f == &failed.front() ? failure

@@ -62,8 +62,8 @@ class NcclCommunicator final : public Communicator {
  private:
   NcclCommunicator(ncclComm_t comm, int rank, int size, int device, std::string name, NcclOptions options);
 
-  // Validates, enqueues `launch` (NCCL calls) on the current stream between two events, and
-  // hands the Work to the watchdog.
+  // Validates, enqueues `launch` (NCCL calls) on stream_ after the caller's stream has passed
+  // what it queued before, ends it with an event, and hands the Work to the watchdog.
   std::shared_ptr<Work> run(const char* op, const std::string& detail, int64_t bytes, std::vector<at::Tensor> keep,
                             Status valid, const std::function<ncclResult_t(cudaStream_t)>& launch);
   void watch();

@@ -30,11 +30,13 @@ def matmul_rate():
 
 # Kernel names to the part of the step they serve, first match wins.
 CATEGORIES = [
+    ("communication (NCCL)", ("nccl",)),
     ("attention", ("flash", "fmha", "attention", "sdpa")),
-    ("softmax and loss over the vocabulary", ("softmax", "nll_loss", "cross_entropy")),
+    ("softmax and loss over the vocabulary", ("softmax", "nll_loss", "cross_entropy", "crossentropy", "logprob", "vocab")),
     ("optimizer", ("multi_tensor", "adam", "foreach", "norm_kernel")),
     ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90")),
     ("dtype copies", ("copy",)),
+    ("copies between host and device, memsets", ("memcpy", "memset")),
 ]
 
 

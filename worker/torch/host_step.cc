@@ -65,11 +65,18 @@ void HostStepPipeline::run(Optimizer& optimizer, double lr) {
         arrived[i].record(down);
       }
     }
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      arrived[i].synchronize();
-      stepOnHost(i);
-      c10::cuda::CUDAStreamGuard onUp(up);
-      pieces[i].deviceOut.copy_(models[i], /*non_blocking=*/true);
+    try {
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        arrived[i].synchronize();
+        stepOnHost(i);
+        c10::cuda::CUDAStreamGuard onUp(up);
+        pieces[i].deviceOut.copy_(models[i], /*non_blocking=*/true);
+      }
+    } catch (...) {
+      // The copies in flight use the pieces' tensors and the staging: let them end first.
+      down.synchronize();
+      up.synchronize();
+      throw;
     }
     // The staging is written again next step, and the compute stream reads the updates next.
     up.synchronize();
