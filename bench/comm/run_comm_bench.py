@@ -5,8 +5,8 @@ communicator against torch.distributed's NCCL, one rank per GPU.
 
 For each world size: the probe job's collective benchmark through `loomctl run` (real ranks,
 the embedded control plane) and bench/comm/torch_dist_bench.py under torchrun, same ops, sizes
-and dtype (float32). On the host it also measures a single thread's memcpy bandwidth, the goal's
-yardstick. Prints markdown: busbw per op and size, the ratio, and the goals' verdicts.
+and dtype (float32). On the host it also measures a single thread's memcpy bandwidth (the goal's
+yardstick) and two processes' copying at once (what ranks sharing the memory can get). Prints markdown: busbw per op and size, the ratio, and the goals' verdicts.
 
     python3 bench/comm/run_comm_bench.py [--ranks 2,4] [--min-bytes 1024] [--max-bytes 268435456]
                                          [--device cpu|cuda] [--loomctl PATH]
@@ -36,6 +36,13 @@ def memcpy_gbps(size=256 << 20, repeats=5):
     np.copyto(dst, src)
     best = min(timed(lambda: np.copyto(dst, src)) for _ in range(repeats))
     return size / best / 1e9
+
+
+def concurrent_memcpy_gbps(processes=2):
+    """Each of `processes` processes copying at once: what the memory gives ranks that share it."""
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        return pool.map(memcpy_gbps, [64 << 20] * processes)
 
 
 def timed(fn):
@@ -94,7 +101,8 @@ def main():
     mine_name, theirs_name = ("Loom NCCL", "torch.distributed NCCL") if cuda else ("Loom UCX", "gloo")
     copy = None if cuda else memcpy_gbps()
     if copy:
-        print(f"memcpy, one thread, 256 MiB: {copy:.2f} GB/s copied\n")
+        both = ", ".join(f"{g:.2f}" for g in concurrent_memcpy_gbps(2))
+        print(f"memcpy, one thread, 256 MiB: {copy:.2f} GB/s copied; two processes at once, 64 MiB each: {both} GB/s\n")
     for ranks in [int(r) for r in args.ranks.split(",")]:
         ours = loom(args.loomctl, ranks, args.min_bytes, args.max_bytes, args.device)
         ref = torch_dist(ranks, args.min_bytes, args.max_bytes, "nccl" if cuda else "gloo")

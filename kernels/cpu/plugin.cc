@@ -18,6 +18,7 @@
 #include "kernels/cpu/portable_ops.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/loom_kernel_abi.h"
+#include "kernels/plugin_checks.h"
 
 namespace loom::kernels::cpu {
 namespace {
@@ -35,12 +36,6 @@ struct Runtime {
 std::mutex gInitMutex;
 Runtime gRuntime;
 std::atomic<bool> gReady{false};
-thread_local std::string tLastError;
-
-int fail(int status, std::string message) {
-  tLastError = std::move(message);
-  return status;
-}
 
 bool hasAvx512() {
   __builtin_cpu_init();
@@ -77,7 +72,6 @@ int pickIsa(const char* limit, const IsaKernels** out) {
 }
 
 int initPlugin(const loom_kernel_host* host);
-const char* lastError() { return tLastError.c_str(); }
 
 // Fields a host of an older, shorter loom_kernel_host did not set read as absent.
 template <typename T>
@@ -110,27 +104,7 @@ int64_t rowGrain(int64_t rowElements) {
   return std::max<int64_t>(1, kElementGrain / std::max<int64_t>(rowElements, 1));
 }
 
-// ---- argument checks (before any output is written) ----
-
-int checkDtype(loom_dtype dtype, const char* what) {
-  if (dtype != LOOM_DTYPE_F32 && dtype != LOOM_DTYPE_BF16)
-    return fail(LOOM_KERNEL_UNSUPPORTED,
-                std::string(what) + ": dtype " + std::to_string(dtype) + " is neither fp32 nor bf16");
-  return LOOM_KERNEL_OK;
-}
-
-int checkSizes(std::initializer_list<int64_t> sizes, const char* what) {
-  for (int64_t s : sizes)
-    if (s < 0) return fail(LOOM_KERNEL_INVALID_ARGUMENT, std::string(what) + ": a negative size");
-  return LOOM_KERNEL_OK;
-}
-
-int checkPointers(bool needed, std::initializer_list<const void*> pointers, const char* what) {
-  if (!needed) return LOOM_KERNEL_OK;
-  for (const void* p : pointers)
-    if (!p) return fail(LOOM_KERNEL_INVALID_ARGUMENT, std::string(what) + ": a required tensor is NULL");
-  return LOOM_KERNEL_OK;
-}
+// ---- argument checks (before any output is written), beside kernels/plugin_checks.h's ----
 
 int checkLabels(const int64_t* labels, int64_t rows, int64_t vocab, int64_t ignoreIndex, bool ignoring,
                 const char* what) {
@@ -145,11 +119,6 @@ int checkLabels(const int64_t* labels, int64_t rows, int64_t vocab, int64_t igno
   return LOOM_KERNEL_OK;
 }
 
-#define LOOM_CHECK(expr)                             \
-  do {                                               \
-    const int loom_rc_ = (expr);                     \
-    if (loom_rc_ != LOOM_KERNEL_OK) return loom_rc_; \
-  } while (0)
 
 // Every op first: no stream on cpu, and a plugin that init configured (a host that skipped init
 // gets the defaults now; a bad LOOM_KERNEL_CPU_ISA then fails each call with the reason).

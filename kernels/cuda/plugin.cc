@@ -25,6 +25,7 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/loom_kernel_abi.h"
+#include "kernels/plugin_checks.h"
 
 #ifndef LOOM_CUDA_ISA
 #define LOOM_CUDA_ISA "sm_90"
@@ -33,42 +34,7 @@
 namespace loom::kernels::gpu {
 namespace {
 
-thread_local std::string tLastError;
-
-int fail(int status, std::string message) {
-  tLastError = std::move(message);
-  return status;
-}
-
-const char* lastError() { return tLastError.c_str(); }
-
-#define LOOM_CHECK(expr)                             \
-  do {                                               \
-    const int loom_rc_ = (expr);                     \
-    if (loom_rc_ != LOOM_KERNEL_OK) return loom_rc_; \
-  } while (0)
-
-// ---- argument checks (before anything is enqueued) ----
-
-int checkDtype(loom_dtype dtype, const char* what) {
-  if (dtype != LOOM_DTYPE_F32 && dtype != LOOM_DTYPE_BF16)
-    return fail(LOOM_KERNEL_UNSUPPORTED,
-                std::string(what) + ": dtype " + std::to_string(dtype) + " is neither fp32 nor bf16");
-  return LOOM_KERNEL_OK;
-}
-
-int checkSizes(std::initializer_list<int64_t> sizes, const char* what) {
-  for (int64_t s : sizes)
-    if (s < 0) return fail(LOOM_KERNEL_INVALID_ARGUMENT, std::string(what) + ": a negative size");
-  return LOOM_KERNEL_OK;
-}
-
-int checkPointers(bool needed, std::initializer_list<const void*> pointers, const char* what) {
-  if (!needed) return LOOM_KERNEL_OK;
-  for (const void* p : pointers)
-    if (!p) return fail(LOOM_KERNEL_INVALID_ARGUMENT, std::string(what) + ": a required tensor is NULL");
-  return LOOM_KERNEL_OK;
-}
+// ---- argument checks (before anything is enqueued), beside kernels/plugin_checks.h's ----
 
 // One block per row: the grid's x dimension bounds the rows of one launch.
 int checkRows(int64_t rows, const char* what) {
