@@ -46,6 +46,13 @@ class Communicator {
   virtual std::shared_ptr<Work> recv(at::Tensor tensor, int peer, int tag = 0) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
 
+  // An uninitialized tensor for this communicator's collectives. On UCX, when every rank is on
+  // this host, it lies in memory every rank maps (ucx/shared_heap.h): a collective whose tensors
+  // all come from here (for all_gather, all_to_all and reduce_scatter: the inputs; for a
+  // broadcast: the root's) reads and writes them in place, with no messages. Otherwise, and when
+  // the host's shared memory is short, an ordinary host tensor; NCCL gives one on its GPU.
+  virtual at::Tensor allocate(at::IntArrayRef sizes, at::ScalarType dtype) = 0;
+
   // A communicator over some ranks of this one (ranks of this group, ascending). Every rank of
   // this group calls it with the same list; ranks not in the list get nullptr.
   virtual StatusOr<std::shared_ptr<Communicator>> split(const std::vector<int>& ranks, const std::string& name) = 0;

@@ -57,6 +57,7 @@ Status parseCollectives(const json& object, CollectivesSpec* c) {
   RETURN_IF_ERROR(r.readInt("iterations", &iterations, false, 1, 100'000));
   RETURN_IF_ERROR(r.readInt("warmup", &warmup, false, 0, 100'000));
   RETURN_IF_ERROR(r.readString("dtype", &c->dtype, false));
+  RETURN_IF_ERROR(r.readBool("shared_memory", &c->sharedMemory));
   static const std::set<std::string> kDtypes{"float32", "bfloat16", "float16", "int64"};
   if (!kDtypes.count(c->dtype))
     return invalidArgument("probe.collectives.dtype: must be float32, bfloat16, float16 or int64, got \"{}\"", c->dtype);
@@ -260,7 +261,8 @@ json JobSpec::toJson() const {
   if (probe.collectives) {
     const auto& c = *probe.collectives;
     probeJson["collectives"] = {{"ops", c.ops},           {"min_bytes", c.minBytes}, {"max_bytes", c.maxBytes},
-                                {"iterations", c.iterations}, {"warmup", c.warmup},      {"dtype", c.dtype}};
+                                {"iterations", c.iterations}, {"warmup", c.warmup},      {"dtype", c.dtype},
+                                {"shared_memory", c.sharedMemory}};
   }
   json j{
       {"name", name},

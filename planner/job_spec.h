@@ -27,6 +27,9 @@ struct CollectivesSpec {
   int iterations = 20;
   int warmup = 5;
   std::string dtype = "float32";
+  // The tensors come from the communicator's allocate(): on UCX, memory every rank of the host
+  // maps, which collectives read and write in place. False: ordinary tensors.
+  bool sharedMemory = true;
 };
 
 struct ProbeSpec {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <thread>
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -396,6 +397,10 @@ std::shared_ptr<Work> NcclCommunicator::barrier() {
   at::Tensor one = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_));
   return run("barrier", "4 B", 4, {one}, Status::ok(),
              [&](cudaStream_t s) { return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum, comm_, s); });
+}
+
+at::Tensor NcclCommunicator::allocate(at::IntArrayRef sizes, at::ScalarType dtype) {
+  return at::empty(sizes, at::TensorOptions().dtype(dtype).device(at::kCUDA, device_));
 }
 
 StatusOr<std::shared_ptr<Communicator>> NcclCommunicator::split(const std::vector<int>& ranks, const std::string& name) {

@@ -58,6 +58,7 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> recv(at::Tensor tensor, int peer, int tag) override;
   std::shared_ptr<Work> barrier() override;
   StatusOr<std::shared_ptr<Communicator>> split(const std::vector<int>& ranks, const std::string& name) override;
+  at::Tensor allocate(at::IntArrayRef sizes, at::ScalarType dtype) override;
 
  private:
   NcclCommunicator(ncclComm_t comm, int rank, int size, int device, std::string name, NcclOptions options);

@@ -92,6 +92,12 @@ std::shared_ptr<Work> UcxCommunicator::allReduce(at::Tensor t, ReduceOp op) {
                   const int64_t count = t.numel();
                   char* data = static_cast<char*>(t.data_ptr());
                   if (size() == 1 || count == 0) return Status::ok();
+                  ASSIGN_OR_RETURN(SharedTensors shared, enterShared(t));
+                  if (shared.everywhere()) {
+                    RETURN_IF_ERROR(sameBytes(shared, t.nbytes()));
+                    RETURN_IF_ERROR(sharedAllReduce(shared, count, t.scalar_type(), op));
+                    return leaveShared();
+                  }
                   if (static_cast<int64_t>(t.nbytes()) <= kDirectAllReduceBytes || count < size()) {
                     RETURN_IF_ERROR(directAllReduce(data, count, t.scalar_type(), op, seq));
                   } else {
@@ -235,6 +241,13 @@ std::shared_ptr<Work> UcxCommunicator::reduceScatter(at::Tensor output, at::Tens
                   if (size() == 1) {
                     std::memcpy(output.data_ptr(), input.data_ptr(), bytes);
                   } else {
+                    ASSIGN_OR_RETURN(SharedTensors shared, enterShared(input));
+                    if (shared.everywhere()) {
+                      RETURN_IF_ERROR(sameBytes(shared, input.nbytes()));
+                      RETURN_IF_ERROR(sharedReduceScatter(shared, static_cast<char*>(output.data_ptr()), output.numel(),
+                                                          input.scalar_type(), op));
+                      return leaveShared();  // averaged as it was reduced
+                    }
                     char* work = transport_->scratch(1, input.nbytes());
                     auto bounds = evenBounds(input.numel(), size());
                     RETURN_IF_ERROR(ringReduceScatter(static_cast<const char*>(input.data_ptr()), work,
@@ -256,6 +269,14 @@ std::shared_ptr<Work> UcxCommunicator::allGather(at::Tensor output, at::Tensor i
   return submit("all_gather", describe(output), output.defined() ? output.nbytes() : 0, valid,
                 [this, output, input](uint32_t seq) -> Status {
                   char* out = static_cast<char*>(output.data_ptr());
+                  if (size() > 1) {
+                    ASSIGN_OR_RETURN(SharedTensors shared, enterShared(input));
+                    if (shared.everywhere()) {
+                      RETURN_IF_ERROR(sameBytes(shared, input.nbytes()));
+                      sharedGather(shared, out, input.nbytes(), 0);
+                      return leaveShared();
+                    }
+                  }
                   std::memcpy(out + rank_ * input.nbytes(), input.data_ptr(), input.nbytes());
                   if (size() == 1) return Status::ok();
                   return ringAllGather(out, evenBounds(output.numel(), size()), output.element_size(), seq, true);
@@ -293,6 +314,15 @@ std::shared_ptr<Work> UcxCommunicator::allToAll(at::Tensor output, at::Tensor in
                             c10::toString(output.scalar_type()));
   return submit("all_to_all", describe(input), input.defined() ? input.nbytes() : 0, valid,
                 [this, output, input](uint32_t seq) -> Status {
+                  if (size() > 1) {
+                    ASSIGN_OR_RETURN(SharedTensors shared, enterShared(input));
+                    if (shared.everywhere()) {
+                      RETURN_IF_ERROR(sameBytes(shared, input.nbytes()));
+                      const int64_t part = input.nbytes() / size();
+                      sharedGather(shared, static_cast<char*>(output.data_ptr()), part, rank_ * part);
+                      return leaveShared();
+                    }
+                  }
                   auto b = evenBounds(input.numel(), size());
                   for (auto& x : b) x *= input.element_size();
                   return exchange(static_cast<char*>(output.data_ptr()), b, static_cast<const char*>(input.data_ptr()),
@@ -337,6 +367,12 @@ std::shared_ptr<Work> UcxCommunicator::broadcast(at::Tensor t, int root) {
   return submit("broadcast", describe(t) + fmt::format(" from rank {}", root), t.defined() ? t.nbytes() : 0, valid,
                 [this, t, root](uint32_t seq) -> Status {
                   if (size() == 1) return Status::ok();
+                  ASSIGN_OR_RETURN(SharedTensors shared, enterShared(t));
+                  if (!shared.data.empty() && shared.data[root]) {
+                    RETURN_IF_ERROR(sameBytes(shared, t.nbytes(), {root}));
+                    if (rank_ != root) sharedCopy(static_cast<char*>(t.data_ptr()), shared.data[root], t.nbytes());
+                    return leaveShared();
+                  }
                   return chainBroadcast(static_cast<char*>(t.data_ptr()), t.nbytes(), root, seq);
                 });
 }

@@ -11,10 +11,12 @@
 
 namespace loom::backends {
 
-// Collectives on host tensors over a UcxTransport. Algorithms by size: small all-reduces send
-// every buffer to every rank and reduce in rank order; large ones run a chunked ring
-// (reduce-scatter, then all-gather); broadcasts go direct when small and down a pipelined chain
-// when large. Every rank ends with bit-identical results.
+// Collectives on host tensors over a UcxTransport. When every rank's tensors of a collective lie
+// in the host's shared heap (allocate()), the ranks read and write each other's tensors in place
+// (ucx_in_place.cc). Otherwise messages carry the data, by algorithms chosen by size: small
+// all-reduces send every buffer to every rank and reduce in rank order; large ones run a chunked
+// ring (reduce-scatter, then all-gather); broadcasts go direct when small and down a pipelined
+// chain when large. Every rank ends with bit-identical results.
 class UcxCommunicator final : public Communicator {
  public:
   // The communicator of every rank of the transport.
@@ -38,6 +40,7 @@ class UcxCommunicator final : public Communicator {
   std::shared_ptr<Work> recv(at::Tensor tensor, int peer, int tag) override;
   std::shared_ptr<Work> barrier() override;
   StatusOr<std::shared_ptr<Communicator>> split(const std::vector<int>& ranks, const std::string& name) override;
+  at::Tensor allocate(at::IntArrayRef sizes, at::ScalarType dtype) override;
 
  private:
   UcxCommunicator(std::shared_ptr<UcxTransport> transport, std::vector<int> worldRanks, uint32_t groupId,
@@ -58,6 +61,26 @@ class UcxCommunicator final : public Communicator {
                   const std::vector<int64_t>& inBounds, uint32_t seq);
   Status chainBroadcast(char* data, int64_t bytes, int root, uint32_t seq);
 
+  // In place through the shared heap (ucx_in_place.cc). A round: every rank publishes where its
+  // tensor lies and learns where the others' do; the op runs in place when the tensors it reads
+  // lie in the heap on every rank (all ranks see the same entries, so they all decide alike);
+  // then every rank waits for all to leave, as the caller may reuse its tensors at once.
+  struct SharedTensors {
+    std::vector<char*> data;     // by group rank; null where the tensor is not in the heap
+    std::vector<int64_t> bytes;  // by group rank
+    bool everywhere() const;
+  };
+  // Enters the next round with `mine`; no heap: no round, and `data` is empty.
+  StatusOr<SharedTensors> enterShared(const at::Tensor& mine);
+  Status leaveShared();
+  // The tensors of ranks `which` (every rank when empty) hold `bytes`, or an error naming the
+  // first that does not (after leaving the round, so that the others are not held up).
+  Status sameBytes(const SharedTensors& shared, int64_t bytes, const std::vector<int>& which = {});
+  Status sharedAllReduce(const SharedTensors& tensors, int64_t count, at::ScalarType dtype, ReduceOp op);
+  Status sharedReduceScatter(const SharedTensors& inputs, char* output, int64_t part, at::ScalarType dtype, ReduceOp op);
+  void sharedGather(const SharedTensors& inputs, char* output, int64_t partBytes, int64_t sourceOffset);
+  void sharedCopy(char* to, const char* from, int64_t bytes);
+
   std::shared_ptr<UcxTransport> transport_;
   std::vector<int> ranks_;  // world rank of each rank of this group
   int rank_;
@@ -66,6 +89,7 @@ class UcxCommunicator final : public Communicator {
   std::mutex submitMu_;  // numbering and queueing are one step, so the queue is in sequence order
   uint32_t sequence_ = 0;
   std::atomic<uint32_t> splits_{0};
+  uint64_t sharedRound_ = 0;  // rounds entered; on the transport thread only
 };
 
 }  // namespace loom::backends

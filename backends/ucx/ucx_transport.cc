@@ -3,6 +3,8 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -108,6 +110,20 @@ Status UcxTransport::start() {
     auto space = v.find(' ');
     peerHosts_[r] = v.substr(0, space);
     peerAddresses_[r] = hexDecode(v.substr(space + 1));
+  }
+  // Every rank on this host: tensors can live in memory they all map (shared_heap.h). Every rank
+  // sees the same hosts, so they all try, and they all agree on the outcome; without the heap,
+  // collectives go over UCX alone.
+  const bool oneHost = std::all_of(peerHosts_.begin(), peerHosts_.end(), [&](const std::string& h) { return h == host_; });
+  const char* off = std::getenv("LOOM_UCX_SHARED_HEAP");
+  if (oneHost && !(off && std::string(off) == "0")) {
+    auto heap = SharedHeap::create(*options_.store, options_.rank, n, options_.rendezvousTimeout);
+    if (heap.isOk()) {
+      heap_ = std::move(*heap);
+    } else {
+      spdlog::warn("no shared memory among the ranks of this host, collectives go over UCX messages only: {}",
+                   heap.status().message());
+    }
   }
   return Status::ok();
 }

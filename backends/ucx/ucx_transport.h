@@ -15,6 +15,7 @@
 
 #include "backends/comms_logger.h"
 #include "backends/rendezvous/store.h"
+#include "backends/ucx/shared_heap.h"
 #include "backends/work.h"
 #include "common/status.h"
 
@@ -72,6 +73,11 @@ class UcxTransport {
   // Scratch memory kept between operations (fresh pages cost a fault each, and vectors zero
   // them): `slot` 0 and 1 are separate buffers. Contents are undefined.
   char* scratch(int slot, size_t bytes);
+  // Memory shared with every rank of the world when they are all on this host (else null).
+  const std::shared_ptr<SharedHeap>& heap() const { return heap_; }
+  // The running operation's deadline and description, for algorithms that wait on their own.
+  std::chrono::steady_clock::time_point deadline() const { return deadline_; }
+  const std::string& currentOperation() const { return current_; }
 
  private:
   explicit UcxTransport(const UcxOptions& options) : options_(options) {}
@@ -98,6 +104,7 @@ class UcxTransport {
   std::vector<std::string> peerHosts_;
   std::vector<ucp_ep_h> endpoints_;
   std::string host_;
+  std::shared_ptr<SharedHeap> heap_;
 
   std::chrono::steady_clock::time_point deadline_;  // of the running operation
   std::string current_;                              // its description

@@ -82,6 +82,24 @@ TEST_CASE("a silent peer fails the others' collective within the timeout - namin
   }
 }
 
+TEST_CASE("allocated tensors: a silent peer fails the others within the timeout - one that exits at once", "[conformance]") {
+  for (const char* mode : {"shared-peer-stops", "shared-peer-exits"}) {
+    auto results = runRanks(3, 3, mode);
+    for (int r = 0; r < 3; ++r) {
+      INFO(mode << " rank " << r << ":\n" << results[r].log);
+      CHECK(results[r].exitCode == 0);
+    }
+  }
+}
+
+TEST_CASE("allocated tensors of different sizes fail the all-reduce on every rank - naming the sizes", "[conformance]") {
+  auto results = runRanks(2, 2, "shared-size-mismatch");
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ":\n" << results[r].log);
+    CHECK(results[r].exitCode == 0);
+  }
+}
+
 TEST_CASE("a rank that never joins fails rendezvous - naming it", "[conformance]") {
   auto results = runRanks(3, 2, "missing-rank");
   for (int r = 0; r < 2; ++r) {

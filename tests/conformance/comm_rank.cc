@@ -8,7 +8,12 @@
 //   missing-rank the last rank never starts; rendezvous must fail, naming it;
 //   size-mismatch rank 1 expects a smaller (then a larger) broadcast than rank 0 sends; it must
 //                fail naming the sizes.
+// and for tensors from Communicator::allocate (the shared-memory path):
+//   shared-peer-stops  as peer-stops;
+//   shared-peer-exits  the last rank's process exits; the others must fail at once, naming it;
+//   shared-size-mismatch  rank 1's all-reduce tensor is half rank 0's: both fail, naming the sizes.
 #include <cstdio>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -49,7 +54,7 @@ int main() {
   }
   UcxOptions options{.rank = rank, .worldSize = world, .store = store->get()};
   if (mode == "missing-rank") options.rendezvousTimeout = std::chrono::seconds(5);
-  if (mode == "peer-stops") options.operationTimeout = std::chrono::seconds(3);
+  if (mode.find("peer-") != std::string::npos) options.operationTimeout = std::chrono::seconds(3);
   auto transport = UcxTransport::create(options);
   if (mode == "missing-rank") {
     check(!transport.isOk() && transport.status().message().find("rank " + std::to_string(world - 1) + " did not join") !=
@@ -82,13 +87,39 @@ int main() {
     return failures == 0 ? 0 : 1;
   }
 
-  if (mode == "peer-stops") {
+  if (mode == "shared-peer-exits") {
+    check(worldComm->barrier()->wait().isOk(), "barrier before the exit");
+    if (rank == world - 1) std::_Exit(0);
+    auto t = worldComm->allocate({1 << 20}, at::kFloat).fill_(1);
+    const auto start = std::chrono::steady_clock::now();
+    Status s = worldComm->allReduce(t, ReduceOp::kSum)->wait(std::chrono::seconds(30));
+    std::printf("%s\n", s.toString().c_str());
+    check(s.code() == StatusCode::kUnavailable, "a peer that exited must fail the all-reduce: " + s.toString());
+    check(s.message().find("rank " + std::to_string(world - 1)) != std::string::npos &&
+              s.message().find("exited") != std::string::npos,
+          "the error names the rank that exited");
+    check(std::chrono::steady_clock::now() - start < std::chrono::seconds(2), "well before the 3 s timeout");
+    return failures == 0 ? 0 : 1;
+  }
+
+  if (mode == "shared-size-mismatch") {
+    auto t = worldComm->allocate({rank == 0 ? 1000 : 500}, at::kFloat).fill_(1);
+    Status s = worldComm->allReduce(t, ReduceOp::kSum)->wait(std::chrono::seconds(30));
+    std::printf("%s\n", s.toString().c_str());
+    check(s.code() == StatusCode::kInvalidArgument, "tensors of different sizes are an error: " + s.toString());
+    const std::string other = rank == 0 ? "rank 1's tensor holds 2000 bytes, this rank's 4000"
+                                        : "rank 0's tensor holds 4000 bytes, this rank's 2000";
+    check(s.message().find(other) != std::string::npos, "the error names the rank and both sizes: " + s.toString());
+    return failures == 0 ? 0 : 1;
+  }
+
+  if (mode == "peer-stops" || mode == "shared-peer-stops") {
     check(worldComm->barrier()->wait().isOk(), "barrier before the stop");
     if (rank == world - 1) {
       std::this_thread::sleep_for(std::chrono::seconds(6));  // silent past the others' timeout
       return 0;
     }
-    auto t = at::ones({1 << 20}, at::kFloat);
+    auto t = mode == "peer-stops" ? at::ones({1 << 20}, at::kFloat) : worldComm->allocate({1 << 20}, at::kFloat).fill_(1);
     Status s = worldComm->allReduce(t, ReduceOp::kSum)->wait(std::chrono::seconds(30));
     std::printf("%s\n", s.toString().c_str());
     check(s.code() == StatusCode::kDeadlineExceeded, "a silent peer must fail the all-reduce: " + s.toString());

@@ -11,9 +11,18 @@ namespace {
 using backends::Communicator;
 using backends::ReduceOp;
 
+// Where the tensors handed to collectives come from.
+enum class Memory {
+  kOrdinary,     // at::empty and friends
+  kAllocated,    // Communicator::allocate on every rank (the UCX backend's in-place path)
+  kEvenRanks,    // allocate on even ranks only: every rank must take the message path alike
+};
+
 struct Checker {
   at::Device device;
   int failures = 0;
+  Communicator* comm = nullptr;
+  Memory memory = Memory::kOrdinary;
 
   void check(bool ok, const std::string& what) {
     if (ok) return;
@@ -22,7 +31,12 @@ struct Checker {
     std::fflush(stdout);
   }
   void checkOk(const Status& s, const std::string& what) { check(s.isOk(), what + ": " + s.toString()); }
-  at::Tensor on(const at::Tensor& t) const { return t.to(device); }
+  at::Tensor on(const at::Tensor& t) const {
+    const bool allocated = memory == Memory::kAllocated || (memory == Memory::kEvenRanks && comm->rank() % 2 == 0);
+    if (!allocated) return t.to(device);
+    at::Tensor a = comm->allocate(t.sizes(), t.scalar_type());
+    return a.copy_(t);
+  }
   static bool same(const at::Tensor& a, const at::Tensor& b) { return at::equal(a.cpu(), b.cpu()); }
 };
 
@@ -73,7 +87,7 @@ void gatherScatterChecks(Checker& k, Communicator& c, const std::string& where) 
       // all_to_all: part j of rank i's input lands in part i of rank j's output. Values stay
       // small (exact in half precision): position mod 7, plus 10 per source rank.
       auto send = k.on((at::arange(part * n, at::kLong) % 7 + 10 * r).to(dtype));
-      auto recv = at::empty_like(send);
+      auto recv = k.on(at::empty_like(send));
       k.checkOk(c.allToAll(recv, send)->wait(), where + " all_to_all" + suffix);
       for (int i = 0; i < n; ++i) {
         auto expect = (at::arange(r * part, (r + 1) * part, at::kLong) % 7 + 10 * i).to(dtype);
@@ -135,17 +149,24 @@ void pointToPointChecks(Checker& k, Communicator& c, const std::string& where) {
           where + " all_gather shape mismatch must be refused: " + mismatch.toString());
 }
 
-void runOn(Checker& k, Communicator& c) {
-  allReduceChecks(k, c, c.name());
-  gatherScatterChecks(k, c, c.name());
-  pointToPointChecks(k, c, c.name());
+void runOn(Checker& k, Communicator& c, Memory memory) {
+  k.comm = &c;
+  k.memory = memory;
+  const std::string where = c.name() + (memory == Memory::kAllocated   ? " (allocated tensors)"
+                                        : memory == Memory::kEvenRanks ? " (allocated on even ranks)"
+                                                                       : "");
+  allReduceChecks(k, c, where);
+  gatherScatterChecks(k, c, where);
+  pointToPointChecks(k, c, where);
 }
 
 }  // namespace
 
 int runAll(Communicator& world, at::Device device) {
   Checker k{device};
-  runOn(k, world);
+  runOn(k, world, Memory::kOrdinary);
+  runOn(k, world, Memory::kAllocated);
+  runOn(k, world, Memory::kEvenRanks);
   // Sub-groups: even and odd ranks.
   std::vector<int> even, odd;
   for (int r = 0; r < world.size(); ++r) (r % 2 ? odd : even).push_back(r);
@@ -157,7 +178,10 @@ int runAll(Communicator& world, at::Device device) {
     auto& mine = world.rank() % 2 ? *odds : *evens;
     k.check(mine != nullptr, "this rank is in its group");
     k.check((world.rank() % 2 ? *evens : *odds) == nullptr, "not in the other group");
-    if (mine && mine->size() > 1) runOn(k, *mine);
+    if (mine && mine->size() > 1) {
+      runOn(k, *mine, Memory::kOrdinary);
+      runOn(k, *mine, Memory::kAllocated);
+    }
   }
   k.checkOk(world.barrier()->wait(), "final barrier");
   return k.failures;

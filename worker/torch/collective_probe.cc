@@ -70,9 +70,14 @@ std::shared_ptr<backends::Work> issue(Communicator& c, const std::string& op, Ca
   return c.broadcast(k.input, 0);
 }
 
-Case onDevice(Case k, const at::Device& device) {
-  for (at::Tensor* t : {&k.input, &k.output, &k.expected})
-    if (t->defined()) *t = t->to(device);
+// The tensors the op reads and writes go where `sharedMemory` says (the communicator's
+// allocate(), or ordinary memory on `device`); the expected result is only compared.
+Case place(Case k, Communicator& c, const at::Device& device, bool sharedMemory) {
+  for (at::Tensor* t : {&k.input, &k.output}) {
+    if (!t->defined()) continue;
+    *t = sharedMemory ? c.allocate(t->sizes(), t->scalar_type()).copy_(*t) : t->to(device);
+  }
+  k.expected = k.expected.to(device);
   return k;
 }
 
@@ -102,8 +107,10 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
   const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype));
 
   if (ctx.rank == 0) {
-    std::printf("# collective benchmark: %d ranks, %s, %s, %d iterations after %d warm-up\n", n, cfg.dtype.c_str(),
-                cuda ? "NCCL on the GPUs" : "UCX on host memory", cfg.iterations, cfg.warmup);
+    std::printf("# collective benchmark: %d ranks, %s, %s, %s, %d iterations after %d warm-up\n", n,
+                cfg.dtype.c_str(), cuda ? "NCCL on the GPUs" : "UCX on host memory",
+                cfg.sharedMemory ? "tensors from the communicator's allocate()" : "ordinary tensors", cfg.iterations,
+                cfg.warmup);
     std::printf("%-16s %12s %12s %12s %12s %12s %8s\n", "op", "size", "count", "time (us)", "algbw GB/s",
                 "busbw GB/s", "#wrong");
   }
@@ -114,7 +121,7 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
       int64_t count = std::max<int64_t>(1, bytes / elem);
       if (op != "all_reduce" && op != "broadcast") count = std::max<int64_t>(n, count / n * n);
       const int64_t size = count * elem;
-      Case k = onDevice(makeCase(op, count, ctx.rank, n, dtype), device);
+      Case k = place(makeCase(op, count, ctx.rank, n, dtype), *world, device, cfg.sharedMemory);
       const at::Tensor pristine = inPlace(op) ? k.input.clone() : at::Tensor();
 
       // Large sizes get fewer iterations: at most ~2 GiB moved per size.

@@ -1,0 +1,125 @@
+// UcxCommunicator's collectives on tensors in the host's shared heap (shared_heap.h): every rank
+// maps every other's tensors, so a collective is one pass over memory with no messages. An
+// all-reduce of 2 ranks reads both tensors once and writes both once; over messages the same
+// bytes are copied into a receive buffer first and the result copied back out.
+#include <cstdio>
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "backends/reduce.h"
+#include "backends/ucx/ucx_communicator.h"
+#include "common/human_bytes.h"
+
+namespace loom::backends {
+
+namespace {
+
+// From this many bytes written, stores bypass the cache: the data will be in memory, not the
+// cache, when it is next read, and streaming stores save reading the destination first.
+constexpr int64_t kStreamingBytes = 16 << 20;
+
+}  // namespace
+
+at::Tensor UcxCommunicator::allocate(at::IntArrayRef sizes, at::ScalarType dtype) {
+  const auto options = at::TensorOptions().dtype(dtype);
+  const std::shared_ptr<SharedHeap>& heap = transport_->heap();
+  if (!heap) return at::empty(sizes, options);
+  const size_t bytes = static_cast<size_t>(c10::multiply_integers(sizes)) * c10::elementSize(dtype);
+  auto memory = heap->allocate(bytes);
+  if (!memory.isOk()) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      std::fprintf(stderr,
+                   "warning: %s; tensors for collectives come from ordinary memory from now on, and collectives on "
+                   "them go over UCX messages (a container needs a larger /dev/shm)\n",
+                   memory.status().message().c_str());
+    });
+    return at::empty(sizes, options);
+  }
+  return at::from_blob(*memory, sizes, [heap](void* p) { heap->release(p); }, options);
+}
+
+bool UcxCommunicator::SharedTensors::everywhere() const {
+  if (data.empty()) return false;
+  for (char* d : data)
+    if (!d) return false;
+  return true;
+}
+
+StatusOr<UcxCommunicator::SharedTensors> UcxCommunicator::enterShared(const at::Tensor& mine) {
+  SharedHeap* heap = transport_->heap().get();
+  if (!heap) return SharedTensors{};
+  const uint64_t round = sharedRound_++;
+  const int64_t bytes = static_cast<int64_t>(mine.nbytes());
+  heap->enter(groupId_, round, {heap->offsetOf(mine.data_ptr(), mine.nbytes()), bytes});
+  RETURN_IF_ERROR(heap->awaitEntered(groupId_, ranks_, round, transport_->deadline(),
+                                     fmt::format("{}: waiting for every rank to start", transport_->currentOperation())));
+  SharedTensors shared;
+  for (int q = 0; q < size(); ++q) {
+    const SharedHeap::Entry e = heap->entryOf(ranks_[q], groupId_, round);
+    shared.data.push_back(e.offset < 0 ? nullptr : heap->segment(ranks_[q]) + e.offset);
+    shared.bytes.push_back(e.bytes);
+  }
+  return shared;
+}
+
+Status UcxCommunicator::leaveShared() {
+  SharedHeap* heap = transport_->heap().get();
+  const uint64_t round = sharedRound_ - 1;
+  heap->leave(groupId_, round);
+  return heap->awaitLeft(groupId_, ranks_, round, transport_->deadline(),
+                         fmt::format("{}: waiting for every rank to finish", transport_->currentOperation()));
+}
+
+Status UcxCommunicator::sameBytes(const SharedTensors& shared, int64_t bytes, const std::vector<int>& which) {
+  std::vector<int> ranks = which;
+  if (ranks.empty())
+    for (int q = 0; q < size(); ++q) ranks.push_back(q);
+  for (int q : ranks) {
+    if (shared.bytes[q] == bytes) continue;
+    RETURN_IF_ERROR(leaveShared());
+    return invalidArgument("rank {}'s tensor holds {} bytes, this rank's {} ({})", q, shared.bytes[q], bytes,
+                           transport_->currentOperation());
+  }
+  return Status::ok();
+}
+
+// Each rank reduces its share (evenBounds) out of every rank's tensor and writes the result into
+// all of them.
+Status UcxCommunicator::sharedAllReduce(const SharedTensors& tensors, int64_t count, at::ScalarType dtype, ReduceOp op) {
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t begin = count * rank_ / size(), end = count * (rank_ + 1) / size();
+  std::vector<const char*> sources;
+  std::vector<char*> destinations;
+  for (char* t : tensors.data) {
+    sources.push_back(t + begin * elem);
+    destinations.push_back(t + begin * elem);
+  }
+  return reduceToAll(sources, destinations, end - begin, dtype, op, count * elem >= kStreamingBytes);
+}
+
+Status UcxCommunicator::sharedReduceScatter(const SharedTensors& inputs, char* output, int64_t part,
+                                            at::ScalarType dtype, ReduceOp op) {
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype));
+  std::vector<const char*> sources;
+  for (char* in : inputs.data) sources.push_back(in + rank_ * part * elem);
+  return reduceToAll(sources, {output}, part, dtype, op, part * elem * size() >= kStreamingBytes);
+}
+
+// output part q = `partBytes` of rank q's input from `sourceOffset`; starting with the next rank,
+// so that the ranks do not all read rank 0 first.
+void UcxCommunicator::sharedGather(const SharedTensors& inputs, char* output, int64_t partBytes, int64_t sourceOffset) {
+  const bool streaming = partBytes * size() >= kStreamingBytes;
+  for (int k = 0; k < size(); ++k) {
+    const int q = (rank_ + 1 + k) % size();
+    copyBytes(output + q * partBytes, inputs.data[q] + sourceOffset, partBytes, streaming);
+  }
+}
+
+void UcxCommunicator::sharedCopy(char* to, const char* from, int64_t bytes) {
+  copyBytes(to, from, bytes, bytes >= kStreamingBytes);
+}
+
+}  // namespace loom::backends
