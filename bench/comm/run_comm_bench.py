@@ -5,7 +5,8 @@ communicator against torch.distributed's NCCL, one rank per GPU.
 
 For each world size: the probe job's collective benchmark through `loomctl run` (real ranks,
 the embedded control plane) and bench/comm/torch_dist_bench.py under torchrun, same ops, sizes
-and dtype (float32). On the host it also measures a single thread's memcpy bandwidth (the goal's
+and dtype (float32). On the host, Loom runs with tensors from the communicator's allocate()
+(memory every rank maps, worked on in place) and with ordinary tensors (carried by UCX messages). On the host it also measures a single thread's memcpy bandwidth (the goal's
 yardstick) and two processes' copying at once (what ranks sharing the memory can get). Prints markdown: busbw per op and size, the ratio, and the goals' verdicts.
 
     python3 bench/comm/run_comm_bench.py [--ranks 2,4] [--min-bytes 1024] [--max-bytes 268435456]
@@ -51,11 +52,12 @@ def timed(fn):
     return time.perf_counter() - start
 
 
-def loom(loomctl, ranks, min_bytes, max_bytes, device):
+def loom(loomctl, ranks, min_bytes, max_bytes, device, shared_memory):
     with tempfile.TemporaryDirectory() as state:
         spec = {"name": "comm-bench", "kind": "probe", "resources": {"ranks": ranks, "device": device},
                 "probe": {"ticks": 0, "collectives": {"ops": OPS, "min_bytes": min_bytes, "max_bytes": max_bytes,
-                                                      "iterations": 20, "warmup": 3, "dtype": "float32"}}}
+                                                      "iterations": 20, "warmup": 3, "dtype": "float32",
+                                                      "shared_memory": shared_memory}}}
         path = os.path.join(state, "spec.json")
         with open(path, "w") as f:
             json.dump(spec, f)
@@ -103,27 +105,40 @@ def main():
     if copy:
         both = ", ".join(f"{g:.2f}" for g in concurrent_memcpy_gbps(2))
         print(f"memcpy, one thread, 256 MiB: {copy:.2f} GB/s copied; two processes at once, 64 MiB each: {both} GB/s\n")
+    # On the host Loom runs twice: tensors from the communicator's allocate() (shared memory the
+    # collectives work in place in; what Loom's CPU training buffers use) and ordinary tensors
+    # (what the UCX messages carry).
+    variants = [("", True)] if cuda else [(" (allocate)", True), (" (ordinary)", False)]
     for ranks in [int(r) for r in args.ranks.split(",")]:
-        ours = loom(args.loomctl, ranks, args.min_bytes, args.max_bytes, args.device)
+        ours = {label: loom(args.loomctl, ranks, args.min_bytes, args.max_bytes, args.device, shared)
+                for label, shared in variants}
         ref = torch_dist(ranks, args.min_bytes, args.max_bytes, "nccl" if cuda else "gloo")
+        labels = [label for label, _ in variants]
         print(f"### {ranks} ranks: busbw GB/s\n")
-        print(f"| op | size | {mine_name} | {theirs_name} | Loom / {theirs_name} |")
-        print("|---|---|---|---|---|")
-        worst = {}
-        for (op, size) in sorted(ours, key=lambda k: (OPS.index(k[0]), k[1])):
-            mine, theirs = ours[(op, size)], ref.get((op, size))
-            ratio = mine / theirs if theirs else float("nan")
-            if size >= 1 << 20 and theirs:
-                worst[op] = min(worst.get(op, float("inf")), ratio)
-            print(f"| {op} | {human(size)} | {mine:.3f} | {theirs if theirs is None else f'{theirs:.3f}'} | {ratio:.2f} |")
+        print("| op | size | " + " | ".join(f"{mine_name}{l}" for l in labels) + f" | {theirs_name} | " +
+              " | ".join(f"Loom{l} / {theirs_name}" for l in labels) + " |")
+        print("|---|---|" + "---|" * (2 * len(labels) + 1))
+        worst = {label: {} for label in labels}
+        keys = sorted(ours[labels[0]], key=lambda k: (OPS.index(k[0]), k[1]))
+        for (op, size) in keys:
+            theirs = ref.get((op, size))
+            mine = [ours[label].get((op, size)) for label in labels]
+            ratios = [m / theirs if (theirs and m) else float("nan") for m in mine]
+            for label, ratio in zip(labels, ratios):
+                if size >= 1 << 20 and theirs:
+                    worst[label][op] = min(worst[label].get(op, float("inf")), ratio)
+            print(f"| {op} | {human(size)} | " + " | ".join(f"{m:.3f}" for m in mine) +
+                  f" | {theirs if theirs is None else f'{theirs:.3f}'} | " + " | ".join(f"{r:.2f}" for r in ratios) + " |")
         print()
-        for op in OPS:
-            if op in worst:
-                goal = "" if cuda else " (goal >= 2)"
-                print(f"- {op}: lowest Loom/{theirs_name} ratio at >= 1 MiB: {worst[op]:.2f}{goal}")
-        at64 = ours.get(("all_reduce", 64 << 20))
-        if at64 and copy:
-            print(f"- all_reduce busbw at 64 MiB: {at64:.2f} GB/s = {100 * at64 / copy:.0f}% of memcpy (goal >= 70%)")
+        for label in labels:
+            for op in OPS:
+                if op in worst[label]:
+                    goal = "" if cuda else " (goal >= 2)"
+                    print(f"- {op}{label}: lowest Loom/{theirs_name} ratio at >= 1 MiB: {worst[label][op]:.2f}{goal}")
+            at64 = ours[label].get(("all_reduce", 64 << 20))
+            if at64 and copy:
+                print(f"- all_reduce{label} busbw at 64 MiB: {at64:.2f} GB/s = {100 * at64 / copy:.0f}% of memcpy "
+                      "(goal >= 70%)")
         print()
 
 

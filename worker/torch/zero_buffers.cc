@@ -22,6 +22,11 @@ std::vector<std::pair<std::string, at::Tensor>> trainableOnly(const std::vector<
   return out;
 }
 
+at::Tensor collectiveBuffer(backends::Communicator* comm, int64_t numel, const at::TensorOptions& options) {
+  if (comm && options.device().is_cpu()) return comm->allocate({numel}, options.dtype().toScalarType());
+  return at::empty({numel}, options);
+}
+
 int64_t bytesOf(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
 
 int64_t stateBytes(const Optimizer& optimizer) {

@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "backends/communicator.h"
 #include "common/status.h"
 #include "worker/torch/optimizer.h"
 #include "worker/torch/safetensors.h"
@@ -22,6 +23,10 @@ std::vector<std::pair<std::string, at::Tensor>> trainableOnly(const std::vector<
 std::vector<at::Tensor> viewsInto(const at::Tensor& flat, const std::vector<std::pair<std::string, at::Tensor>>& params,
                                   int64_t offset = 0);
 int64_t bytesOf(const at::Tensor& t);
+// An uninitialized buffer of `numel` elements for `comm`'s collectives: on the host, from the
+// communicator's allocate() (memory every rank of the host maps, which collectives read and
+// write in place); elsewhere, or without a communicator, an ordinary tensor.
+at::Tensor collectiveBuffer(backends::Communicator* comm, int64_t numel, const at::TensorOptions& options);
 // The bytes of an optimizer's state tensors (its step count aside).
 int64_t stateBytes(const Optimizer& optimizer);
 // Collective failures inside autograd (a backward hook) travel as exceptions; the runtime turns

@@ -22,7 +22,7 @@ class ZeroStage0 final : public ZeroEngine {
     const auto f32 = at::TensorOptions().dtype(at::kFloat).device(model.device());
     int64_t total = 0;
     for (const auto& [name, p] : params_) total += p.numel();
-    gradFlat_ = at::zeros({total}, f32);
+    gradFlat_ = collectiveBuffer(comm, total, f32).zero_();
     gradViews_ = viewsInto(gradFlat_, params_);
     std::vector<std::pair<std::string, at::Tensor>> masters;
     if (config.precision != planner::Precision::kFp32) {

@@ -71,6 +71,7 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   std::vector<std::vector<at::Tensor>> gradViews_;  // stage 1, per block
   at::Tensor gradPartition_;
   at::Tensor masterPartition_;
+  at::Tensor updatedPart_;  // this rank's updated part in the model's dtype, all-gathered each step
   std::unique_ptr<HostStepPipeline> hostStep_;  // offload_optimizer.device cpu
   double lossScale_ = 1.0;            // the step's, from reduce()
   std::vector<Pending> pending_;
@@ -124,7 +125,7 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& m
   }
   gradPartition_ = at::zeros({partitionNumel_}, f32_);
   if (stage_ == 1) {
-    gradFlat_ = at::zeros({flatTotal}, f32_);
+    gradFlat_ = collectiveBuffer(comm_, flatTotal, f32_).zero_();
     for (const auto& block : blocks_) gradViews_.push_back(viewsInto(gradFlat_, block.params, block.flatOffset));
   } else {
     model.setBlockRunner(this);
@@ -246,16 +247,16 @@ Status ZeroStage12::step(double lr, double clipCoefficient) {
   // Every rank's updated part, in the model's dtype, to every rank in one all-gather; then each
   // block's parameters from the dp parts of that block.
   const at::ScalarType dtype = blocks_.front().params.front().second.scalar_type();
-  at::Tensor mine;
+  if (!updatedPart_.defined()) updatedPart_ = collectiveBuffer(comm_, partitionNumel_, f32_.dtype(dtype));
+  at::Tensor& mine = updatedPart_;
   if (hostStep_) {
     // Offloaded: the step runs on the host, the gradient scaled on the device first (cheap there).
     if (divisor != 1.0) gradPartition_.div_(divisor);
-    mine = at::empty({partitionNumel_}, f32_.dtype(dtype));
     hostStep_->add(0, gradPartition_, mine);
     hostStep_->run(*optimizer_, lr);
   } else {
     optimizer_->step(lr, {gradPartition_}, divisor);
-    mine = masterPartition_.to(dtype);
+    mine.copy_(masterPartition_);
   }
   at::Tensor all = at::empty({dp_ * partitionNumel_}, f32_.dtype(dtype));
   if (comm_) {
