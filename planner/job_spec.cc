@@ -51,11 +51,12 @@ const std::set<std::string> kCollectiveOps{"all_reduce", "all_gather", "reduce_s
 Status parseCollectives(const json& object, CollectivesSpec* c) {
   ObjectReader r(object, "probe.collectives");
   RETURN_IF_ERROR(r.readStrings("ops", &c->ops, kCollectiveOps));
-  int64_t iterations = c->iterations, warmup = c->warmup;
+  int64_t iterations = c->iterations, warmup = c->warmup, repeats = c->repeats;
   RETURN_IF_ERROR(r.readInt("min_bytes", &c->minBytes, false, 1, int64_t(1) << 34));
   RETURN_IF_ERROR(r.readInt("max_bytes", &c->maxBytes, false, 1, int64_t(1) << 34));
   RETURN_IF_ERROR(r.readInt("iterations", &iterations, false, 1, 100'000));
   RETURN_IF_ERROR(r.readInt("warmup", &warmup, false, 0, 100'000));
+  RETURN_IF_ERROR(r.readInt("repeats", &repeats, false, 1, 1'000));
   RETURN_IF_ERROR(r.readString("dtype", &c->dtype, false));
   RETURN_IF_ERROR(r.readBool("shared_memory", &c->sharedMemory));
   static const std::set<std::string> kDtypes{"float32", "bfloat16", "float16", "int64"};
@@ -66,6 +67,7 @@ Status parseCollectives(const json& object, CollectivesSpec* c) {
   if (c->ops.empty()) return invalidArgument("probe.collectives.ops: must name at least one op");
   c->iterations = static_cast<int>(iterations);
   c->warmup = static_cast<int>(warmup);
+  c->repeats = static_cast<int>(repeats);
   return r.rejectUnknown();
 }
 
@@ -261,8 +263,8 @@ json JobSpec::toJson() const {
   if (probe.collectives) {
     const auto& c = *probe.collectives;
     probeJson["collectives"] = {{"ops", c.ops},           {"min_bytes", c.minBytes}, {"max_bytes", c.maxBytes},
-                                {"iterations", c.iterations}, {"warmup", c.warmup},      {"dtype", c.dtype},
-                                {"shared_memory", c.sharedMemory}};
+                                {"iterations", c.iterations}, {"warmup", c.warmup},      {"repeats", c.repeats},
+                                {"dtype", c.dtype},           {"shared_memory", c.sharedMemory}};
   }
   json j{
       {"name", name},

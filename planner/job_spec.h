@@ -26,6 +26,7 @@ struct CollectivesSpec {
   int64_t maxBytes = 256 << 20;
   int iterations = 20;
   int warmup = 5;
+  int repeats = 1;  // timed loops of `iterations`; the median loop's mean time counts
   std::string dtype = "float32";
   // The tensors come from the communicator's allocate(): on UCX, memory every rank of the host
   // maps, which collectives read and write in place. False: ordinary tensors.

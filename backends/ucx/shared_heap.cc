@@ -271,17 +271,20 @@ void SharedHeap::leave(uint32_t group, uint64_t round) {
 }
 
 Status SharedHeap::awaitEntered(uint32_t group, const std::vector<int>& worldRanks, uint64_t round,
-                                std::chrono::steady_clock::time_point deadline, const std::string& what) const {
-  return awaitAll(/*entered=*/true, group, worldRanks, round, deadline, what);
+                             std::chrono::steady_clock::time_point deadline, const std::string& what,
+                             const WaitHooks& hooks) const {
+  return awaitAll(/*entered=*/true, group, worldRanks, round, deadline, what, hooks);
 }
 
 Status SharedHeap::awaitLeft(uint32_t group, const std::vector<int>& worldRanks, uint64_t round,
-                             std::chrono::steady_clock::time_point deadline, const std::string& what) const {
-  return awaitAll(/*entered=*/false, group, worldRanks, round, deadline, what);
+                             std::chrono::steady_clock::time_point deadline, const std::string& what,
+                             const WaitHooks& hooks) const {
+  return awaitAll(/*entered=*/false, group, worldRanks, round, deadline, what, hooks);
 }
 
 Status SharedHeap::awaitAll(bool entered, uint32_t group, const std::vector<int>& worldRanks, uint64_t round,
-                            std::chrono::steady_clock::time_point deadline, const std::string& what) const {
+                            std::chrono::steady_clock::time_point deadline, const std::string& what,
+                            const WaitHooks& hooks) const {
   // Spin while the wait is likely short and every rank has a core; then sleep on the counter's
   // futex, waking now and then to check the rank's process and the deadline.
   const auto spinFor = yield_ ? std::chrono::microseconds(20) : std::chrono::microseconds(2000);
@@ -290,9 +293,16 @@ Status SharedHeap::awaitAll(bool entered, uint32_t group, const std::vector<int>
     GroupLines& l = lines(r, group);
     Counter& c = entered ? l.entered : l.left;
     const auto start = std::chrono::steady_clock::now();
+    bool settled = false;
     for (uint64_t spins = 0; c.value.load(std::memory_order_acquire) < round + 1; ++spins) {
       if (spins % 64 != 0 || std::chrono::steady_clock::now() - start < spinFor) {
+        if (hooks.poll) hooks.poll();
         cpuRelax();
+        continue;
+      }
+      if (!settled && hooks.settle) {
+        RETURN_IF_ERROR(hooks.settle());
+        settled = true;
         continue;
       }
       const uint32_t generation = c.generation.load(std::memory_order_seq_cst);

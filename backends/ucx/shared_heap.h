@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -61,12 +62,21 @@ class SharedHeap {
   // has entered round k + 1, after reading round k's entries.
   Entry entryOf(int worldRank, uint32_t group, uint64_t round) const;
   void leave(uint32_t group, uint64_t round);
+  // What a waiting rank does besides watching the counters. Peers may still need its messaging
+  // to move (a UCX send of an earlier operation still queued here, or its acknowledgement): it
+  // polls while it spins, and settles (delivers everything in flight) before it sleeps.
+  struct WaitHooks {
+    std::function<void()> poll;
+    std::function<Status()> settle;
+  };
   // Wait until every rank of `worldRanks` has entered (left) `round`. Fail naming the rank when
   // its process is gone, or when `deadline` passes first; `what` says what was waited for.
   Status awaitEntered(uint32_t group, const std::vector<int>& worldRanks, uint64_t round,
-                      std::chrono::steady_clock::time_point deadline, const std::string& what) const;
+                      std::chrono::steady_clock::time_point deadline, const std::string& what,
+                      const WaitHooks& hooks) const;
   Status awaitLeft(uint32_t group, const std::vector<int>& worldRanks, uint64_t round,
-                   std::chrono::steady_clock::time_point deadline, const std::string& what) const;
+                   std::chrono::steady_clock::time_point deadline, const std::string& what,
+                   const WaitHooks& hooks) const;
 
  private:
   struct Header;
@@ -83,7 +93,8 @@ class SharedHeap {
   // Sets a counter of this rank's lines and wakes the ranks asleep on it.
   static void publish(Counter& counter, uint64_t value);
   Status awaitAll(bool entered, uint32_t group, const std::vector<int>& worldRanks, uint64_t round,
-                  std::chrono::steady_clock::time_point deadline, const std::string& what) const;
+                  std::chrono::steady_clock::time_point deadline, const std::string& what,
+                  const WaitHooks& hooks) const;
 
   int rank_;
   int fd_;               // this rank's segment: for reserving and punching out pages

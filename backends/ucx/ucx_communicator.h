@@ -73,6 +73,8 @@ class UcxCommunicator final : public Communicator {
   // Enters the next round with `mine`; no heap: no round, and `data` is empty.
   StatusOr<SharedTensors> enterShared(const at::Tensor& mine);
   Status leaveShared();
+  // While a rank waits in the heap, its UCX worker keeps moving the messages of earlier operations.
+  SharedHeap::WaitHooks waitHooks() const;
   // The tensors of ranks `which` (every rank when empty) hold `bytes`, or an error naming the
   // first that does not (after leaving the round, so that the others are not held up).
   Status sameBytes(const SharedTensors& shared, int64_t bytes, const std::vector<int>& which = {});

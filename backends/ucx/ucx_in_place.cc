@@ -55,7 +55,8 @@ StatusOr<UcxCommunicator::SharedTensors> UcxCommunicator::enterShared(const at::
   const int64_t bytes = static_cast<int64_t>(mine.nbytes());
   heap->enter(groupId_, round, {heap->offsetOf(mine.data_ptr(), mine.nbytes()), bytes});
   RETURN_IF_ERROR(heap->awaitEntered(groupId_, ranks_, round, transport_->deadline(),
-                                     fmt::format("{}: waiting for every rank to start", transport_->currentOperation())));
+                                     fmt::format("{}: waiting for every rank to start", transport_->currentOperation()),
+                                     waitHooks()));
   SharedTensors shared;
   for (int q = 0; q < size(); ++q) {
     const SharedHeap::Entry e = heap->entryOf(ranks_[q], groupId_, round);
@@ -70,7 +71,13 @@ Status UcxCommunicator::leaveShared() {
   const uint64_t round = sharedRound_ - 1;
   heap->leave(groupId_, round);
   return heap->awaitLeft(groupId_, ranks_, round, transport_->deadline(),
-                         fmt::format("{}: waiting for every rank to finish", transport_->currentOperation()));
+                         fmt::format("{}: waiting for every rank to finish", transport_->currentOperation()),
+                         waitHooks());
+}
+
+SharedHeap::WaitHooks UcxCommunicator::waitHooks() const {
+  UcxTransport* t = transport_.get();
+  return {[t] { t->poll(); }, [t] { return t->flush(); }};
 }
 
 Status UcxCommunicator::sameBytes(const SharedTensors& shared, int64_t bytes, const std::vector<int>& which) {

@@ -223,6 +223,26 @@ void UcxTransport::abandonInflight(Task& task) {
   inflight_.clear();
 }
 
+void UcxTransport::poll() { ucp_worker_progress(worker_); }
+
+Status UcxTransport::flush() {
+  ucp_request_param_t param{};
+  void* request = ucp_worker_flush_nbx(worker_, &param);
+  if (request == nullptr) return Status::ok();
+  if (UCS_PTR_IS_ERR(request)) return ucsError(fmt::format("{}: flushing this rank's messages", current_), UCS_PTR_STATUS(request));
+  ucs_status_t s;
+  while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+    if (ucp_worker_progress(worker_) == 0) sched_yield();
+    if (std::chrono::steady_clock::now() > deadline_) {
+      ucp_request_free(request);
+      return Status(StatusCode::kDeadlineExceeded,
+                    fmt::format("{}: this rank's messages did not reach the peers in time", current_));
+    }
+  }
+  ucp_request_free(request);
+  return s == UCS_OK ? Status::ok() : ucsError(fmt::format("{}: flushing this rank's messages", current_), s);
+}
+
 Status UcxTransport::waitAll(std::vector<Request>& requests) {
   size_t pending = 0;
   for (auto& r : requests) pending += r.handle != nullptr;

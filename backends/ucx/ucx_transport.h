@@ -73,6 +73,10 @@ class UcxTransport {
   // Scratch memory kept between operations (fresh pages cost a fault each, and vectors zero
   // them): `slot` 0 and 1 are separate buffers. Contents are undefined.
   char* scratch(int slot, size_t bytes);
+  // For waits outside UCX (the shared heap's): progress the worker once; progress it until every
+  // message this rank has sent has reached its peer, or fail at the operation's deadline.
+  void poll();
+  Status flush();
   // Memory shared with every rank of the world when they are all on this host (else null).
   const std::shared_ptr<SharedHeap>& heap() const { return heap_; }
   // The running operation's deadline and description, for algorithms that wait on their own.

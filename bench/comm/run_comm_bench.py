@@ -52,11 +52,15 @@ def timed(fn):
     return time.perf_counter() - start
 
 
+REPEATS = 3  # timed loops per size on both sides; the median loop's mean counts
+
+
 def loom(loomctl, ranks, min_bytes, max_bytes, device, shared_memory):
     with tempfile.TemporaryDirectory() as state:
         spec = {"name": "comm-bench", "kind": "probe", "resources": {"ranks": ranks, "device": device},
                 "probe": {"ticks": 0, "collectives": {"ops": OPS, "min_bytes": min_bytes, "max_bytes": max_bytes,
-                                                      "iterations": 20, "warmup": 3, "dtype": "float32",
+                                                      "iterations": 20, "warmup": 3, "repeats": REPEATS,
+                                                      "dtype": "float32",
                                                       "shared_memory": shared_memory}}}
         path = os.path.join(state, "spec.json")
         with open(path, "w") as f:
@@ -74,7 +78,8 @@ def loom(loomctl, ranks, min_bytes, max_bytes, device, shared_memory):
 
 def torch_dist(ranks, min_bytes, max_bytes, backend):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-           os.path.join(HERE, "torch_dist_bench.py"), ",".join(OPS), str(min_bytes), str(max_bytes), backend]
+           os.path.join(HERE, "torch_dist_bench.py"), ",".join(OPS), str(min_bytes), str(max_bytes), backend,
+           str(REPEATS)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     res = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     out = {}

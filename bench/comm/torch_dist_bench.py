@@ -1,9 +1,10 @@
 """torch.distributed, the reference for Loom's collectives: gloo on host tensors against Loom's UCX
 communicator, or NCCL on each rank's GPU against Loom's NCCL communicator; the same ops and sizes
-as the probe's collective benchmark, busbw by nccl-tests' factors. Run under torchrun; rank 0
-prints one JSON object per (op, size).
+as the probe's collective benchmark, busbw by nccl-tests' factors, and the same statistic: each
+of REPEATS timed loops gives a mean, a rank's time is their median, the slowest rank's counts.
+Run under torchrun; rank 0 prints one JSON object per (op, size).
 
-  torchrun --nproc-per-node N torch_dist_bench.py OPS MIN_BYTES MAX_BYTES [gloo|nccl]
+  torchrun --nproc-per-node N torch_dist_bench.py OPS MIN_BYTES MAX_BYTES [gloo|nccl] [REPEATS]
 """
 import json
 import os
@@ -42,6 +43,7 @@ def main():
     n, rank = dist.get_world_size(), dist.get_rank()
     ops = sys.argv[1].split(",")
     min_bytes, max_bytes = int(sys.argv[2]), int(sys.argv[3])
+    repeats = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 
     def sync():
         if backend == "nccl":
@@ -62,14 +64,17 @@ def main():
             try:
                 for _ in range(3):
                     run(op, count, n, out, inp)
-                sync()
-                dist.barrier()
-                sync()
-                start = time.perf_counter()
-                for _ in range(iters):
-                    run(op, count, n, out, inp)
-                sync()
-                seconds = (time.perf_counter() - start) / iters
+                means = []
+                for _ in range(repeats):
+                    sync()
+                    dist.barrier()
+                    sync()
+                    start = time.perf_counter()
+                    for _ in range(iters):
+                        run(op, count, n, out, inp)
+                    sync()
+                    means.append((time.perf_counter() - start) / iters)
+                seconds = sorted(means)[len(means) // 2]
             except RuntimeError as e:  # an op gloo does not implement
                 if rank == 0:
                     print(json.dumps({"op": op, "bytes": count * 4, "error": str(e).splitlines()[0]}), flush=True)

@@ -1,5 +1,6 @@
 #include "worker/torch/collective_probe.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -107,10 +108,11 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
   const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype));
 
   if (ctx.rank == 0) {
-    std::printf("# collective benchmark: %d ranks, %s, %s, %s, %d iterations after %d warm-up\n", n,
-                cfg.dtype.c_str(), cuda ? "NCCL on the GPUs" : "UCX on host memory",
-                cfg.sharedMemory ? "tensors from the communicator's allocate()" : "ordinary tensors", cfg.iterations,
-                cfg.warmup);
+    std::printf("# collective benchmark: %d ranks, %s, %s, %s, median of %d repeats of %d iterations after %d "
+                "warm-up\n",
+                n, cfg.dtype.c_str(), cuda ? "NCCL on the GPUs" : "UCX on host memory",
+                cfg.sharedMemory ? "tensors from the communicator's allocate()" : "ordinary tensors", cfg.repeats,
+                cfg.iterations, cfg.warmup);
     std::printf("%-16s %12s %12s %12s %12s %12s %8s\n", "op", "size", "count", "time (us)", "algbw GB/s",
                 "busbw GB/s", "#wrong");
   }
@@ -136,21 +138,26 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
       const at::Tensor& result = inPlace(op) ? k.input : k.output;
       const int64_t wrong = result.ne(k.expected).sum().item<int64_t>();
 
-      RETURN_IF_ERROR(world->barrier()->wait());
-      synchronize(device);
-      const auto start = std::chrono::steady_clock::now();
-      double seconds = 0;
-      if (cuda) {
-        // Queued back to back on the communicator's stream, as nccl-tests does; the last one's
-        // end is all of them.
-        std::shared_ptr<backends::Work> last;
-        for (int i = 0; i < iterations; ++i) last = issue(*world, op, k);
-        RETURN_IF_ERROR(last->wait());
-        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
-      } else {
-        for (int i = 0; i < iterations; ++i) RETURN_IF_ERROR(issue(*world, op, k)->wait());
-        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
+      // Each repeat times `iterations` ops from a common start; a rank's time is the median of
+      // its repeats' means, so that one stall of a shared machine does not stand for the size.
+      std::vector<double> means;
+      for (int repeat = 0; repeat < cfg.repeats; ++repeat) {
+        RETURN_IF_ERROR(world->barrier()->wait());
+        synchronize(device);
+        const auto start = std::chrono::steady_clock::now();
+        if (cuda) {
+          // Queued back to back on the communicator's stream, as nccl-tests does; the last one's
+          // end is all of them.
+          std::shared_ptr<backends::Work> last;
+          for (int i = 0; i < iterations; ++i) last = issue(*world, op, k);
+          RETURN_IF_ERROR(last->wait());
+        } else {
+          for (int i = 0; i < iterations; ++i) RETURN_IF_ERROR(issue(*world, op, k)->wait());
+        }
+        means.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations);
       }
+      std::sort(means.begin(), means.end());
+      double seconds = means[means.size() / 2];
       // The slowest rank's time and every rank's wrong count.
       auto stats = at::tensor({seconds, static_cast<double>(wrong)}, at::kDouble).to(device);
       auto slowest = stats.slice(0, 0, 1).clone(), wrongs = stats.slice(0, 1, 2).clone();

@@ -80,22 +80,22 @@ TEST_CASE("shared heap: every rank maps the others' memory - rounds publish entr
 
   const auto soon = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
   heaps[0]->enter(/*group=*/7, /*round=*/0, {offset, 4096});
-  Status early = heaps[0]->awaitEntered(7, {0, 1}, 0, soon, "round 0");
+  Status early = heaps[0]->awaitEntered(7, {0, 1}, 0, soon, "round 0", {});
   CHECK(early.code() == StatusCode::kDeadlineExceeded);
   CHECK(early.message().find("round 0: world rank 1 did not get there in time") != std::string::npos);
 
   heaps[1]->enter(7, 0, {-1, 4096});
   const auto later = std::chrono::steady_clock::now() + kTimeout;
-  REQUIRE(heaps[0]->awaitEntered(7, {0, 1}, 0, later, "round 0").isOk());
-  REQUIRE(heaps[1]->awaitEntered(7, {0, 1}, 0, later, "round 0").isOk());
+  REQUIRE(heaps[0]->awaitEntered(7, {0, 1}, 0, later, "round 0", {}).isOk());
+  REQUIRE(heaps[1]->awaitEntered(7, {0, 1}, 0, later, "round 0", {}).isOk());
   CHECK(heaps[1]->entryOf(0, 7, 0).offset == offset);
   CHECK(heaps[0]->entryOf(1, 7, 0).offset == -1);
   CHECK(heaps[0]->entryOf(1, 7, 0).bytes == 4096);
   // Another group's rounds are its own.
-  CHECK(heaps[0]->awaitEntered(8, {0, 1}, 0, soon, "group 8").code() == StatusCode::kDeadlineExceeded);
+  CHECK(heaps[0]->awaitEntered(8, {0, 1}, 0, soon, "group 8", {}).code() == StatusCode::kDeadlineExceeded);
 
   // A rank asleep in its wait is woken when the other leaves.
-  auto waiting = std::async(std::launch::async, [&] { return heaps[0]->awaitLeft(7, {0, 1}, 0, later, "leaving"); });
+  auto waiting = std::async(std::launch::async, [&] { return heaps[0]->awaitLeft(7, {0, 1}, 0, later, "leaving", {}); });
   heaps[0]->leave(7, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   heaps[1]->leave(7, 0);

@@ -70,7 +70,8 @@ TEST_CASE("bad specs name the field", "[planner]") {
 
 TEST_CASE("probe.collectives, timeouts and deepspeed.comms_logger", "[planner]") {
   auto spec = parseJobSpec(R"({"name": "p", "kind": "probe", "resources": {"ranks": 2},
-    "probe": {"collectives": {"ops": ["all_reduce", "broadcast"], "max_bytes": 1024, "dtype": "bfloat16"}},
+    "probe": {"collectives": {"ops": ["all_reduce", "broadcast"], "max_bytes": 1024, "dtype": "bfloat16",
+                              "repeats": 3, "shared_memory": false}},
     "timeouts": {"collective_s": 5, "rendezvous_s": 7},
     "deepspeed": {"comms_logger": {"enabled": true, "verbose": false, "prof_all": false, "debug": false,
                                    "prof_ops": ["all_reduce", "all_gather_into_tensor"]}}})");
@@ -79,6 +80,8 @@ TEST_CASE("probe.collectives, timeouts and deepspeed.comms_logger", "[planner]")
   CHECK(spec->probe.collectives->ops == std::vector<std::string>{"all_reduce", "broadcast"});
   CHECK(spec->probe.collectives->minBytes == 8);
   CHECK(spec->probe.collectives->maxBytes == 1024);
+  CHECK(spec->probe.collectives->repeats == 3);
+  CHECK_FALSE(spec->probe.collectives->sharedMemory);
   CHECK(spec->collectiveTimeoutMs == 5000);
   CHECK(spec->rendezvousTimeoutMs == 7000);
   CHECK(spec->deepspeed.commsLogger.enabled);
@@ -92,6 +95,8 @@ TEST_CASE("probe.collectives, timeouts and deepspeed.comms_logger", "[planner]")
   CHECK(errorOf(base + R"("probe": {"collectives": {"ops": ["allreduce"]}}})") ==
         "probe.collectives.ops: \"allreduce\" is not one of all_gather, all_reduce, all_to_all, broadcast, reduce_scatter");
   CHECK(errorOf(base + R"("probe": {"collectives": {"min_bytes": 9, "max_bytes": 8}}})").find("probe.collectives.min_bytes") == 0);
+  CHECK(errorOf(base + R"("probe": {"collectives": {"repeats": 0}}})").find("probe.collectives.repeats") == 0);
+  CHECK(errorOf(base + R"("probe": {"collectives": {"shared_memory": "yes"}}})").find("probe.collectives.shared_memory") == 0);
   CHECK(errorOf(base + R"("deepspeed": {"pipeline": {"stages": 2}}})").find("deepspeed.pipeline: not supported by this "
                                                                             "version") == 0);
   CHECK(errorOf(base + R"("deepspeed": {"comms_logger": {"prof_ops": ["allreduce"]}}})").find(
