@@ -158,11 +158,11 @@ StatusOr<std::shared_ptr<SharedHeap>> SharedHeap::create(Store& store, int rank,
   }
   cpu_set_t cpus;
   const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  return std::shared_ptr<SharedHeap>(new SharedHeap(rank, fd, bytes, std::move(segments), /*yield=*/n > cores));
+  return std::shared_ptr<SharedHeap>(new SharedHeap(rank, fd, bytes, std::move(segments), /*oversubscribed=*/n > cores));
 }
 
-SharedHeap::SharedHeap(int rank, int fd, size_t segmentBytes, std::vector<char*> segments, bool yield)
-    : rank_(rank), fd_(fd), segmentBytes_(segmentBytes), segments_(std::move(segments)), yield_(yield) {
+SharedHeap::SharedHeap(int rank, int fd, size_t segmentBytes, std::vector<char*> segments, bool oversubscribed)
+    : rank_(rank), fd_(fd), segmentBytes_(segmentBytes), segments_(std::move(segments)), oversubscribed_(oversubscribed) {
   free_[kHeaderBytes] = segmentBytes_ - kHeaderBytes;
 }
 
@@ -287,7 +287,7 @@ Status SharedHeap::awaitAll(bool entered, uint32_t group, const std::vector<int>
                             const WaitHooks& hooks) const {
   // Spin while the wait is likely short and every rank has a core; then sleep on the counter's
   // futex, waking now and then to check the rank's process and the deadline.
-  const auto spinFor = yield_ ? std::chrono::microseconds(20) : std::chrono::microseconds(2000);
+  const auto spinFor = oversubscribed_ ? std::chrono::microseconds(20) : std::chrono::microseconds(2000);
   const timespec nap{0, 20'000'000};
   for (int r : worldRanks) {
     GroupLines& l = lines(r, group);

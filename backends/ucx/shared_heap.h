@@ -87,7 +87,7 @@ class SharedHeap {
     std::atomic<uint32_t> sleepers{0};    // ranks asleep on it (or about to be)
   };
   struct GroupLines;
-  SharedHeap(int rank, int fd, size_t segmentBytes, std::vector<char*> segments, bool yield);
+  SharedHeap(int rank, int fd, size_t segmentBytes, std::vector<char*> segments, bool oversubscribed);
   Header& header(int worldRank) const;
   GroupLines& lines(int worldRank, uint32_t group) const;
   // Sets a counter of this rank's lines and wakes the ranks asleep on it.
@@ -102,7 +102,7 @@ class SharedHeap {
   std::vector<char*> segments_;  // by world rank; this rank's own among them
   // Whether a waiting rank sleeps almost at once: when the ranks outnumber the cores they may
   // run on, the rank waited for may need this one.
-  bool yield_;
+  bool oversubscribed_;
 
   mutable std::mutex mu_;
   std::map<size_t, size_t> free_;  // offset -> bytes, coalesced

@@ -51,7 +51,9 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   // Reduce-scatters `flat` (one block's padded gradient) into that block's part.
   Status reduceBlock(const Block& block, const at::Tensor& flat, bool wait);
   Status finishPending();
-  at::Tensor blockGradient(const Block& block) const;  // the block's gradients, fp32, padded
+  // The block's gradients, fp32, padded: in `blockScratch_` when `reused` (its reduce-scatter
+  // ends before the next block's gradients come), else in a tensor of their own.
+  at::Tensor blockGradient(const Block& block, bool reused);
 
   const planner::DeepSpeedConfig& config_;
   int stage_;
@@ -72,6 +74,7 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   at::Tensor gradPartition_;
   at::Tensor masterPartition_;
   at::Tensor updatedPart_;  // this rank's updated part in the model's dtype, all-gathered each step
+  at::Tensor blockScratch_;  // stage 2: the block gradient being reduce-scattered (see blockGradient)
   std::unique_ptr<HostStepPipeline> hostStep_;  // offload_optimizer.device cpu
   double lossScale_ = 1.0;            // the step's, from reduce()
   std::vector<Pending> pending_;
@@ -144,13 +147,28 @@ at::Tensor ZeroStage12::run(DecoderModel& model, int index, const at::Tensor& in
 void ZeroStage12::afterBlockBackward(int modelBlock) {
   at::NoGradGuard noGrad;
   const Block& block = blocks_[blockOfModelBlock_[modelBlock]];
-  at::Tensor flat = blockGradient(block);
+  const bool wait = !config_.zero.overlapComm;
+  // On the host the buffer is shared memory the reduce-scatter works in place in; a GPU gains
+  // nothing from reusing it.
+  at::Tensor flat = blockGradient(block, /*reused=*/wait && f32_.device().is_cpu());
   for (auto [name, p] : block.params) p.mutable_grad().reset();
-  throwIfError(reduceBlock(block, flat, /*wait=*/!config_.zero.overlapComm));
+  throwIfError(reduceBlock(block, flat, wait));
 }
 
-at::Tensor ZeroStage12::blockGradient(const Block& block) const {
-  at::Tensor flat = at::zeros({block.layout.flatNumel}, f32_);
+at::Tensor ZeroStage12::blockGradient(const Block& block, bool reused) {
+  at::Tensor flat;
+  if (reused) {
+    // One buffer for every block, from the communicator's allocate(): on CPU ranks the
+    // reduce-scatter then reads it in place from every rank.
+    if (!blockScratch_.defined() || blockScratch_.numel() < block.layout.flatNumel) {
+      int64_t largest = 0;
+      for (const auto& b : blocks_) largest = std::max(largest, b.layout.flatNumel);
+      blockScratch_ = collectiveBuffer(comm_, largest, f32_);
+    }
+    flat = blockScratch_.slice(0, 0, block.layout.flatNumel).zero_();
+  } else {
+    flat = at::zeros({block.layout.flatNumel}, f32_);
+  }
   int64_t offset = 0;
   for (const auto& [name, p] : block.params) {
     if (p.grad().defined()) flat.slice(0, offset, offset + p.numel()).copy_(p.grad().reshape({-1}));
@@ -220,7 +238,7 @@ Status ZeroStage12::accumulate() {
     bool left = false;
     for (const auto& [name, p] : block.params) left |= p.grad().defined();
     if (!left) continue;
-    at::Tensor flat = blockGradient(block);
+    at::Tensor flat = blockGradient(block, /*reused=*/false);
     for (auto [name, p] : block.params) p.mutable_grad().reset();
     RETURN_IF_ERROR(reduceBlock(block, flat, /*wait=*/false));
   }
