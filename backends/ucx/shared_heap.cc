@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sched.h>
-#include <signal.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -12,6 +11,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
 #include <new>
@@ -69,14 +69,50 @@ Status agree(Store& store, const std::string& key, int rank, int n, const Status
 
 struct SharedHeap::Header {
   pid_t pid = 0;
+  uint64_t startTime = 0;  // the process's, so that a reused pid does not pass for it
 };
+
+namespace {
+
+// Field 22 of /proc/<pid>/stat (start time in clock ticks), and whether the process has ended
+// (state Z or X: a child not yet reaped still has a pid). 0 when there is no such process.
+uint64_t startTimeOf(pid_t pid, bool* ended) {
+  *ended = true;
+  std::FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
+  if (!f) return 0;
+  char buffer[1024];
+  const size_t n = std::fread(buffer, 1, sizeof buffer - 1, f);
+  std::fclose(f);
+  buffer[n] = 0;
+  // The command name (field 2) is in parentheses and may hold spaces: count from the last ')'.
+  const char* p = std::strrchr(buffer, ')');
+  if (!p) return 0;
+  char state = 0;
+  unsigned long long start = 0;
+  if (std::sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &state,
+                  &start) != 2)
+    return 0;
+  *ended = state == 'Z' || state == 'X';
+  return start;
+}
+
+bool processLives(pid_t pid, uint64_t startTime) {
+  bool ended = false;
+  const uint64_t start = startTimeOf(pid, &ended);
+  return !ended && start == startTime;
+}
+
+}  // namespace
 
 // One group's lines in one rank's segment.
 struct SharedHeap::GroupLines {
+  // One round's entry, written like a seqlock: `round` is kNoRound while it changes.
   struct alignas(64) Place {
+    std::atomic<uint64_t> round{kNoRound};
     std::atomic<int64_t> offset{-1};
     std::atomic<int64_t> bytes{0};
   };
+  static constexpr uint64_t kNoRound = ~uint64_t(0);
   Counter entered, left;
   Place entries[2];  // by round parity
 };
@@ -116,7 +152,8 @@ StatusOr<std::shared_ptr<SharedHeap>> SharedHeap::create(Store& store, int rank,
     auto mine = map(fd, own);
     if (mine.isOk()) {
       segments[rank] = *mine;
-      new (segments[rank]) Header{::getpid()};
+      bool ended = false;
+      new (segments[rank]) Header{::getpid(), startTimeOf(::getpid(), &ended)};
     } else {
       made = mine.status();
     }
@@ -256,14 +293,24 @@ void SharedHeap::publish(Counter& c, uint64_t value) {
 void SharedHeap::enter(uint32_t group, uint64_t round, Entry mine) {
   GroupLines& l = lines(rank_, group);
   GroupLines::Place& place = l.entries[round % 2];
+  place.round.store(GroupLines::kNoRound, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
   place.offset.store(mine.offset, std::memory_order_relaxed);
   place.bytes.store(mine.bytes, std::memory_order_relaxed);
+  place.round.store(round, std::memory_order_release);
   publish(l.entered, round + 1);
 }
 
 SharedHeap::Entry SharedHeap::entryOf(int worldRank, uint32_t group, uint64_t round) const {
   const GroupLines::Place& place = lines(worldRank, group).entries[round % 2];
-  return {place.offset.load(std::memory_order_relaxed), place.bytes.load(std::memory_order_relaxed)};
+  const uint64_t before = place.round.load(std::memory_order_acquire);
+  const Entry e{place.offset.load(std::memory_order_relaxed), place.bytes.load(std::memory_order_relaxed)};
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const uint64_t after = place.round.load(std::memory_order_relaxed);
+  // A rank whose tensor is not in the heap does not wait for the others and may have written a
+  // later round here: then its tensor of `round` was not in the heap either.
+  if (before != round || after != round) return {-1, e.bytes};
+  return e;
 }
 
 void SharedHeap::leave(uint32_t group, uint64_t round) {
@@ -309,8 +356,9 @@ Status SharedHeap::awaitAll(bool entered, uint32_t group, const std::vector<int>
       c.sleepers.fetch_add(1, std::memory_order_seq_cst);
       if (c.value.load(std::memory_order_seq_cst) < round + 1) futex(&c.generation, FUTEX_WAIT, generation, &nap);
       c.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-      const pid_t pid = header(r).pid;
-      if (::kill(pid, 0) != 0 && errno == ESRCH) return unavailable("{}: rank {} (pid {}) exited", what, r, pid);
+      const Header& owner = header(r);
+      if (!processLives(owner.pid, owner.startTime))
+        return unavailable("{}: rank {} (pid {}) exited", what, r, owner.pid);
       if (std::chrono::steady_clock::now() > deadline)
         return Status(StatusCode::kDeadlineExceeded, fmt::format("{}: world rank {} did not get there in time", what, r));
     }

@@ -57,9 +57,11 @@ class SharedHeap {
   static constexpr uint32_t kMaxGroups = 4096;  // group ids of UCX tags are 12 bits
   // Publishes this rank's entry of `round` of `group`, then that it has entered the round.
   void enter(uint32_t group, uint64_t round, Entry mine);
-  // Entry of `worldRank` for `round`; valid once awaitEntered() has seen it enter. Entries
-  // alternate between two places, which is enough: nobody enters round k + 2 before every rank
-  // has entered round k + 1, after reading round k's entries.
+  // Entry of `worldRank` for `round`, once awaitEntered() has seen it enter. Entries alternate
+  // between two places. A rank whose tensor lies in the heap waits for every rank to enter, and,
+  // when the op runs in place, to leave; so it never writes round k + 2 before the others have
+  // read round k. A rank whose tensor does not lie there may run ahead without waiting: a place
+  // that holds a later round then reads as "not in the heap" (offset -1), which is what it was.
   Entry entryOf(int worldRank, uint32_t group, uint64_t round) const;
   void leave(uint32_t group, uint64_t round);
   // What a waiting rank does besides watching the counters. Peers may still need its messaging

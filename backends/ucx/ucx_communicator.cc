@@ -367,7 +367,7 @@ std::shared_ptr<Work> UcxCommunicator::broadcast(at::Tensor t, int root) {
   return submit("broadcast", describe(t) + fmt::format(" from rank {}", root), t.defined() ? t.nbytes() : 0, valid,
                 [this, t, root](uint32_t seq) -> Status {
                   if (size() == 1) return Status::ok();
-                  ASSIGN_OR_RETURN(SharedTensors shared, enterShared(t));
+                  ASSIGN_OR_RETURN(SharedTensors shared, enterShared(t, root));
                   if (!shared.data.empty() && shared.data[root]) {
                     RETURN_IF_ERROR(sameBytes(shared, t.nbytes(), {root}));
                     if (rank_ != root) sharedCopy(static_cast<char*>(t.data_ptr()), shared.data[root], t.nbytes());

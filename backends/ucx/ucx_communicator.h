@@ -70,8 +70,10 @@ class UcxCommunicator final : public Communicator {
     std::vector<int64_t> bytes;  // by group rank
     bool everywhere() const;
   };
-  // Enters the next round with `mine`; no heap: no round, and `data` is empty.
-  StatusOr<SharedTensors> enterShared(const at::Tensor& mine);
+  // Enters the next round with `mine`. The tensors that decide are every rank's, or only
+  // `decidingRank`'s (a broadcast's root). `data` is empty without a heap, and when this rank's
+  // tensor decides and is not in the heap (it does not wait for the others then).
+  StatusOr<SharedTensors> enterShared(const at::Tensor& mine, int decidingRank = -1);
   Status leaveShared();
   // While a rank waits in the heap, its UCX worker keeps moving the messages of earlier operations.
   SharedHeap::WaitHooks waitHooks() const;

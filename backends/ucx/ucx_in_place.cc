@@ -48,12 +48,16 @@ bool UcxCommunicator::SharedTensors::everywhere() const {
   return true;
 }
 
-StatusOr<UcxCommunicator::SharedTensors> UcxCommunicator::enterShared(const at::Tensor& mine) {
+StatusOr<UcxCommunicator::SharedTensors> UcxCommunicator::enterShared(const at::Tensor& mine, int decidingRank) {
   SharedHeap* heap = transport_->heap().get();
   if (!heap) return SharedTensors{};
   const uint64_t round = sharedRound_++;
   const int64_t bytes = static_cast<int64_t>(mine.nbytes());
-  heap->enter(groupId_, round, {heap->offsetOf(mine.data_ptr(), mine.nbytes()), bytes});
+  const int64_t offset = heap->offsetOf(mine.data_ptr(), mine.nbytes());
+  heap->enter(groupId_, round, {offset, bytes});
+  // When this rank's tensor decides and is not in the heap, the op goes over messages whatever
+  // the others hold: no need to wait for them.
+  if (offset < 0 && (decidingRank < 0 || decidingRank == rank_)) return SharedTensors{};
   RETURN_IF_ERROR(heap->awaitEntered(groupId_, ranks_, round, transport_->deadline(),
                                      fmt::format("{}: waiting for every rank to start", transport_->currentOperation()),
                                      waitHooks()));
