@@ -358,9 +358,9 @@ Status SharedHeap::awaitAll(bool entered, uint32_t group, const std::vector<int>
       c.sleepers.fetch_sub(1, std::memory_order_seq_cst);
       const Header& owner = header(r);
       if (!processLives(owner.pid, owner.startTime))
-        return unavailable("{}: rank {} (pid {}) exited", what, r, owner.pid);
+        return unavailable("world rank {} (pid {}) exited; this rank was waiting for {}", r, owner.pid, what);
       if (std::chrono::steady_clock::now() > deadline)
-        return Status(StatusCode::kDeadlineExceeded, fmt::format("{}: world rank {} did not get there in time", what, r));
+        return Status(StatusCode::kDeadlineExceeded, fmt::format("{} (world rank {})", what, r));
     }
   }
   return Status::ok();

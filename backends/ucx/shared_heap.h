@@ -72,7 +72,8 @@ class SharedHeap {
     std::function<Status()> settle;
   };
   // Wait until every rank of `worldRanks` has entered (left) `round`. Fail naming the rank when
-  // its process is gone, or when `deadline` passes first; `what` says what was waited for.
+  // its process is gone (Unavailable), or when `deadline` passes first (DeadlineExceeded: "`what`
+  // (world rank 2)"); `what` says what was waited for.
   Status awaitEntered(uint32_t group, const std::vector<int>& worldRanks, uint64_t round,
                       std::chrono::steady_clock::time_point deadline, const std::string& what,
                       const WaitHooks& hooks) const;

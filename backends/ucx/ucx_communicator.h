@@ -77,6 +77,7 @@ class UcxCommunicator final : public Communicator {
   Status leaveShared();
   // While a rank waits in the heap, its UCX worker keeps moving the messages of earlier operations.
   SharedHeap::WaitHooks waitHooks() const;
+  Status asOperationError(const Status& heapError) const;
   // The tensors of ranks `which` (every rank when empty) hold `bytes`, or an error naming the
   // first that does not (after leaving the round, so that the others are not held up).
   Status sameBytes(const SharedTensors& shared, int64_t bytes, const std::vector<int>& which = {});

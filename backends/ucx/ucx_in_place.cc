@@ -58,9 +58,8 @@ StatusOr<UcxCommunicator::SharedTensors> UcxCommunicator::enterShared(const at::
   // When this rank's tensor decides and is not in the heap, the op goes over messages whatever
   // the others hold: no need to wait for them.
   if (offset < 0 && (decidingRank < 0 || decidingRank == rank_)) return SharedTensors{};
-  RETURN_IF_ERROR(heap->awaitEntered(groupId_, ranks_, round, transport_->deadline(),
-                                     fmt::format("{}: waiting for every rank to start", transport_->currentOperation()),
-                                     waitHooks()));
+  RETURN_IF_ERROR(asOperationError(heap->awaitEntered(groupId_, ranks_, round, transport_->deadline(),
+                                                      "every rank to start in shared memory", waitHooks())));
   SharedTensors shared;
   for (int q = 0; q < size(); ++q) {
     const SharedHeap::Entry e = heap->entryOf(ranks_[q], groupId_, round);
@@ -74,9 +73,16 @@ Status UcxCommunicator::leaveShared() {
   SharedHeap* heap = transport_->heap().get();
   const uint64_t round = sharedRound_ - 1;
   heap->leave(groupId_, round);
-  return heap->awaitLeft(groupId_, ranks_, round, transport_->deadline(),
-                         fmt::format("{}: waiting for every rank to finish", transport_->currentOperation()),
-                         waitHooks());
+  return asOperationError(heap->awaitLeft(groupId_, ranks_, round, transport_->deadline(),
+                                          "every rank to finish in shared memory", waitHooks()));
+}
+
+// The heap's errors in the words of the transport's: the operation first, and a deadline as the
+// watchdog's.
+Status UcxCommunicator::asOperationError(const Status& s) const {
+  if (s.isOk()) return s;
+  if (s.code() == StatusCode::kDeadlineExceeded) return transport_->overdue(s.message());
+  return Status(s.code(), fmt::format("{}: {}", transport_->currentOperation(), s.message()));
 }
 
 SharedHeap::WaitHooks UcxCommunicator::waitHooks() const {

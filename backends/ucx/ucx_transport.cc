@@ -229,18 +229,17 @@ Status UcxTransport::flush() {
   ucp_request_param_t param{};
   void* request = ucp_worker_flush_nbx(worker_, &param);
   if (request == nullptr) return Status::ok();
-  if (UCS_PTR_IS_ERR(request)) return ucsError(fmt::format("{}: flushing this rank's messages", current_), UCS_PTR_STATUS(request));
+  if (UCS_PTR_IS_ERR(request)) return ucsError("flushing this rank's messages", UCS_PTR_STATUS(request));
   ucs_status_t s;
   while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS) {
     if (ucp_worker_progress(worker_) == 0) sched_yield();
     if (std::chrono::steady_clock::now() > deadline_) {
       ucp_request_free(request);
-      return Status(StatusCode::kDeadlineExceeded,
-                    fmt::format("{}: this rank's messages did not reach the peers in time", current_));
+      return Status(StatusCode::kDeadlineExceeded, "this rank's messages of earlier operations to reach their peers");
     }
   }
   ucp_request_free(request);
-  return s == UCS_OK ? Status::ok() : ucsError(fmt::format("{}: flushing this rank's messages", current_), s);
+  return s == UCS_OK ? Status::ok() : ucsError("flushing this rank's messages", s);
 }
 
 Status UcxTransport::waitAll(std::vector<Request>& requests) {
@@ -286,12 +285,16 @@ Status UcxTransport::waitAll(std::vector<Request>& requests) {
       for (const auto& r : requests) {
         if (r.handle) waiting += (waiting.empty() ? "" : "; ") + r.what;
       }
-      return Status(StatusCode::kDeadlineExceeded,
-                    fmt::format("{}: not complete after {} s (the watchdog's timeout); still waiting for: {}",
-                                current_, options_.operationTimeout.count() / 1000.0, waiting));
+      return overdue(waiting);
     }
   }
   return Status::ok();
+}
+
+Status UcxTransport::overdue(const std::string& waitingFor) const {
+  return Status(StatusCode::kDeadlineExceeded,
+                fmt::format("{}: not complete after {} s (the watchdog's timeout); still waiting for: {}", current_,
+                            options_.operationTimeout.count() / 1000.0, waitingFor));
 }
 
 char* UcxTransport::scratch(int slot, size_t bytes) {

@@ -74,9 +74,12 @@ class UcxTransport {
   // them): `slot` 0 and 1 are separate buffers. Contents are undefined.
   char* scratch(int slot, size_t bytes);
   // For waits outside UCX (the shared heap's): progress the worker once; progress it until every
-  // message this rank has sent has reached its peer, or fail at the operation's deadline.
+  // message this rank has sent has reached its peer, or fail at the operation's deadline (errors
+  // say what failed, without the operation: the waiter names it).
   void poll();
   Status flush();
+  // The watchdog's error for the running operation, still waiting for `waitingFor`.
+  Status overdue(const std::string& waitingFor) const;
   // Memory shared with every rank of the world when they are all on this host (else null).
   const std::shared_ptr<SharedHeap>& heap() const { return heap_; }
   // The running operation's deadline and description, for algorithms that wait on their own.
