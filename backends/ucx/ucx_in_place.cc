@@ -10,7 +10,6 @@
 
 #include "backends/reduce.h"
 #include "backends/ucx/ucx_communicator.h"
-#include "common/human_bytes.h"
 
 namespace loom::backends {
 
