@@ -37,8 +37,9 @@ size_t roundUp(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
 std::string segmentName(const std::string& token, int rank) { return fmt::format("/loom-heap-{}-{}", token, rank); }
 
-// Segments are as large as the host's memory: more could never be allocated anyway, and
-// virtual address space is plentiful.
+// Segments are as large as the host's memory: more could never be allocated anyway. Every rank
+// maps every segment, so ranks x memory must fit the address space (128 TiB on x86-64); where it
+// does not, setup fails and collectives go over messages.
 size_t hostMemoryBytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? roundUp(static_cast<size_t>(pages) * static_cast<size_t>(page), kAlignment)
@@ -106,9 +107,10 @@ bool processLives(pid_t pid, uint64_t startTime) {
 
 // One group's lines in one rank's segment.
 struct SharedHeap::GroupLines {
-  // One round's entry, written like a seqlock: `round` is kNoRound while it changes.
+  // One round's entry, written like a seqlock: `tag` is the round + 1 (0: never written), and
+  // kNoRound while it changes.
   struct alignas(64) Place {
-    std::atomic<uint64_t> round{kNoRound};
+    std::atomic<uint64_t> tag{kNoRound};
     std::atomic<int64_t> offset{-1};
     std::atomic<int64_t> bytes{0};
   };
@@ -293,23 +295,22 @@ void SharedHeap::publish(Counter& c, uint64_t value) {
 void SharedHeap::enter(uint32_t group, uint64_t round, Entry mine) {
   GroupLines& l = lines(rank_, group);
   GroupLines::Place& place = l.entries[round % 2];
-  place.round.store(GroupLines::kNoRound, std::memory_order_relaxed);
+  place.tag.store(GroupLines::kNoRound, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   place.offset.store(mine.offset, std::memory_order_relaxed);
   place.bytes.store(mine.bytes, std::memory_order_relaxed);
-  place.round.store(round, std::memory_order_release);
+  place.tag.store(round + 1, std::memory_order_release);
   publish(l.entered, round + 1);
 }
 
 SharedHeap::Entry SharedHeap::entryOf(int worldRank, uint32_t group, uint64_t round) const {
   const GroupLines::Place& place = lines(worldRank, group).entries[round % 2];
-  const uint64_t before = place.round.load(std::memory_order_acquire);
+  const uint64_t before = place.tag.load(std::memory_order_acquire);
   const Entry e{place.offset.load(std::memory_order_relaxed), place.bytes.load(std::memory_order_relaxed)};
   std::atomic_thread_fence(std::memory_order_acquire);
-  const uint64_t after = place.round.load(std::memory_order_relaxed);
-  // A rank whose tensor is not in the heap does not wait for the others and may have written a
-  // later round here: then its tensor of `round` was not in the heap either.
-  if (before != round || after != round) return {-1, e.bytes};
+  const uint64_t after = place.tag.load(std::memory_order_relaxed);
+  // Another round's entry (see the header): this rank's tensor of `round` was not in the heap.
+  if (before != round + 1 || after != round + 1) return {-1, e.bytes};
   return e;
 }
 
@@ -356,10 +357,14 @@ Status SharedHeap::awaitAll(bool entered, uint32_t group, const std::vector<int>
       c.sleepers.fetch_add(1, std::memory_order_seq_cst);
       if (c.value.load(std::memory_order_seq_cst) < round + 1) futex(&c.generation, FUTEX_WAIT, generation, &nap);
       c.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      // A rank may get there and exit while this one sleeps (the last collective of a job): only
+      // a rank that has not got there counts as gone.
+      auto there = [&] { return c.value.load(std::memory_order_acquire) >= round + 1; };
+      if (there()) break;
       const Header& owner = header(r);
-      if (!processLives(owner.pid, owner.startTime))
+      if (!processLives(owner.pid, owner.startTime) && !there())
         return unavailable("world rank {} (pid {}) exited; this rank was waiting for {}", r, owner.pid, what);
-      if (std::chrono::steady_clock::now() > deadline)
+      if (std::chrono::steady_clock::now() > deadline && !there())
         return Status(StatusCode::kDeadlineExceeded, fmt::format("{} (world rank {})", what, r));
     }
   }

@@ -58,10 +58,11 @@ class SharedHeap {
   // Publishes this rank's entry of `round` of `group`, then that it has entered the round.
   void enter(uint32_t group, uint64_t round, Entry mine);
   // Entry of `worldRank` for `round`, once awaitEntered() has seen it enter. Entries alternate
-  // between two places. A rank whose tensor lies in the heap waits for every rank to enter, and,
-  // when the op runs in place, to leave; so it never writes round k + 2 before the others have
-  // read round k. A rank whose tensor does not lie there may run ahead without waiting: a place
-  // that holds a later round then reads as "not in the heap" (offset -1), which is what it was.
+  // between two places. When an op runs in place every rank waits for all to leave, so nobody
+  // writes round k + 2 before the others have read round k. Otherwise a rank may run ahead
+  // (its tensor was not in the heap, or it was a broadcast's non-root, whose entry does not
+  // decide): a place that holds a later round then reads as "not in the heap" (offset -1),
+  // which is what it was, or does not matter.
   Entry entryOf(int worldRank, uint32_t group, uint64_t round) const;
   void leave(uint32_t group, uint64_t round);
   // What a waiting rank does besides watching the counters. Peers may still need its messaging

@@ -72,13 +72,20 @@ std::shared_ptr<Work> UcxCommunicator::submit(const char* op, const std::string&
   // Collectives number themselves in call order, which is the same on every rank; 0xFFFFFF is
   // left to point-to-point messages.
   std::lock_guard lock(submitMu_);
-  uint32_t seq = sequence_++ % kPointToPointSequence;
+  // The shared heap's round is the collective's number too (not wrapped), taken even when this
+  // rank refuses the call: ranks that disagree then meet in different rounds and time out, rather
+  // than pair one rank's call with another's next one.
+  const uint64_t round = submitted_++;
+  uint32_t seq = static_cast<uint32_t>(round % kPointToPointSequence);
   auto work = std::make_shared<Work>(fmt::format("{} #{} on {} ({} ranks), {}", op, seq, name_, size(), detail));
   if (!valid.isOk()) {
     work->complete(valid.withContext(work->description()));
     return work;
   }
-  transport_->enqueue(work, op, bytes, size(), [body = std::move(body), seq] { return body(seq); });
+  transport_->enqueue(work, op, bytes, size(), [this, body = std::move(body), seq, round] {
+    sharedRound_ = round;
+    return body(seq);
+  });
   return work;
 }
 
@@ -95,8 +102,7 @@ std::shared_ptr<Work> UcxCommunicator::allReduce(at::Tensor t, ReduceOp op) {
                   ASSIGN_OR_RETURN(SharedTensors shared, enterShared(t));
                   if (shared.everywhere()) {
                     RETURN_IF_ERROR(sameBytes(shared, t.nbytes()));
-                    RETURN_IF_ERROR(sharedAllReduce(shared, count, t.scalar_type(), op));
-                    return leaveShared();
+                    return leaveSharedAfter(sharedAllReduce(shared, count, t.scalar_type(), op));
                   }
                   if (static_cast<int64_t>(t.nbytes()) <= kDirectAllReduceBytes || count < size()) {
                     RETURN_IF_ERROR(directAllReduce(data, count, t.scalar_type(), op, seq));
@@ -244,9 +250,9 @@ std::shared_ptr<Work> UcxCommunicator::reduceScatter(at::Tensor output, at::Tens
                     ASSIGN_OR_RETURN(SharedTensors shared, enterShared(input));
                     if (shared.everywhere()) {
                       RETURN_IF_ERROR(sameBytes(shared, input.nbytes()));
-                      RETURN_IF_ERROR(sharedReduceScatter(shared, static_cast<char*>(output.data_ptr()), output.numel(),
-                                                          input.scalar_type(), op));
-                      return leaveShared();  // averaged as it was reduced
+                      // Averaged as it is reduced.
+                      return leaveSharedAfter(sharedReduceScatter(shared, static_cast<char*>(output.data_ptr()),
+                                                                  output.numel(), input.scalar_type(), op));
                     }
                     char* work = transport_->scratch(1, input.nbytes());
                     auto bounds = evenBounds(input.numel(), size());

@@ -70,11 +70,14 @@ class UcxCommunicator final : public Communicator {
     std::vector<int64_t> bytes;  // by group rank
     bool everywhere() const;
   };
-  // Enters the next round with `mine`. The tensors that decide are every rank's, or only
+  // Enters the running collective's round with `mine`. The tensors that decide are every rank's, or only
   // `decidingRank`'s (a broadcast's root). `data` is empty without a heap, and when this rank's
   // tensor decides and is not in the heap (it does not wait for the others then).
   StatusOr<SharedTensors> enterShared(const at::Tensor& mine, int decidingRank = -1);
   Status leaveShared();
+  // Leaves the round whatever `done` says (the others must not wait for this rank until their
+  // deadline), then returns `done`'s error first.
+  Status leaveSharedAfter(const Status& done);
   // While a rank waits in the heap, its UCX worker keeps moving the messages of earlier operations.
   SharedHeap::WaitHooks waitHooks() const;
   Status asOperationError(const Status& heapError) const;
@@ -92,9 +95,9 @@ class UcxCommunicator final : public Communicator {
   uint32_t groupId_;
   std::string name_;
   std::mutex submitMu_;  // numbering and queueing are one step, so the queue is in sequence order
-  uint32_t sequence_ = 0;
+  uint64_t submitted_ = 0;  // collectives called, refused ones too; their sequence numbers and rounds
   std::atomic<uint32_t> splits_{0};
-  uint64_t sharedRound_ = 0;  // rounds entered; on the transport thread only
+  uint64_t sharedRound_ = 0;  // the running collective's round; on the transport thread only
 };
 
 }  // namespace loom::backends

@@ -50,7 +50,7 @@ bool UcxCommunicator::SharedTensors::everywhere() const {
 StatusOr<UcxCommunicator::SharedTensors> UcxCommunicator::enterShared(const at::Tensor& mine, int decidingRank) {
   SharedHeap* heap = transport_->heap().get();
   if (!heap) return SharedTensors{};
-  const uint64_t round = sharedRound_++;
+  const uint64_t round = sharedRound_;
   const int64_t bytes = static_cast<int64_t>(mine.nbytes());
   const int64_t offset = heap->offsetOf(mine.data_ptr(), mine.nbytes());
   heap->enter(groupId_, round, {offset, bytes});
@@ -70,10 +70,15 @@ StatusOr<UcxCommunicator::SharedTensors> UcxCommunicator::enterShared(const at::
 
 Status UcxCommunicator::leaveShared() {
   SharedHeap* heap = transport_->heap().get();
-  const uint64_t round = sharedRound_ - 1;
+  const uint64_t round = sharedRound_;
   heap->leave(groupId_, round);
   return asOperationError(heap->awaitLeft(groupId_, ranks_, round, transport_->deadline(),
                                           "every rank to finish in shared memory", waitHooks()));
+}
+
+Status UcxCommunicator::leaveSharedAfter(const Status& done) {
+  Status left = leaveShared();
+  return done.isOk() ? left : done;
 }
 
 // The heap's errors in the words of the transport's: the operation first, and a deadline as the

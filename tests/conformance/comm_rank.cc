@@ -11,7 +11,9 @@
 // and for tensors from Communicator::allocate (the shared-memory path):
 //   shared-peer-stops  as peer-stops;
 //   shared-peer-exits  the last rank's process exits; the others must fail at once, naming it;
-//   shared-size-mismatch  rank 1's all-reduce tensor is half rank 0's: both fail, naming the sizes.
+//   shared-size-mismatch  rank 1's all-reduce tensor is half rank 0's: both fail, naming the sizes;
+//   shared-refused-call  rank 0 refuses an all-gather (its output is too small) that rank 1 makes,
+//                then both make another: no call may pair with another, every later one fails.
 #include <cstdio>
 #include <chrono>
 #include <cstdlib>
@@ -54,7 +56,8 @@ int main() {
   }
   UcxOptions options{.rank = rank, .worldSize = world, .store = store->get()};
   if (mode == "missing-rank") options.rendezvousTimeout = std::chrono::seconds(5);
-  if (mode.find("peer-") != std::string::npos) options.operationTimeout = std::chrono::seconds(3);
+  if (mode.find("peer-") != std::string::npos || mode == "shared-refused-call")
+    options.operationTimeout = std::chrono::seconds(3);
   auto transport = UcxTransport::create(options);
   if (mode == "missing-rank") {
     check(!transport.isOk() && transport.status().message().find("rank " + std::to_string(world - 1) + " did not join") !=
@@ -110,6 +113,19 @@ int main() {
     const std::string other = rank == 0 ? "rank 1's tensor holds 2000 bytes, this rank's 4000"
                                         : "rank 0's tensor holds 4000 bytes, this rank's 2000";
     check(s.message().find(other) != std::string::npos, "the error names the rank and both sizes: " + s.toString());
+    return failures == 0 ? 0 : 1;
+  }
+
+  if (mode == "shared-refused-call") {
+    auto input = worldComm->allocate({1000}, at::kFloat).fill_(rank + 1);
+    auto output = worldComm->allocate({rank == 0 ? 10 : 2000}, at::kFloat).fill_(0);
+    Status first = worldComm->allGather(output, input)->wait(std::chrono::seconds(30));
+    auto again = worldComm->allocate({2000}, at::kFloat).fill_(0);
+    Status second = worldComm->allGather(again, input)->wait(std::chrono::seconds(30));
+    std::printf("%s\n%s\n", first.toString().c_str(), second.toString().c_str());
+    if (rank == 0) check(first.code() == StatusCode::kInvalidArgument, "the refused call fails at once: " + first.toString());
+    if (rank == 1) check(!first.isOk(), "a call the other rank refused must not complete: " + first.toString());
+    check(!second.isOk(), "the next call must not pair with the refused one: " + second.toString());
     return failures == 0 ? 0 : 1;
   }
 
