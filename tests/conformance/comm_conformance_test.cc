@@ -62,44 +62,31 @@ std::vector<RankResult> runRanks(int world, int launched, const std::string& mod
   return results;
 }
 
-}  // namespace
-
-TEST_CASE("every collective - every dtype - uneven sizes - sub-groups on 2 3 and 4 ranks", "[conformance]") {
-  for (int world : {2, 3, 4}) {
-    auto results = runRanks(world, world, "");
-    for (int r = 0; r < world; ++r) {
-      INFO("world " << world << " rank " << r << ":\n" << results[r].log);
-      CHECK(results[r].exitCode == 0);
-    }
-  }
-}
-
-TEST_CASE("a silent peer fails the others' collective within the timeout - naming the op", "[conformance]") {
-  auto results = runRanks(3, 3, "peer-stops");
-  for (int r = 0; r < 3; ++r) {
-    INFO("rank " << r << ":\n" << results[r].log);
+// Runs every rank of a world of `world` in `mode`; each must exit 0 (its own checks passed).
+void expectEveryRankPasses(int world, const std::string& mode) {
+  auto results = runRanks(world, world, mode);
+  for (int r = 0; r < world; ++r) {
+    INFO("mode '" << mode << "', world " << world << " rank " << r << ":\n" << results[r].log);
     CHECK(results[r].exitCode == 0);
   }
 }
 
+}  // namespace
+
+TEST_CASE("every collective - every dtype - uneven sizes - sub-groups on 2 3 and 4 ranks", "[conformance]") {
+  for (int world : {2, 3, 4}) expectEveryRankPasses(world, "");
+}
+
+TEST_CASE("a silent peer fails the others' collective within the timeout - naming the op", "[conformance]") {
+  expectEveryRankPasses(3, "peer-stops");
+}
+
 TEST_CASE("allocated tensors: a silent peer fails the others within the timeout - one that exits at once", "[conformance]") {
-  for (const char* mode : {"shared-peer-stops", "shared-peer-exits"}) {
-    auto results = runRanks(3, 3, mode);
-    for (int r = 0; r < 3; ++r) {
-      INFO(mode << " rank " << r << ":\n" << results[r].log);
-      CHECK(results[r].exitCode == 0);
-    }
-  }
+  for (const char* mode : {"shared-peer-stops", "shared-peer-exits"}) expectEveryRankPasses(3, mode);
 }
 
 TEST_CASE("allocated tensors: different sizes fail on every rank naming them - a call one rank refuses pairs with none", "[conformance]") {
-  for (const char* mode : {"shared-size-mismatch", "shared-refused-call"}) {
-    auto results = runRanks(2, 2, mode);
-    for (int r = 0; r < 2; ++r) {
-      INFO(mode << " rank " << r << ":\n" << results[r].log);
-      CHECK(results[r].exitCode == 0);
-    }
-  }
+  for (const char* mode : {"shared-size-mismatch", "shared-refused-call"}) expectEveryRankPasses(2, mode);
 }
 
 TEST_CASE("a rank that never joins fails rendezvous - naming it", "[conformance]") {
@@ -112,9 +99,5 @@ TEST_CASE("a rank that never joins fails rendezvous - naming it", "[conformance]
 }
 
 TEST_CASE("ranks that disagree about a tensor's size get an error naming the sizes", "[conformance]") {
-  auto results = runRanks(2, 2, "size-mismatch");
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ":\n" << results[r].log);
-    CHECK(results[r].exitCode == 0);
-  }
+  expectEveryRankPasses(2, "size-mismatch");
 }
