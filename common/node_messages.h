@@ -68,6 +68,9 @@ struct LaunchOrder {
   int64_t heartbeatTimeoutMs = 0;
   int64_t gracePeriodMs = 0;
   int groupRank = 0;  // this node's index among the attempt's nodes
+  // A train or eval job's Plan as serialized loom.v1.Plan bytes (the daemon passes them on to the
+  // ranks as they are); empty for a job kind without one.
+  std::string plan;
 };
 
 struct KillOrder {

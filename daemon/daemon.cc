@@ -192,6 +192,7 @@ void Daemon::onLaunch(LaunchOrder order) {
     const std::string dir = attemptDir(order.jobId, order.attempt);
     Status prepared = files::makeDirs(dir);
     if (prepared.isOk()) prepared = files::writeFileAtomic(dir + "/spec.json", order.specJson);
+    if (prepared.isOk() && !order.plan.empty()) prepared = files::writeFileAtomic(dir + "/plan.pb", order.plan);
     if (order.pickMasterPort && prepared.isOk()) {
       auto port = pickFreePort();
       if (port.isOk()) {
@@ -234,6 +235,7 @@ void Daemon::launchRank(const LaunchOrder& order, const RankAssignment& assignme
               {"LOOM_ATTEMPT", std::to_string(order.attempt)},
               {"LOOM_NODE_ID", options_.nodeId},
               {"LOOM_SPEC", dir + "/spec.json"},
+              {"LOOM_PLAN", order.plan.empty() ? std::string() : dir + "/plan.pb"},
               {"LOOM_RANK_DIR", r.rankDir},
               {"LOOM_REPORT_SOCKET", reports_->path()},
               {"LOOM_HEARTBEAT_MS", std::to_string(heartbeatMs)},

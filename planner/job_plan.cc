@@ -6,13 +6,15 @@
 
 namespace loom::planner {
 
-StatusOr<Plan> compileJobPlan(const JobSpec& spec) {
+StatusOr<Plan> compileJobPlan(const JobSpec& spec, SpecPurpose purpose) {
   RETURN_IF_ERROR(checkHasPlan(spec));
   auto text = files::readFile(spec.model.config);
   if (!text.isOk()) return invalidArgument("model.config: {}", text.status().message());
   auto model = parseModelConfig(*text, spec.model.config);
   if (!model.isOk()) return model.status().withContext("model.config");
-  return compilePlan(*model, spec);
+  ASSIGN_OR_RETURN(Plan plan, compilePlan(*model, spec));
+  if (purpose == SpecPurpose::kRun) RETURN_IF_ERROR(checkPlanRunnable(plan));
+  return plan;
 }
 
 }  // namespace loom::planner

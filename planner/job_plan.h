@@ -11,6 +11,7 @@ namespace loom::planner {
 // InvalidArgument: a config that cannot be read or parsed names model.config and the path; a job
 // that does not compile gives the compiler's reason. The I/O half of compiling, for the planner
 // service (on submit) and `loomctl plan`.
-StatusOr<Plan> compileJobPlan(const JobSpec& spec);
+// With SpecPurpose::kRun the Plan must also be one the workers execute (checkPlanRunnable).
+StatusOr<Plan> compileJobPlan(const JobSpec& spec, SpecPurpose purpose = SpecPurpose::kRun);
 
 }  // namespace loom::planner

@@ -171,9 +171,6 @@ int64_t JobSpec::deviceMemoryBytes() const {
 Status checkRunnable(const JobSpec& spec) {
   const DeepSpeedConfig& ds = spec.deepspeed;
   constexpr const char* kPlanned = "is planned (loomctl plan) but not run by the workers yet";
-  if (ds.tensorParallel.ranks() > 1)
-    return invalidArgument("deepspeed.tensor_parallel.autotp_size: {}: tensor parallelism {}", ds.tensorParallel.size,
-                           kPlanned);
   if (ds.sequenceParallelSize > 1)
     return invalidArgument("deepspeed.sequence_parallel_size: {}: sequence parallelism {}", ds.sequenceParallelSize,
                            kPlanned);

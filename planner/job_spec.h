@@ -72,7 +72,7 @@ struct TrainSpec {
   // frozen parameter gets no gradient and is not in the optimizer (no weight decay, no state).
   std::vector<std::string> frozenParameters;
   // A step (1-based) that rank 0 runs under libtorch's profiler, printing where its time went
-  // (worker/torch/step_profiler.h). 0: none.
+  // (worker/torch/jobs/step_profiler.h). 0: none.
   int64_t profileStep = 0;
   // Whether frozenParameters holds `name` (one of them matches it whole).
   bool freezes(const std::string& name) const;
@@ -126,7 +126,7 @@ enum class SpecPurpose { kRun, kPlan };
 StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose = SpecPurpose::kRun);
 
 // OK when the workers run every setting of the spec; else InvalidArgument naming the first
-// setting that is only planned ("deepspeed.tensor_parallel.autotp_size: 8: tensor parallelism
+// setting that is only planned ("deepspeed.sequence_parallel_size: 2: sequence parallelism
 // is planned (loomctl plan) but not run by the workers yet"). parseJobSpec(kRun) applies it.
 Status checkRunnable(const JobSpec& spec);
 

@@ -6,7 +6,8 @@
 
 namespace loom::planner {
 
-StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes) {
+StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes, int groupSize) {
+  groupSize = std::max(1, groupSize);
   std::sort(nodes.begin(), nodes.end(), [](const NodeCapacity& a, const NodeCapacity& b) {
     return a.freeSlots != b.freeSlots ? a.freeSlots > b.freeSlots : a.nodeId < b.nodeId;
   });
@@ -43,11 +44,19 @@ StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes) {
   int next = 0;
   for (const auto& n : nodes) {
     if (next == ranks) break;
-    int take = std::min(n.freeSlots, ranks - next);
+    int take = std::min(n.freeSlots, ranks - next) / groupSize * groupSize;
     if (take <= 0) continue;
     NodeRanks node{.nodeId = n.nodeId, .ranks = {}};
     for (int i = 0; i < take; ++i) node.ranks.push_back(next++);
     placement.push_back(std::move(node));
+  }
+  if (next < ranks) {
+    std::string detail;
+    for (const auto& n : nodes) detail += fmt::format("{}{} {}", detail.empty() ? "" : ", ", n.nodeId, n.freeSlots);
+    return Status(StatusCode::kResourceExhausted,
+                  fmt::format("waiting for nodes: a tensor-parallel group of {} ranks must lie inside one node, and the "
+                              "free slots ({}) hold {} of the {} ranks that way",
+                              groupSize, detail, next, ranks));
   }
   return placement;
 }

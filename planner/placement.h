@@ -16,7 +16,9 @@ struct NodeCapacity {
 
 // Gang placement: all `ranks` get a slot or none does. Ranks are packed onto as few nodes as
 // possible, consecutive ranks on one node (the mesh puts tp fastest-varying, so neighbouring
-// ranks talk most). ResourceExhausted, with the free slots named, when the gang does not fit.
-StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes);
+// ranks talk most). A node takes a multiple of `groupSize` ranks, so that every tensor-parallel
+// group of that many consecutive ranks lies inside one node. ResourceExhausted, with the free
+// slots named, when the gang does not fit.
+StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes, int groupSize = 1);
 
 }  // namespace loom::planner

@@ -148,6 +148,45 @@ Status checkFrozenParameters(const TrainSpec& train, const std::vector<Parameter
 
 }  // namespace
 
+Status checkPlanRunnable(const Plan& plan) {
+  if (plan.mesh.tp == 1) return Status::ok();
+  for (const ParameterSpec& p : plan.parameters) {
+    if (p.expert >= 0) continue;  // expert parallelism is refused with the spec (checkRunnable)
+    const bool bias = p.shape.size() == 1;
+    TpSplit expected = TpSplit::kReplicated;
+    int dim = -1;
+    switch (p.role) {
+      case LayerRole::kEmbedding:
+      case LayerRole::kHead:
+        expected = TpSplit::kVocab, dim = 0;
+        break;
+      case LayerRole::kQuery:
+      case LayerRole::kKey:
+      case LayerRole::kValue:
+      case LayerRole::kGate:
+      case LayerRole::kUp:
+        expected = TpSplit::kColumn, dim = 0;
+        break;
+      case LayerRole::kAttentionOutput:
+      case LayerRole::kDown:
+        if (!bias) expected = TpSplit::kRow, dim = 1;
+        break;
+      default:
+        break;
+    }
+    const bool matches = p.split == expected && p.splitDim == dim && p.subParams.empty() && !p.gatherOutput &&
+                         !p.gradAllreduce;
+    if (!matches)
+      return invalidArgument("deepspeed.tensor_parallel.partition_config.layer_specs: {} is laid out {} (dimension {}{}{}"
+                             "{}); the workers run a {} decoder's {} {} (dimension {}), AutoTP's default layout: a "
+                             "layer spec that changes it is planned (loomctl plan) but not run",
+                             p.name, tpSplitName(p.split), p.splitDim, p.subParams.empty() ? "" : ", packed sub-parameters",
+                             p.gatherOutput ? ", output gathered" : "", p.gradAllreduce ? ", gradient all-reduced" : "",
+                             plan.modelFamily, layerRoleName(p.role), tpSplitName(expected), dim);
+  }
+  return Status::ok();
+}
+
 Status checkHasPlan(const JobSpec& spec) {
   if (spec.kind == JobKind::kTrain || spec.kind == JobKind::kEval) return Status::ok();
   return invalidArgument("kind: a {} job has no plan (train and eval jobs do)", jobKindName(spec.kind));

@@ -23,4 +23,10 @@ StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec);
 // OK for the kinds of job that have a plan (train, eval); InvalidArgument naming the kind else.
 Status checkHasPlan(const JobSpec& spec);
 
+// OK when the workers execute every layout of `plan`: under tensor parallelism, AutoTP's default
+// layout of a dense decoder (column-parallel q/k/v and gate/up, row-parallel o_proj and down_proj
+// with whole biases, vocabulary-parallel embedding and head, whole norms). InvalidArgument naming
+// the parameter, its layout and the one the workers run, for a layer spec that changes it.
+Status checkPlanRunnable(const Plan& plan);
+
 }  // namespace loom::planner

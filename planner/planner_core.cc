@@ -343,7 +343,7 @@ void PlannerCore::schedule() {
       capacity.push_back({.nodeId = nodeId, .freeSlots = node.view.slots - static_cast<int>(node.liveRanks.size()),
                           .totalSlots = node.view.slots});
     }
-    auto placement = placeGang(job.spec.ranks, capacity);
+    auto placement = placeGang(job.spec.ranks, capacity, job.spec.deepspeed.tensorParallel.ranks());
     if (!placement.isOk()) {
       std::string reason = capacity.empty() ? "waiting for a node to attach" : placement.status().message();
       auto effects = JobLifecycle::markWaiting(job, reason, clock_->nowMs());
@@ -357,6 +357,16 @@ void PlannerCore::schedule() {
 void PlannerCore::launch(JobRecord& job, const Placement& placement) {
   auto effects = JobLifecycle::markPlaced(job, placement, clock_->nowMs());
   PendingLaunch pending{.attempt = job.attempt, .orders = {}};
+  // The ranks execute the Plan compiled on submit; they never compile it again.
+  std::string plan;
+  if (job.hasPlan) {
+    auto bytes = store_->loadPlanBytes(job.id);
+    if (bytes.isOk()) {
+      plan = std::move(bytes).value();
+    } else {
+      spdlog::error("job {}: {}; its ranks will report the missing plan", job.id, bytes.status().toString());
+    }
+  }
   LaunchOrder first;
   int groupRank = 0;
   for (const auto& nodeRanks : placement) {
@@ -365,7 +375,7 @@ void PlannerCore::launch(JobRecord& job, const Placement& placement) {
                       .worldSize = job.spec.ranks, .localWorldSize = static_cast<int>(nodeRanks.ranks.size()),
                       .masterAddr = "", .masterPort = 0, .pickMasterPort = false,
                       .heartbeatTimeoutMs = job.spec.heartbeatTimeoutMs, .gracePeriodMs = job.spec.gracePeriodMs,
-                      .groupRank = groupRank++};
+                      .groupRank = groupRank++, .plan = plan};
     for (size_t i = 0; i < nodeRanks.ranks.size(); ++i) {
       order.ranks.push_back({.rank = nodeRanks.ranks[i], .localRank = static_cast<int>(i)});
       node.liveRanks.insert({job.id, job.attempt, nodeRanks.ranks[i]});

@@ -326,7 +326,7 @@ StatusOr<std::vector<JobEvent>> StateStore::loadEvents(const std::string& jobId)
   return events;
 }
 
-StatusOr<Plan> StateStore::loadPlan(const std::string& jobId) {
+StatusOr<std::string> StateStore::loadPlanBytes(const std::string& jobId) {
   Statement st(db_, "SELECT plan FROM jobs WHERE id=?");
   if (!st.prepared()) return sqliteError(db_, "prepare");
   st.bind(1, jobId);
@@ -334,8 +334,12 @@ StatusOr<Plan> StateStore::loadPlan(const std::string& jobId) {
   if (rc == SQLITE_DONE) return notFound("job {} does not exist", jobId);
   if (rc != SQLITE_ROW) return sqliteError(db_, "load the plan of " + jobId);
   if (st.isNull(0)) return notFound("job {} has no plan (only train and eval jobs are compiled)", jobId);
+  return st.blob(0);
+}
+
+StatusOr<Plan> StateStore::loadPlan(const std::string& jobId) {
+  ASSIGN_OR_RETURN(const std::string bytes, loadPlanBytes(jobId));
   v1::Plan plan;
-  const std::string bytes = st.blob(0);
   if (!plan.ParseFromString(bytes))
     return Status(StatusCode::kDataLoss, "job " + jobId + ": corrupt plan in the state database");
   return convert::fromProto(plan);

@@ -34,6 +34,8 @@ class StateStore {
   StatusOr<std::vector<JobEvent>> loadEvents(const std::string& jobId);
   // The Plan stored with a job; NOT_FOUND when it has none.
   StatusOr<Plan> loadPlan(const std::string& jobId);
+  // The same, as the loom.v1.Plan bytes stored (what a launch hands the ranks).
+  StatusOr<std::string> loadPlanBytes(const std::string& jobId);
   // The last `limit` metrics of a job, oldest first.
   StatusOr<std::vector<Metric>> loadMetrics(const std::string& jobId, int limit);
 

@@ -103,6 +103,7 @@ v1::Launch toProto(const LaunchOrder& in) {
   out.set_job_id(in.jobId);
   out.set_attempt(in.attempt);
   out.set_spec_json(in.specJson);
+  out.set_plan(in.plan);
   for (const auto& r : in.ranks) {
     auto* a = out.add_ranks();
     a->set_rank(r.rank);
@@ -124,7 +125,7 @@ LaunchOrder fromProto(const v1::Launch& in) {
                   .worldSize = in.world_size(), .localWorldSize = in.local_world_size(),
                   .masterAddr = in.master_addr(), .masterPort = in.master_port(),
                   .pickMasterPort = in.pick_master_port(), .heartbeatTimeoutMs = in.heartbeat_timeout_ms(),
-                  .gracePeriodMs = in.grace_period_ms(), .groupRank = in.group_rank()};
+                  .gracePeriodMs = in.grace_period_ms(), .groupRank = in.group_rank(), .plan = in.plan()};
   for (const auto& r : in.ranks()) out.ranks.push_back({.rank = r.rank(), .localRank = r.local_rank()});
   return out;
 }

@@ -3,10 +3,12 @@
 // a loomd that restarted meanwhile learns how it ended.
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "common/files.h"
 #include "planner/job_spec.h"
-#include "worker/probe_job.h"
+#include "worker/job_runners.h"
+#include "worker/plan_file.h"
 #include "worker/rank_context.h"
 #include "worker/report_client.h"
 #include "worker/torch_runtime.h"
@@ -31,15 +33,6 @@ int printVersion() {
   return 0;
 }
 
-// train and eval run in libloom_torch.so; their metrics go to the daemon as progress reports.
-loom::Status runModelJob(const loom::worker::RankContext& context, const loom::planner::JobSpec& spec,
-                         loom::worker::ReportClient& reports) {
-  ASSIGN_OR_RETURN(loom::worker::TorchRuntime * torch, loom::worker::loadTorchRuntime());
-  auto progress = [&](int64_t step, const std::map<std::string, double>& metrics) { reports.progress(step, metrics); };
-  return spec.kind == loom::planner::JobKind::kTrain ? torch->runTrain(context, spec, progress)
-                                                     : torch->runEval(context, spec, progress);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,6 +53,13 @@ int main(int argc, char** argv) {
   if (!specText.isOk()) return fail(specText.status());
   auto spec = loom::planner::parseJobSpec(*specText);
   if (!spec.isOk()) return fail(spec.status().withContext(ctx.specPath));
+  const auto& runner = loom::worker::runnerFor(spec->kind);
+  std::optional<loom::planner::Plan> plan;
+  if (runner.needsPlan) {
+    auto read = loom::worker::readPlanFile(ctx.planPath);
+    if (!read.isOk()) return fail(read.status().withContext("plan"));
+    plan = std::move(read).value();
+  }
   auto reports = loom::worker::ReportClient::connect(ctx);
   if (!reports.isOk()) return fail(reports.status());
 
@@ -68,16 +68,7 @@ int main(int argc, char** argv) {
               ctx.masterPort);
   (*reports)->ready("");
 
-  loom::Status result;
-  switch (spec->kind) {
-    case loom::planner::JobKind::kProbe:
-      result = loom::worker::runProbe(ctx, *spec, **reports);
-      break;
-    case loom::planner::JobKind::kTrain:
-    case loom::planner::JobKind::kEval:
-      result = runModelJob(ctx, *spec, **reports);
-      break;
-  }
+  loom::Status result = runner.run(ctx, *spec, plan ? &*plan : nullptr, **reports);
   if (!result.isOk()) {
     (*reports)->failing(result.message());
     return fail(result);

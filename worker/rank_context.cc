@@ -43,6 +43,8 @@ StatusOr<RankContext> RankContext::fromEnvironment() {
   c.worldSize = static_cast<int>(world);
   c.localWorldSize = static_cast<int>(localWorld);
   c.masterPort = static_cast<int>(masterPort);
+  const char* plan = std::getenv("LOOM_PLAN");
+  c.planPath = plan ? plan : "";
   const char* node = std::getenv("LOOM_NODE_ID");
   c.nodeId = node ? node : "";
   return c;

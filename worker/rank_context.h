@@ -20,6 +20,7 @@ struct RankContext {
   std::string masterAddr;
   int masterPort = 0;
   std::string specPath;
+  std::string planPath;  // LOOM_PLAN: the job's compiled Plan (loom.v1.Plan bytes); empty for a probe
   std::string rankDir;
   std::string reportSocket;
   int64_t heartbeatMs = 1000;

@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "planner/job_spec.h"
+#include "planner/plan.h"
 #include "worker/rank_context.h"
 
 namespace loom::worker {
@@ -22,15 +23,16 @@ class TorchRuntime {
   virtual ~TorchRuntime() = default;
   // "torch 2.11.0, 8 threads"
   virtual std::string describe() const = 0;
-  // The probe's collective benchmark over every rank of the attempt (worker/torch/collective_probe.h).
+  // The probe's collective benchmark over every rank of the attempt (worker/torch/jobs/collective_probe.h).
   virtual Status runCollectiveProbe(const RankContext& context, const planner::JobSpec& spec,
                                     const ProgressFn& progress) = 0;
   // The kernel implementations this rank loads for `spec` (its kernels.plugins, LOOM_KERNEL_PATH,
   // the reference) and which one runs each op, several lines.
   virtual StatusOr<std::string> describeKernels(const planner::JobSpec& spec) = 0;
-  // The train and eval job kinds (worker/torch/train_job.h).
-  virtual Status runTrain(const RankContext& context, const planner::JobSpec& spec, const ProgressFn& progress) = 0;
-  virtual Status runEval(const RankContext& context, const planner::JobSpec& spec, const ProgressFn& progress) = 0;
+  // A job kind that executes a Plan (train, eval): its runner (worker/torch/jobs/job_runner.h)
+  // after the rank set-up every such kind shares.
+  virtual Status runJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan& plan,
+                        const ProgressFn& progress) = 0;
 };
 
 // Loads the runtime once per process (later calls return the same one). The library is found

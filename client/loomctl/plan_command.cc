@@ -183,7 +183,7 @@ int planCommand(const GlobalOptions& g, const std::string& file, int world) {
   }
   auto spec = planner::parseJobSpec(*text, planner::SpecPurpose::kPlan);
   if (!spec.isOk()) return reportError(spec.status().withContext(file));
-  auto plan = planner::compileJobPlan(*spec);
+  auto plan = planner::compileJobPlan(*spec, planner::SpecPurpose::kPlan);
   if (!plan.isOk()) return reportError(plan.status().withContext(file));
   if (g.format == OutputFormat::kJson) {
     std::puts(toJson(convert::toProto(*plan)).c_str());

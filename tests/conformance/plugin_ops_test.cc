@@ -1,4 +1,4 @@
-// The model's op table on the CPU plugin (worker/torch/plugin_ops.h): each op's values and the
+// The model's op table on the CPU plugin (worker/torch/model/plugin_ops.h): each op's values and the
 // gradients autograd takes through it match the libtorch reference ops, and calls the plugin
 // cannot take (fp16) stay on the reference.
 #include <ATen/ATen.h>
@@ -12,8 +12,8 @@
 #include "kernels/reference/reference_table.h"
 #include "tests/catch.h"
 #include "tests/conformance/kernel_conformance.h"
-#include "worker/torch/ops.h"
-#include "worker/torch/plugin_ops.h"
+#include "worker/torch/model/ops.h"
+#include "worker/torch/model/plugin_ops.h"
 
 using namespace loom::testing;
 using loom::worker::ops;

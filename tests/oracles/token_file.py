@@ -1,6 +1,6 @@
 """Loom's token file format (`*.tokens`) and sample order, in Python, for the reference oracles.
 
-Mirrors worker/data/token_file.{h,cc} and worker/train/sample_order.{h,cc}:
+Mirrors worker/data/token_file.{h,cc} and worker/data/sample_order.{h,cc}:
   bytes 0-7   magic b"LOOMTOK1"
   bytes 8-15  little-endian uint64 H, the length of the JSON header
   bytes 16..  H bytes of UTF-8 JSON: format_version, dtype, vocab_size, num_tokens, tokenizer,
@@ -74,7 +74,7 @@ def read_token_file(path):
     return header, tokens
 
 
-# ----- sample order (worker/train/sample_order.cc) -----
+# ----- sample order (worker/data/sample_order.cc) -----
 
 def num_samples(num_tokens, seq_len):
     return (num_tokens - 1) // seq_len

@@ -3,9 +3,9 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
-#include "worker/torch/collective_probe.h"
-#include "worker/torch/kernels.h"
-#include "worker/torch/train_job.h"
+#include "worker/torch/jobs/collective_probe.h"
+#include "worker/torch/model/kernels.h"
+#include "worker/torch/jobs/job_runner.h"
 #include "worker/torch_runtime.h"
 
 namespace loom::worker {
@@ -28,11 +28,9 @@ class LibTorchRuntime final : public TorchRuntime {
                             const ProgressFn& progress) override {
     return guarded([&] { return loom::worker::runCollectiveProbe(context, spec, progress); });
   }
-  Status runTrain(const RankContext& context, const planner::JobSpec& spec, const ProgressFn& progress) override {
-    return guarded([&] { return loom::worker::runTrain(context, spec, progress); });
-  }
-  Status runEval(const RankContext& context, const planner::JobSpec& spec, const ProgressFn& progress) override {
-    return guarded([&] { return loom::worker::runEval(context, spec, progress); });
+  Status runJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan& plan,
+                const ProgressFn& progress) override {
+    return guarded([&] { return runPlannedJob(context, spec, plan, progress); });
   }
 
  private:

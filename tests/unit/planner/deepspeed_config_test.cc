@@ -247,19 +247,18 @@ TEST_CASE("specs: parallelism the workers do not run yet is refused to run - acc
       "train": {"steps": 10}, "deepspeed": {"train_micro_batch_size_per_gpu": 1, )" +
            keys + ", " + kAdam + "}}";
   };
-  const std::string tp = spec(R"("tensor_parallel": {"autotp_size": 8})");
-  CHECK(parseJobSpec(tp).status().message() ==
-        "deepspeed.tensor_parallel.autotp_size: 8: tensor parallelism is planned (loomctl plan) but not run by the "
-        "workers yet");
-  CHECK(parseJobSpec(spec(R"("sequence_parallel_size": 2)")).status().message() ==
+  // Tensor parallelism runs.
+  CHECK(parseJobSpec(spec(R"("tensor_parallel": {"autotp_size": 8})")).isOk());
+  const std::string sp = spec(R"("sequence_parallel_size": 2)");
+  CHECK(parseJobSpec(sp).status().message() ==
         "deepspeed.sequence_parallel_size: 2: sequence parallelism is planned (loomctl plan) but not run by the "
         "workers yet");
   CHECK(parseJobSpec(spec(R"("expert_parallel": {"enabled": true, "autoep_size": 4})")).status().message() ==
         "deepspeed.expert_parallel.enabled: expert parallelism (AutoEP, autoep_size 4) is planned (loomctl plan) but "
         "not run by the workers yet");
-  auto planned = parseJobSpec(tp, SpecPurpose::kPlan);
+  auto planned = parseJobSpec(sp, SpecPurpose::kPlan);
   REQUIRE(planned.isOk());
-  CHECK(planned->deepspeed.dataParallelSize == 1);
+  CHECK(planned->deepspeed.dataParallelSize == 4);
   // tp 1 (and autotp_size 0, off) runs.
   CHECK(parseJobSpec(spec(R"("tensor_parallel": {"autotp_size": 1})")).isOk());
   // resources.device_memory_gb: 80 on cuda unless given, no limit on cpu.

@@ -33,3 +33,18 @@ TEST_CASE("a gang that does not fit is not placed at all - and the reason says w
   REQUIRE_FALSE(never.isOk());
   CHECK(never.status().message() == "waiting for nodes: needs 6 slots, the 1 attached node has 4 in all");
 }
+
+TEST_CASE("a node takes whole tensor-parallel groups - or the gang waits, saying why", "[planner]") {
+  // 3 + 3 free slots hold two groups of 2 ranks (one per node), not one group across the nodes.
+  auto p = placeGang(4, {{"a", 3, 4}, {"b", 3, 4}}, /*groupSize=*/2);
+  REQUIRE(p.isOk());
+  REQUIRE(p->size() == 2);
+  CHECK((*p)[0].ranks == std::vector<int>{0, 1});
+  CHECK((*p)[1].ranks == std::vector<int>{2, 3});
+  auto split = placeGang(4, {{"a", 3, 4}, {"b", 3, 4}}, /*groupSize=*/4);
+  REQUIRE_FALSE(split.isOk());
+  CHECK(split.status().code() == loom::StatusCode::kResourceExhausted);
+  CHECK(split.status().message() ==
+        "waiting for nodes: a tensor-parallel group of 4 ranks must lie inside one node, and the free slots (a 3, b 3) "
+        "hold 0 of the 4 ranks that way");
+}

@@ -87,6 +87,7 @@ TEST_CASE("golden: Llama-3-8B on 64 ranks - tp 8 - ZeRO 3", "[planner][plan]") {
   // 64 = dp 8 x sp 1 x tp 8.
   CHECK((plan.mesh.world == 64 && plan.mesh.dp == 8 && plan.mesh.sp == 1 && plan.mesh.tp == 8 && plan.mesh.ep == 1));
   CHECK(plan.modelFamily == "llama");
+  CHECK(checkPlanRunnable(plan).isOk());  // AutoTP's default layout: the workers run it
   CHECK(plan.totalElements() == 8'030'261'248);
 
   // Groups: tp varies fastest, so a tensor-parallel group is 8 consecutive ranks (one node).
@@ -365,6 +366,11 @@ TEST_CASE("plan: layer_specs choose splits - strict mode names what nothing cove
   CHECK((head.split == TpSplit::kColumn && head.gatherOutput && head.localShape == Shape{16032, 4096}));
   CHECK(parameter(plan, "model.embed_tokens.weight").split == TpSplit::kReplicated);
   CHECK(parameter(plan, "model.layers.0.mlp.down_proj.weight").split == TpSplit::kRow);
+  // Planned, but not the layout the workers run: the gathered head is named with both layouts.
+  CHECK(checkPlanRunnable(plan).message() ==
+        "deepspeed.tensor_parallel.partition_config.layer_specs: model.embed_tokens.weight is laid out replicated "
+        "(dimension -1); the workers run a llama decoder's embed vocab (dimension 0), AutoTP's default layout: a layer "
+        "spec that changes it is planned (loomctl plan) but not run");
 
   json missing = specs;
   missing["partition_config"]["layer_specs"].erase(2);  // nothing covers lm_head any more
@@ -378,6 +384,8 @@ TEST_CASE("plan: layer_specs choose splits - strict mode names what nothing cove
                     {{{"patterns", {".*\\.gate_proj\\.weight$"}}, {"partition_type", "column"}, {"shape", {2, -1}}}}}}}};
   const Plan packedPlan = compiled("llama3_8b.json", trainSpec(8, deepspeed({{"tensor_parallel", packed}})));
   CHECK(parameter(packedPlan, "model.layers.0.mlp.gate_proj.weight").subParams == Shape{896, 896});
+  CHECK(checkPlanRunnable(packedPlan).message().find("gate_proj.weight is laid out column (dimension 0, packed "
+                                                     "sub-parameters)") != std::string::npos);
   packed["partition_config"]["layer_specs"][0]["shape"] = {{4096, 10000}, 4096};
   CHECK(rejection("llama3_8b.json", trainSpec(8, deepspeed({{"tensor_parallel", packed}}))) ==
         "deepspeed.tensor_parallel.partition_config.layer_specs[0].shape: the sub-parameters of dimension 0 add up to "

@@ -1,0 +1,39 @@
+#include "worker/job_runners.h"
+
+#include <cstdlib>
+
+#include "worker/probe_job.h"
+#include "worker/torch_runtime.h"
+
+namespace loom::worker {
+
+namespace {
+
+// Train and eval run in libloom_torch.so; their metrics go to the daemon as progress reports.
+Status runTorchJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan* plan,
+                   ReportClient& reports) {
+  ASSIGN_OR_RETURN(TorchRuntime * torch, loadTorchRuntime());
+  auto progress = [&](int64_t step, const std::map<std::string, double>& metrics) { reports.progress(step, metrics); };
+  return torch->runJob(context, spec, *plan, progress);
+}
+
+Status runProbeJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan*,
+                   ReportClient& reports) {
+  return runProbe(context, spec, reports);
+}
+
+constexpr JobKindRunner kRunners[] = {
+    {planner::JobKind::kProbe, /*needsPlan=*/false, runProbeJob},
+    {planner::JobKind::kTrain, /*needsPlan=*/true, runTorchJob},
+    {planner::JobKind::kEval, /*needsPlan=*/true, runTorchJob},
+};
+
+}  // namespace
+
+const JobKindRunner& runnerFor(planner::JobKind kind) {
+  for (const auto& runner : kRunners)
+    if (runner.kind == kind) return runner;
+  std::abort();  // a JobKind without an entry is a build that forgot one: every kind is listed above
+}
+
+}  // namespace loom::worker

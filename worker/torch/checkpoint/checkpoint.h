@@ -1,0 +1,45 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/communicator.h"
+#include "common/status.h"
+#include "worker/torch/checkpoint/safetensors.h"
+
+namespace loom::worker {
+
+// A training checkpoint, laid out like DeepSpeed's (<dir>/<tag>/, tag global_step<N>, and a
+// `latest` file naming the newest tag) but in safetensors with HF names, so that the model of
+// any checkpoint loads straight into transformers:
+//   model.safetensors (or shards + index)  the weights, in the model's dtype      (rank 0)
+//   config.json                             the model's HF config                  (rank 0)
+//   optimizer.safetensors                   optimizer state, fp32 master weights   (rank 0)
+//   trainer_state.json                      steps, data position, loss scaler, lr  (rank 0)
+//   rank_<r>.safetensors                    that rank's RNG state                  (each rank)
+//   manifest.json                           every file's size and CRC-32           (rank 0, last)
+// Written into a hidden temporary directory, every file fsynced, the manifest written once all
+// ranks are done, then renamed into place; `latest` is replaced last. A crash at any point
+// leaves the previous checkpoint as `latest`.
+struct CheckpointContents {
+  TensorMap model;          // rank 0
+  TensorMap optimizer;      // rank 0
+  nlohmann::json trainer;   // rank 0
+  std::string modelConfig;  // rank 0: config.json text
+  TensorMap rank;           // every rank
+};
+
+std::string checkpointTag(int64_t step);
+
+// Every rank of `comm` calls it (comm may be null for a single rank).
+Status saveCheckpoint(const std::string& dir, int64_t step, const CheckpointContents& contents, int rank,
+                      backends::Communicator* comm);
+
+// The checkpoint `latest` names, checked against its manifest, with this rank's file (absent
+// when the checkpoint was written by fewer ranks). nullopt when `dir` has no `latest`.
+StatusOr<std::optional<CheckpointContents>> loadLatestCheckpoint(const std::string& dir, int rank);
+
+}  // namespace loom::worker

@@ -1,0 +1,200 @@
+#include "worker/torch/checkpoint/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/files.h"
+
+namespace loom::worker {
+
+using nlohmann::json;
+
+namespace {
+
+struct DtypeName {
+  const char* name;
+  at::ScalarType type;
+};
+constexpr DtypeName kDtypes[] = {
+    {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16}, {"I64", at::kLong},
+    {"I32", at::kInt},    {"I16", at::kShort}, {"I8", at::kChar},  {"U8", at::kByte},       {"BOOL", at::kBool},
+};
+
+StatusOr<at::ScalarType> dtypeFromName(const std::string& name) {
+  for (const auto& d : kDtypes) {
+    if (name == d.name) return d.type;
+  }
+  return invalidArgument("dtype \"{}\" is not supported", name);
+}
+
+StatusOr<const char*> nameFromDtype(at::ScalarType type) {
+  for (const auto& d : kDtypes) {
+    if (type == d.type) return d.name;
+  }
+  return invalidArgument("dtype {} cannot be stored in safetensors", c10::toString(type));
+}
+
+// A read-only mapping of a whole file, unmapped when it goes out of scope.
+class MappedFile {
+ public:
+  static StatusOr<std::unique_ptr<MappedFile>> open(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return notFound("{}: cannot open: {}", path, std::strerror(errno));
+    struct stat st{};
+    ::fstat(fd, &st);
+    void* data = st.st_size ? ::mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+    ::close(fd);
+    if (data == MAP_FAILED) return internalError("{}: mmap: {}", path, std::strerror(errno));
+    return std::unique_ptr<MappedFile>(new MappedFile(static_cast<const char*>(data), st.st_size));
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(const_cast<char*>(data_), size_);
+  }
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  MappedFile(const char* data, size_t size) : data_(data), size_(size) {}
+  const char* data_;
+  size_t size_;
+};
+
+Status loadFile(const std::string& path, TensorMap* out) {
+  ASSIGN_OR_RETURN(auto file, MappedFile::open(path));
+  if (file->size() < 8) return invalidArgument("{}: not a safetensors file (shorter than its header size)", path);
+  uint64_t headerSize = 0;
+  std::memcpy(&headerSize, file->data(), 8);
+  if (headerSize > file->size() - 8)
+    return invalidArgument("{}: header size {} runs past the end of the file ({} bytes)", path, headerSize,
+                           file->size());
+  json header = json::parse(std::string_view(file->data() + 8, headerSize), nullptr, false);
+  if (!header.is_object()) return invalidArgument("{}: the header is not a JSON object", path);
+  const char* data = file->data() + 8 + headerSize;
+  const uint64_t dataSize = file->size() - 8 - headerSize;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const std::string& name = it.key();
+    const json& entry = it.value();
+    auto bad = [&](const std::string& why) { return invalidArgument("{}: tensor {}: {}", path, name, why); };
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
+      return bad("entry needs dtype, shape and data_offsets");
+    auto dtype = dtypeFromName(entry["dtype"].get<std::string>());
+    if (!dtype.isOk()) return bad(dtype.status().message());
+    std::vector<int64_t> shape = entry["shape"].get<std::vector<int64_t>>();
+    auto offsets = entry["data_offsets"].get<std::vector<uint64_t>>();
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    const uint64_t bytes = static_cast<uint64_t>(numel) * c10::elementSize(*dtype);
+    if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] > dataSize || offsets[1] - offsets[0] != bytes)
+      return bad(fmt::format("data_offsets {} do not hold {} bytes within the {} bytes of data", entry["data_offsets"].dump(),
+                             bytes, dataSize));
+    // Copied out of the mapping: the file may be replaced while the tensors live on.
+    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*dtype));
+    if (bytes) std::memcpy(t.data_ptr(), data + offsets[0], bytes);
+    (*out)[name] = std::move(t);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+StatusOr<TensorMap> loadSafetensors(const std::string& path) {
+  TensorMap tensors;
+  if (!std::filesystem::is_directory(path)) {
+    RETURN_IF_ERROR(loadFile(path, &tensors));
+    return tensors;
+  }
+  const std::string single = path + "/model.safetensors", index = path + "/model.safetensors.index.json";
+  if (files::exists(single)) {
+    RETURN_IF_ERROR(loadFile(single, &tensors));
+    return tensors;
+  }
+  if (!files::exists(index))
+    return notFound("{}: holds neither model.safetensors nor model.safetensors.index.json", path);
+  ASSIGN_OR_RETURN(std::string text, files::readFile(index));
+  json j = json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    return invalidArgument("{}: needs a weight_map object", index);
+  std::set<std::string> shards;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) shards.insert(it.value().get<std::string>());
+  for (const auto& shard : shards) RETURN_IF_ERROR(loadFile(path + "/" + shard, &tensors));
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!tensors.count(it.key()))
+      return invalidArgument("{}: tensor {} is mapped to {} but that file does not hold it", index, it.key(),
+                             it.value().get<std::string>());
+  }
+  return tensors;
+}
+
+Status saveSafetensorsFile(const std::string& path, const TensorMap& tensors,
+                           const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<at::Tensor> contiguous;
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
+    auto dtype = nameFromDtype(t.scalar_type());
+    if (!dtype.isOk()) return dtype.status().withContext(fmt::format("{}: tensor {}", path, name));
+    const uint64_t bytes = t.numel() * t.element_size();
+    header[name] = {{"dtype", *dtype}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    contiguous.push_back(std::move(t));
+  }
+  std::string headerText = header.dump();
+  headerText.append((8 - headerText.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+  std::string content;
+  content.reserve(8 + headerText.size() + offset);
+  const uint64_t headerSize = headerText.size();
+  content.append(reinterpret_cast<const char*>(&headerSize), 8);
+  content += headerText;
+  for (const auto& t : contiguous) content.append(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
+  return files::writeFileAtomic(path, content);
+}
+
+StatusOr<std::vector<std::string>> saveSafetensorsModel(const std::string& dir, const TensorMap& tensors,
+                                                        int64_t maxShardBytes) {
+  // Shards fill in name order up to the limit (a tensor above it gets a shard of its own).
+  std::vector<TensorMap> shards(1);
+  int64_t shardBytes = 0, total = 0;
+  for (const auto& [name, t] : tensors) {
+    const int64_t bytes = t.numel() * t.element_size();
+    if (shardBytes > 0 && shardBytes + bytes > maxShardBytes) {
+      shards.emplace_back();
+      shardBytes = 0;
+    }
+    shards.back()[name] = t;
+    shardBytes += bytes;
+    total += bytes;
+  }
+  RETURN_IF_ERROR(files::makeDirs(dir));
+  const std::map<std::string, std::string> metadata{{"format", "pt"}};
+  if (shards.size() == 1) {
+    RETURN_IF_ERROR(saveSafetensorsFile(dir + "/model.safetensors", tensors, metadata));
+    return std::vector<std::string>{"model.safetensors"};
+  }
+  std::vector<std::string> names;
+  json weightMap = json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+    RETURN_IF_ERROR(saveSafetensorsFile(dir + "/" + file, shards[i], metadata));
+    for (const auto& [name, t] : shards[i]) weightMap[name] = file;
+    names.push_back(file);
+  }
+  json index{{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}};
+  RETURN_IF_ERROR(files::writeFileAtomic(dir + "/model.safetensors.index.json", index.dump(2)));
+  names.push_back("model.safetensors.index.json");
+  return names;
+}
+
+}  // namespace loom::worker

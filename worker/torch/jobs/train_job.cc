@@ -1,0 +1,344 @@
+#include "worker/torch/jobs/train_job.h"
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/human_bytes.h"
+#include "worker/torch/checkpoint/checkpoint.h"
+#include "worker/torch/jobs/evaluation.h"
+#include "worker/torch/model/kernels.h"
+#include "worker/torch/model/model_setup.h"
+#include "worker/torch/jobs/step_profiler.h"
+#include "worker/torch/zero/zero_optimizer.h"
+#include "worker/torch/data/token_samples.h"
+#include "worker/torch/parallel/whole_weights.h"
+#include "worker/optim/loss_scaler.h"
+#include "worker/optim/lr_schedule.h"
+#include "worker/data/sample_order.h"
+
+namespace loom::worker {
+
+namespace {
+
+using backends::ReduceOp;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+class Trainer final : public JobRunner {
+ public:
+  explicit Trainer(RankSetup& rank)
+      : rank_(rank), ctx_(rank.context), spec_(rank.spec), ds_(rank.spec.deepspeed), progress_(rank.progress),
+        scaler_(rank.spec.deepspeed) {}
+
+  Status setUp();
+  Status run() override;
+
+ private:
+  Status trainStep();
+  // trainStep under the profiler; rank 0 prints where the step's time went.
+  Status profiledTrainStep();
+  Status evaluateNow();
+  Status saveNow();
+  Status resume();
+  // The data-parallel group: gradients are averaged and ZeRO-partitioned over it.
+  backends::Communicator& dp() { return *rank_.mesh.denseData; }
+  int tp() const { return rank_.mesh.tensor->size(); }
+  std::map<std::string, double> memoryMetrics() const;
+  // Whether each rank's file holds its optimizer state: under ZeRO (its partition) and under
+  // tensor parallelism (its pieces); else rank 0 saves the one whole state.
+  bool statePerRank() const { return ds_.zero.stage > 0 || tp() > 1; }
+
+  RankSetup& rank_;
+  const RankContext& ctx_;
+  const planner::JobSpec& spec_;
+  const planner::DeepSpeedConfig& ds_;
+  const TorchRuntime::ProgressFn& progress_;
+
+  BuiltModel built_;
+  std::unique_ptr<ZeroEngine> zero_;
+  train::LossScaler scaler_;
+  std::optional<TokenSamples> train_, eval_;
+  std::unique_ptr<train::SampleOrder> order_;
+
+  int64_t step_ = 0;          // optimizer steps taken (global_steps)
+  int64_t appliedSteps_ = 0;  // ... of which not skipped for an fp16 overflow; the schedule's clock
+  int64_t skippedSteps_ = 0;
+  int64_t lastSavedStep_ = -1;
+};
+
+// Peak resident memory of this process (VmHWM), in bytes; 0 where /proc is not there.
+int64_t peakResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long long kb = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return static_cast<int64_t>(kb) * 1024;
+}
+
+std::map<std::string, double> Trainer::memoryMetrics() const {
+  const ZeroMemory m = zero_->memory();
+  return {{"memory.parameter_bytes", static_cast<double>(m.parameterBytes)},
+          {"memory.gradient_bytes", static_cast<double>(m.gradientBytes)},
+          {"memory.optimizer_state_bytes", static_cast<double>(m.optimizerStateBytes)},
+          {"memory.peak_rss_bytes", static_cast<double>(peakResidentBytes())}};
+}
+
+Status Trainer::setUp() {
+  ASSIGN_OR_RETURN(built_, buildModel(spec_, rank_.plan, rank_.device, rank_.mesh.tensor));
+  const auto& config = built_.model->config();
+  ASSIGN_OR_RETURN(auto train, TokenSamples::open(spec_.data.train, spec_.data.seqLen, config.vocabSize, "data.train"));
+  train_.emplace(std::move(train));
+  if (!spec_.data.eval.empty()) {
+    ASSIGN_OR_RETURN(auto eval, TokenSamples::open(spec_.data.eval, spec_.data.seqLen, config.vocabSize, "data.eval"));
+    eval_.emplace(std::move(eval));
+  }
+  order_ = std::make_unique<train::SampleOrder>(train_->numSamples(), static_cast<uint64_t>(spec_.data.seed));
+
+  const int64_t parameterCount = rank_.plan.totalElements();
+  zero_ = makeZeroEngine(ds_, *built_.model, &dp());
+  if (spec_.train.resume && !spec_.train.checkpointDir.empty()) RETURN_IF_ERROR(resume());
+
+  if (ctx_.rank == 0) {
+    const int64_t count = parameterCount;
+    std::printf("model: %s, %.2fM parameters, %s; data: %lld samples of %lld tokens; batch %lld = micro %lld x "
+                "accumulation %lld x %d data-parallel ranks; optimizer %s; ZeRO stage %d; %s\n",
+                planner::modelFamilyName(config.family), count / 1e6, planner::precisionName(ds_.precision),
+                static_cast<long long>(train_->numSamples()), static_cast<long long>(spec_.data.seqLen),
+                static_cast<long long>(ds_.trainBatchSize), static_cast<long long>(ds_.microBatchSize),
+                static_cast<long long>(ds_.gradientAccumulationSteps), dp().size(),
+                planner::optimizerTypeName(ds_.optimizer.type), ds_.zero.stage, rank_.mesh.describe().c_str());
+    std::printf("kernels: %s\n", kernelRegistry().describe().c_str());
+  }
+  return Status::ok();
+}
+
+Status Trainer::resume() {
+  auto loaded = loadLatestCheckpoint(spec_.train.checkpointDir, ctx_.rank);
+  if (!loaded.isOk()) return loaded.status().withContext("train.checkpoint_dir");
+  if (!*loaded) return Status::ok();
+  auto& c = **loaded;
+  const json& t = c.trainer;
+  const std::string where = spec_.train.checkpointDir + "/" + t.value("tag", std::string("?"));
+  if (t.value("train_batch_size", int64_t(0)) != ds_.trainBatchSize)
+    return failedPrecondition("{}: written with train_batch_size {}, this job has {}: the data position would not "
+                              "carry over",
+                              where, t.value("train_batch_size", int64_t(0)), ds_.trainBatchSize);
+  // Optimizer state split over the tensor-parallel group loads at the same layout only; converting
+  // a checkpoint to another layout is a job of its own.
+  const int writtenTp = t.value("tensor_parallel", 1);
+  if (writtenTp != tp())
+    return failedPrecondition("{}: written at tensor parallel {} x data parallel {}; this job runs tensor parallel "
+                              "{} x data parallel {} (deepspeed.tensor_parallel.autotp_size): the optimizer state is "
+                              "split by tensor-parallel rank and resumes at its own layout only",
+                              where, writtenTp, t.value("dp_world_size", 0), tp(), dp().size());
+  // A ZeRO checkpoint holds each rank's partition: it loads at the same stage and size only.
+  const int stage = t.value("zero_stage", 0), writtenDp = t.value("dp_world_size", dp().size());
+  if (stage != ds_.zero.stage || (stage > 0 && writtenDp != dp().size()))
+    return failedPrecondition("{}: written at ZeRO stage {} by {} data-parallel ranks; this job runs stage {} on {} "
+                              "(stage 0 checkpoints load at any size; a ZeRO checkpoint at its own stage and size "
+                              "only)",
+                              where, stage, writtenDp, ds_.zero.stage, dp().size());
+  // The frozen set decides what the optimizer state covers: it must be the one the checkpoint
+  // was written with.
+  const auto frozen = t.value("frozen_parameters", std::vector<std::string>{});
+  if (frozen != spec_.train.frozenParameters)
+    return failedPrecondition("{}: written with train.frozen_parameters [{}], this job has [{}]", where,
+                              fmt::format("{}", fmt::join(frozen, ", ")),
+                              fmt::format("{}", fmt::join(spec_.train.frozenParameters, ", ")));
+  // Stage 3 restores its trainable parts from the fp32 masters and its frozen ones from the
+  // checkpoint's weights; the others load the weights.
+  if (stage < 3) RETURN_IF_ERROR(built_.model->loadWeights(c.model, where));
+  TensorMap state = statePerRank() ? c.rank : c.optimizer;
+  if (stage == 3) {
+    for (const auto& [name, weight] : c.model)
+      if (spec_.train.freezes(name)) state["frozen." + name] = weight;
+  }
+  RETURN_IF_ERROR(zero_->restore(state, where));
+  RETURN_IF_ERROR(scaler_.restore(t.at("loss_scaler")));
+  step_ = t.at("step").get<int64_t>();
+  appliedSteps_ = t.at("applied_steps").get<int64_t>();
+  skippedSteps_ = t.at("skipped_steps").get<int64_t>();
+  if (auto rng = c.rank.find("rng"); rng != c.rank.end()) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    generator.set_state(rng->second);
+  }
+  lastSavedStep_ = step_;
+  if (ctx_.rank == 0) std::printf("resumed from %s at step %lld\n", where.c_str(), static_cast<long long>(step_));
+  return Status::ok();
+}
+
+Status Trainer::trainStep() {
+  const auto started = Clock::now();
+  const int64_t micro = ds_.microBatchSize, gas = ds_.gradientAccumulationSteps, seq = spec_.data.seqLen;
+  const int dpSize = dp().size(), dpRank = dp().rank();
+  const double scale = scaler_.scale();
+  zero_->zeroGradients();
+  // Summed on the device: reading each micro-batch's loss would stop the host until the GPU
+  // catches up, before it could queue the backward.
+  at::Tensor lossSum;
+  for (int64_t m = 0; m < gas; ++m) {
+    const int64_t start = train::microBatchStart(step_, ds_.trainBatchSize, m, micro, dpRank, dpSize);
+    std::vector<int64_t> samples;
+    for (int64_t i = 0; i < micro; ++i) samples.push_back(order_->sampleAt(start + i));
+    at::Tensor batch = train_->gather(samples).to(built_.model->device());
+    at::Tensor loss = built_.model->loss(batch.slice(1, 0, seq), batch.slice(1, 1, seq + 1));
+    lossSum = lossSum.defined() ? lossSum + loss.detach().to(at::kDouble) : loss.detach().to(at::kDouble);
+    // DeepSpeed scales by 1 / gradient_accumulation_steps: the step's gradient is the mean.
+    (loss * (scale / static_cast<double>(gas))).backward();
+    RETURN_IF_ERROR(zero_->accumulate());
+  }
+  at::NoGradGuard noGrad;
+  double loss = lossSum.item<double>() / static_cast<double>(gas);
+  if (dpSize > 1) {
+    at::Tensor lossTensor = at::tensor({loss}, at::kDouble).to(built_.model->device());
+    RETURN_IF_ERROR(dp().allReduce(lossTensor, ReduceOp::kAvg)->wait().withContext("loss all-reduce"));
+    loss = lossTensor.item<double>();
+  }
+  ASSIGN_OR_RETURN(const double gradNorm, zero_->reduce(scale));
+  const bool overflow = ds_.precision == planner::Precision::kFp16 && !std::isfinite(gradNorm);
+  const double lr = train::learningRate(ds_.scheduler, ds_.optimizer.lr, appliedSteps_);
+  if (overflow) {
+    ++skippedSteps_;
+    if (ctx_.rank == 0)
+      std::printf("step %lld: fp16 gradients overflow at loss scale %g: step skipped\n",
+                  static_cast<long long>(step_ + 1), scale);
+  } else {
+    const double clip = ds_.gradientClipping > 0 ? std::min(1.0, ds_.gradientClipping / (gradNorm + 1e-6)) : 1.0;
+    RETURN_IF_ERROR(zero_->step(lr, clip));
+    ++appliedSteps_;
+  }
+  RETURN_IF_ERROR(scaler_.update(overflow));
+  ++step_;
+
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  const double tokens = static_cast<double>(ds_.trainBatchSize * seq);
+  std::map<std::string, double> metrics{{"loss", loss},
+                                        {"lr", lr},
+                                        {"tokens_per_s", tokens / seconds},
+                                        {"step_time_s", seconds},
+                                        {"samples", static_cast<double>(step_ * ds_.trainBatchSize)},
+                                        {"skipped_steps", static_cast<double>(skippedSteps_)},
+                                        {"progress", static_cast<double>(step_) / spec_.train.steps}};
+  if (!overflow) metrics["grad_norm"] = gradNorm;
+  if (step_ == 1 || step_ % ds_.stepsPerPrint == 0) metrics.merge(memoryMetrics());
+  if (step_ == 1 && ctx_.rank == 0) {
+    const ZeroMemory m = zero_->memory();
+    std::printf("memory per rank (ZeRO stage %d): parameters %s, gradients %s, optimizer state %s, peak RSS %s\n",
+                ds_.zero.stage, humanBytes(m.parameterBytes).c_str(), humanBytes(m.gradientBytes).c_str(),
+                humanBytes(m.optimizerStateBytes).c_str(), humanBytes(peakResidentBytes()).c_str());
+  }  // an overflowed step has no norm (and JSON has no NaN)
+  if (ds_.precision == planner::Precision::kFp16) metrics["loss_scale"] = scaler_.scale();
+  progress_(step_, metrics);
+  if (ctx_.rank == 0 && (step_ % ds_.stepsPerPrint == 0 || step_ == 1 || step_ == spec_.train.steps)) {
+    std::printf("step %lld/%lld: loss %.6f lr %.6g grad_norm %.6g tokens/s %.0f%s\n", static_cast<long long>(step_),
+                static_cast<long long>(spec_.train.steps), loss, lr, gradNorm, tokens / seconds,
+                ds_.precision == planner::Precision::kFp16
+                    ? fmt::format(" loss_scale {} skipped {}", scaler_.scale(), skippedSteps_).c_str()
+                    : "");
+    std::fflush(stdout);
+  }
+  return Status::ok();
+}
+
+Status Trainer::profiledTrainStep() {
+  const at::Device device = built_.model->device();
+  synchronize(device);  // the step starts with nothing queued before it
+  const auto started = Clock::now();
+  std::optional<StepProfiler> profiler;
+  if (ctx_.rank == 0) profiler.emplace(device);
+  RETURN_IF_ERROR(trainStep());
+  synchronize(device);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  if (profiler) {
+    std::printf("profile of step %lld (train.profile_step):\n%s", static_cast<long long>(step_),
+                profiler->report(ms).c_str());
+    std::fflush(stdout);
+  }
+  return Status::ok();
+}
+
+Status Trainer::evaluateNow() {
+  ASSIGN_OR_RETURN(EvalResult r, evaluate(*built_.model, *eval_, ds_.microBatchSize, spec_.train.evalBatches,
+                                          /*wantLogprobs=*/false, dp()));
+  progress_(step_, {{"eval_loss", r.meanLoss}});
+  if (ctx_.rank == 0) {
+    std::printf("step %lld: eval_loss %.4f over %lld samples\n", static_cast<long long>(step_), r.meanLoss,
+                static_cast<long long>(r.samples));
+    std::fflush(stdout);
+  }
+  return Status::ok();
+}
+
+Status Trainer::saveNow() {
+  CheckpointContents c;
+  // ZeRO partitions and tensor-parallel pieces go in each rank's own file; stage 0's whole state
+  // once, with the model.
+  if (statePerRank()) c.rank = zero_->state();
+  c.rank["rng"] = at::detail::getDefaultCPUGenerator().get_state();
+  // Every rank takes part: stage 3 gathers the weights over the data-parallel group, tensor
+  // parallelism assembles its pieces.
+  ASSIGN_OR_RETURN(TensorMap pieces, zero_->fullWeights());
+  ASSIGN_OR_RETURN(TensorMap weights, wholeWeights(*built_.model, pieces));
+  if (ctx_.rank == 0) {
+    c.model = std::move(weights);
+    if (!statePerRank()) c.optimizer = zero_->state();
+    c.modelConfig = built_.configText;
+    c.trainer = {{"step", step_},
+                 {"applied_steps", appliedSteps_},
+                 {"skipped_steps", skippedSteps_},
+                 {"consumed_samples", step_ * ds_.trainBatchSize},
+                 {"train_batch_size", ds_.trainBatchSize},
+                 {"dp_world_size", dp().size()},
+                 {"tensor_parallel", tp()},
+                 {"zero_stage", ds_.zero.stage},
+                 {"frozen_parameters", spec_.train.frozenParameters},
+                 {"data_seed", spec_.data.seed},
+                 {"loss_scaler", scaler_.state()},
+                 {"deepspeed", ds_.toJson()}};
+  }
+  const auto started = Clock::now();
+  RETURN_IF_ERROR(saveCheckpoint(spec_.train.checkpointDir, step_, c, ctx_.rank, rank_.mesh.world.get()));
+  lastSavedStep_ = step_;
+  if (ctx_.rank == 0) {
+    std::printf("step %lld: checkpoint %s/%s written in %.2f s\n", static_cast<long long>(step_),
+                spec_.train.checkpointDir.c_str(), checkpointTag(step_).c_str(),
+                std::chrono::duration<double>(Clock::now() - started).count());
+    std::fflush(stdout);
+  }
+  return Status::ok();
+}
+
+Status Trainer::run() {
+  const auto& t = spec_.train;
+  while (step_ < t.steps) {
+    RETURN_IF_ERROR(step_ + 1 == t.profileStep ? profiledTrainStep() : trainStep());
+    if (eval_ && t.evalEvery > 0 && step_ % t.evalEvery == 0) RETURN_IF_ERROR(evaluateNow());
+    if (!t.checkpointDir.empty() && t.checkpointEvery > 0 && step_ % t.checkpointEvery == 0)
+      RETURN_IF_ERROR(saveNow());
+  }
+  if (!t.checkpointDir.empty() && lastSavedStep_ != step_) RETURN_IF_ERROR(saveNow());
+  if (ctx_.rank == 0) std::printf("training done: %lld steps, %lld skipped\n", static_cast<long long>(step_),
+                                  static_cast<long long>(skippedSteps_));
+  return rank_.mesh.world->barrier()->wait();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<JobRunner>> makeTrainRunner(RankSetup& rank) {
+  auto trainer = std::make_unique<Trainer>(rank);
+  RETURN_IF_ERROR(trainer->setUp());
+  return std::unique_ptr<JobRunner>(std::move(trainer));
+}
+
+}  // namespace loom::worker

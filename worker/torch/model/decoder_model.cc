@@ -1,0 +1,268 @@
+#include "worker/torch/model/decoder_model.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include "backends/self_communicator.h"
+#include "planner/model_parameters.h"
+#include "worker/torch/model/ops.h"
+#include "worker/torch/parallel/tensor_parallel.h"
+#include "worker/torch/parallel/vocab_parallel.h"
+
+namespace loom::worker {
+
+namespace {
+
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+at::Tensor ropeInverseFrequencies(const planner::ModelConfig& config) {
+  using Type = planner::RopeConfig::Type;
+  const auto& rope = config.rope;
+  const int64_t dim = config.headDim;
+  at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  at::Tensor inv = 1.0 / at::pow(rope.theta, exponents);
+  if (rope.type == Type::kLinear) return inv / rope.factor;
+  if (rope.type != Type::kLlama3) return inv;
+  // Llama 3: long wavelengths slowed by `factor`, short ones kept, the band between blended.
+  const double oldContext = static_cast<double>(rope.originalMaxPositions);
+  const double lowFreqWavelen = oldContext / rope.lowFreqFactor;
+  const double highFreqWavelen = oldContext / rope.highFreqFactor;
+  at::Tensor wavelen = 2 * M_PI / inv;
+  at::Tensor scaled = at::where(wavelen > lowFreqWavelen, inv / rope.factor, inv);
+  at::Tensor smooth = (oldContext / wavelen - rope.lowFreqFactor) / (rope.highFreqFactor - rope.lowFreqFactor);
+  at::Tensor smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled;
+  at::Tensor medium = (wavelen < highFreqWavelen).logical_not().logical_and((wavelen > lowFreqWavelen).logical_not());
+  return at::where(medium, smoothed, scaled);
+}
+
+namespace {
+
+at::Tensor plainLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return at::linear(x, weight, bias);
+}
+
+}  // namespace
+
+DecoderModel::DecoderModel(const planner::ModelConfig& config, at::ScalarType dtype, at::Device device,
+                           ModelShards shards)
+    : config_(config), dtype_(dtype), device_(device), shards_(std::move(shards)), linear_(plainLinear) {}
+
+StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const planner::ModelConfig& config,
+                                                             at::ScalarType dtype, at::Device device,
+                                                             ModelShards shards) {
+  if (config.rope.type == planner::RopeConfig::Type::kYarn)
+    return invalidArgument("model: rope_type yarn is not built by the worker yet (default, linear, llama3)");
+  if (config.isMoe())
+    return invalidArgument("model: {} is a mixture-of-experts model; this version trains dense decoders only "
+                           "(llama, mistral, qwen2, qwen3)",
+                           planner::modelFamilyName(config.family));
+  const auto enumerated = planner::enumerateParameters(config);
+  if (!shards.tp) shards.tp = std::make_shared<backends::SelfCommunicator>("tensor");
+  if (shards.layouts.empty()) {
+    for (const auto& p : enumerated) shards.layouts.push_back(ShardLayout{.whole = p.shape, .local = p.shape});
+  }
+  if (shards.layouts.size() != enumerated.size())
+    return internalError("model: {} shard layouts for {} parameters", shards.layouts.size(), enumerated.size());
+  std::unique_ptr<DecoderModel> model(new DecoderModel(config, dtype, device, std::move(shards)));
+  for (size_t i = 0; i < enumerated.size(); ++i) {
+    at::Tensor t = at::empty(model->layoutOf(static_cast<int>(i)).local, at::TensorOptions().dtype(dtype).device(device));
+    t.set_requires_grad(true);
+    model->parameters_.emplace_back(enumerated[i].name, std::move(t));
+  }
+  model->bindLayers();
+  model->inverseFrequencies_ = ropeInverseFrequencies(config);
+  return model;
+}
+
+at::Tensor DecoderModel::parameter(const std::string& name) const {
+  for (const auto& [n, t] : parameters_) {
+    if (n == name) return t;
+  }
+  return {};
+}
+
+void DecoderModel::bindLayers() {
+  auto indexOf = [&](const std::string& name) {
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (parameters_[i].first == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  blockParameters_.assign(numBlocks(), {});
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const std::string& name = parameters_[i].first;
+    if (name.rfind("model.layers.", 0) == 0) {
+      const int layer = std::stoi(name.substr(13));
+      blockParameters_[layer + 1].push_back(static_cast<int>(i));
+    }
+  }
+  blockParameters_.front() = {indexOf("model.embed_tokens.weight")};
+  blockParameters_.back() = {indexOf("model.norm.weight"),
+                             indexOf(config_.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight")};
+  embed_ = parameter("model.embed_tokens.weight");
+  finalNorm_ = parameter("model.norm.weight");
+  head_ = config_.tieWordEmbeddings ? embed_ : parameter("lm_head.weight");
+  const int tp = shards_.tp->size();
+  heads_ = config_.numHeads / tp;
+  vocabStart_ = embed_.size(0) * (layoutOf(indexOf("model.embed_tokens.weight")).sharded() ? shards_.tp->rank() : 0);
+  layers_.clear();
+  for (int64_t i = 0; i < config_.numLayers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    layers_.push_back(Layer{
+        .inputNorm = parameter(p + "input_layernorm.weight"),
+        .q = parameter(p + "self_attn.q_proj.weight"),
+        .k = parameter(p + "self_attn.k_proj.weight"),
+        .v = parameter(p + "self_attn.v_proj.weight"),
+        .o = parameter(p + "self_attn.o_proj.weight"),
+        .qBias = parameter(p + "self_attn.q_proj.bias"),
+        .kBias = parameter(p + "self_attn.k_proj.bias"),
+        .vBias = parameter(p + "self_attn.v_proj.bias"),
+        .oBias = parameter(p + "self_attn.o_proj.bias"),
+        .qNorm = parameter(p + "self_attn.q_norm.weight"),
+        .kNorm = parameter(p + "self_attn.k_norm.weight"),
+        .postNorm = parameter(p + "post_attention_layernorm.weight"),
+        .gate = parameter(p + "mlp.gate_proj.weight"),
+        .up = parameter(p + "mlp.up_proj.weight"),
+        .down = parameter(p + "mlp.down_proj.weight"),
+        .gateBias = parameter(p + "mlp.gate_proj.bias"),
+        .upBias = parameter(p + "mlp.up_proj.bias"),
+        .downBias = parameter(p + "mlp.down_proj.bias"),
+        .kvLayout = layoutOf(indexOf(p + "self_attn.k_proj.weight")),
+    });
+  }
+  kvHeads_ = layers_.empty() ? config_.numKvHeads : layers_.front().k.size(0) / config_.headDim;
+}
+
+void DecoderModel::initRandom(int64_t seed) {
+  at::NoGradGuard noGrad;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    auto& [name, t] = parameters_[i];
+    if (endsWith(name, "norm.weight")) {
+      t.fill_(1.0);
+    } else if (endsWith(name, ".bias")) {
+      t.zero_();
+    } else {
+      // Drawn whole in fp32 (every rank draws the same sequence) and cast, so a bf16 model starts
+      // from the rounded fp32 weights; this rank keeps its piece.
+      const ShardLayout& layout = layoutOf(static_cast<int>(i));
+      at::Tensor w = at::empty(layout.whole, at::kFloat);
+      w.normal_(0.0, config_.initializerRange, generator);
+      t.copy_(takeShard(w, layout));
+    }
+  }
+}
+
+Status DecoderModel::loadWeights(const TensorMap& weights, const std::string& source) {
+  at::NoGradGuard noGrad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    auto& [name, t] = parameters_[i];
+    const ShardLayout& layout = layoutOf(static_cast<int>(i));
+    auto it = weights.find(name);
+    if (it == weights.end()) return invalidArgument("{}: tensor {} is missing", source, name);
+    if (it->second.sizes() != at::IntArrayRef(layout.whole))
+      return invalidArgument("{}: tensor {} has shape {}, the model's config wants {}", source, name,
+                             c10::str(it->second.sizes()), c10::str(at::IntArrayRef(layout.whole)));
+    t.copy_(takeShard(it->second, layout));
+  }
+  for (const auto& [name, tensor] : weights) {
+    if (name == "lm_head.weight" && config_.tieWordEmbeddings) continue;
+    if (parameter(name).defined()) continue;
+    // Rotary caches some exporters store are derived, not learned.
+    if (endsWith(name, "rotary_emb.inv_freq")) continue;
+    return invalidArgument("{}: tensor {} is not a parameter of this {} model", source, name,
+                           planner::modelFamilyName(config_.family));
+  }
+  return Status::ok();
+}
+
+std::pair<at::Tensor, at::Tensor> DecoderModel::rotary(int64_t seqLen) {
+  if (seqLen != rotarySeqLen_) {
+    at::Tensor positions = at::arange(seqLen, at::kLong).to(at::kFloat);
+    at::Tensor freqs = at::outer(positions, inverseFrequencies_);  // [S, D/2]
+    at::Tensor angles = at::cat({freqs, freqs}, -1);
+    cos_ = angles.cos().to(device_, dtype_);
+    sin_ = angles.sin().to(device_, dtype_);
+    rotarySeqLen_ = seqLen;
+  }
+  return {cos_, sin_};
+}
+
+namespace {
+
+// A row-parallel layer's output: the group's partial sums added up, then the bias, whole, once.
+at::Tensor withBias(const at::Tensor& x, const at::Tensor& bias) { return bias.defined() ? x + bias : x; }
+
+}  // namespace
+
+at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& input, const at::Tensor& cos,
+                                        const at::Tensor& sin) {
+  backends::Communicator& tp = *shards_.tp;
+  const int64_t b = input.size(0), s = input.size(1), d = config_.headDim;
+  const at::Tensor x = copyToTensorParallel(input, tp);
+  auto heads = [&](const at::Tensor& w, const at::Tensor& bias, int64_t n) {
+    return linear_(x, w, bias).view({b, s, n, d});
+  };
+  at::Tensor q = heads(l.q, l.qBias, heads_);
+  at::Tensor k = heads(sumOverKvReplicas(l.k, l.kvLayout, tp), sumOverKvReplicas(l.kBias, l.kvLayout, tp), kvHeads_);
+  at::Tensor v = heads(sumOverKvReplicas(l.v, l.kvLayout, tp), sumOverKvReplicas(l.vBias, l.kvLayout, tp), kvHeads_)
+                     .transpose(1, 2);
+  if (config_.qkNorm) {
+    q = ops().rmsNorm(q, copyToTensorParallel(l.qNorm, tp), config_.rmsNormEps);
+    k = ops().rmsNorm(k, copyToTensorParallel(l.kNorm, tp), config_.rmsNormEps);
+  }
+  auto [qr, kr] = ops().rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin);
+  at::Tensor out = ops().attention(qr, kr, v, config_.slidingWindow);  // [B, H, S, D]
+  at::Tensor projected = linear_(out.transpose(1, 2).reshape({b, s, heads_ * d}), l.o, tp.size() > 1 ? at::Tensor() : l.oBias);
+  return tp.size() > 1 ? withBias(reduceFromTensorParallel(projected, tp), l.oBias) : projected;
+}
+
+at::Tensor DecoderModel::mlpBlock(const Layer& l, const at::Tensor& input) {
+  backends::Communicator& tp = *shards_.tp;
+  const at::Tensor x = copyToTensorParallel(input, tp);
+  at::Tensor hidden = ops().swiglu(linear_(x, l.gate, l.gateBias), linear_(x, l.up, l.upBias));
+  at::Tensor out = linear_(hidden, l.down, tp.size() > 1 ? at::Tensor() : l.downBias);
+  return tp.size() > 1 ? withBias(reduceFromTensorParallel(out, tp), l.downBias) : out;
+}
+
+at::Tensor DecoderModel::block(int index, const at::Tensor& input) {
+  backends::Communicator& tp = *shards_.tp;
+  if (index == 0) return vocabParallelEmbedding(embed_, input, vocabStart_, tp);
+  if (index == numBlocks() - 1)
+    return linear_(copyToTensorParallel(ops().rmsNorm(input, finalNorm_, config_.rmsNormEps), tp), head_, {});
+  const Layer& layer = layers_[index - 1];
+  auto [cos, sin] = rotary(input.size(1));
+  at::Tensor h = input + attentionBlock(layer, ops().rmsNorm(input, layer.inputNorm, config_.rmsNormEps), cos, sin);
+  return h + mlpBlock(layer, ops().rmsNorm(h, layer.postNorm, config_.rmsNormEps));
+}
+
+at::Tensor DecoderModel::logits(const at::Tensor& tokens) {
+  at::Tensor h = tokens;
+  for (int i = 0; i < numBlocks(); ++i) h = runner_ ? runner_->run(*this, i, h) : block(i, h);
+  return h;
+}
+
+at::Tensor DecoderModel::loss(const at::Tensor& inputs, const at::Tensor& labels) {
+  at::Tensor out = logits(inputs);
+  return crossEntropy(out.view({-1, out.size(-1)}), labels.reshape({-1}));
+}
+
+at::Tensor DecoderModel::crossEntropy(const at::Tensor& logits, const at::Tensor& labels) {
+  if (shards_.tp->size() == 1) return ops().crossEntropy(logits, labels);
+  return vocabParallelCrossEntropy(logits, labels, vocabStart_, *shards_.tp);
+}
+
+at::Tensor DecoderModel::tokenLogprobs(const at::Tensor& logits, const at::Tensor& labels) {
+  if (shards_.tp->size() == 1) return ops().logprobs(logits, labels);
+  return vocabParallelLogprobs(logits, labels, vocabStart_, *shards_.tp);
+}
+
+}  // namespace loom::worker

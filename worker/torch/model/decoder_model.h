@@ -1,0 +1,133 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "backends/communicator.h"
+#include "common/status.h"
+#include "planner/model_config.h"
+#include "worker/torch/checkpoint/safetensors.h"
+#include "worker/torch/parallel/tensor_shards.h"
+
+namespace loom::worker {
+
+class DecoderModel;
+
+// How this rank's model is cut over its tensor-parallel group: every parameter's layout, in HF
+// order, from the Plan (parallel/tensor_shards.h). With `tp` of size 1 every layout is whole.
+struct ModelShards {
+  std::shared_ptr<backends::Communicator> tp;
+  std::vector<ShardLayout> layouts;
+};
+
+// Runs the model's blocks when something must happen around each (ZeRO stage 3 gathers a
+// block's parameters before it and releases them after). Without one, blocks run directly.
+class BlockRunner {
+ public:
+  virtual ~BlockRunner() = default;
+  // Must return model.block(index, input), however it arranges for the parameters.
+  virtual at::Tensor run(DecoderModel& model, int index, const at::Tensor& input) = 0;
+};
+
+// A Llama-family decoder (llama, mistral, qwen2, qwen3) computing what Hugging Face's
+// *ForCausalLM computes: RMSNorm, split-half RoPE (default, linear or llama3 frequencies),
+// grouped-query causal attention (optionally windowed), SwiGLU MLP, tied or untied head. Its
+// parameters are exactly those the planner enumerates for the config (names and shapes as HF
+// has them), so HF safetensors load as they are and what it saves loads into HF.
+//
+// Under tensor parallelism (AutoTP's layout, as the Plan gives it) each rank holds its pieces:
+// q/k/v and gate/up split by output features (column-parallel: the input's gradient is summed
+// over the group), o_proj and down_proj by input features (row-parallel: their outputs are summed
+// over the group, then their biases added once, whole), the embedding and the head by vocabulary
+// (the lookup masks other ranks' ids and sums; the head's logits stay split and the losses are
+// vocabulary-parallel). Norms are whole; the q/k norms, which each rank applies to its own heads
+// only, get their gradients summed over the group, and so do KV heads shared by several ranks. A
+// tied embedding is one piece serving as embedding and head, with one gradient.
+class DecoderModel {
+ public:
+  // Parameters are allocated (uninitialised) in `dtype`, in this rank's shapes; call initRandom or
+  // loadWeights. `shards` empty: the whole model on one rank.
+  static StatusOr<std::unique_ptr<DecoderModel>> create(const planner::ModelConfig& config, at::ScalarType dtype,
+                                                        at::Device device = at::kCPU, ModelShards shards = {});
+
+  // HF's init: linear and embedding weights ~ N(0, initializer_range), biases 0, norms 1. The
+  // same seed gives the same weights on every rank (each its pieces of the same whole tensors).
+  void initRandom(int64_t seed);
+  // Copies every parameter (this rank's piece of it) from `weights`, whole HF tensors, cast to the
+  // model's dtype. Missing, unexpected or misshapen tensors are errors naming the tensor and
+  // `source`; a tied model ignores a stored lm_head.weight.
+  Status loadWeights(const TensorMap& weights, const std::string& source);
+
+  const planner::ModelConfig& config() const { return config_; }
+  at::ScalarType dtype() const { return dtype_; }
+  at::Device device() const { return device_; }
+  // In HF order, in this rank's shapes.
+  const std::vector<std::pair<std::string, at::Tensor>>& parameters() const { return parameters_; }
+  const ModelShards& shards() const { return shards_; }
+  backends::Communicator& tensorParallel() const { return *shards_.tp; }
+
+  // tokens [B, S] (int64) -> logits [B, S, V / tp] in the model's dtype: under tensor parallelism,
+  // this rank's columns of the vocabulary (vocabStart() on).
+  at::Tensor logits(const at::Tensor& tokens);
+  int64_t vocabStart() const { return vocabStart_; }
+
+  // The forward pass as a chain of blocks: 0 the embedding (tokens in), 1..L the decoder layers,
+  // L + 1 the final norm and the head (logits out).
+  int numBlocks() const { return static_cast<int>(config_.numLayers) + 2; }
+  at::Tensor block(int index, const at::Tensor& input);
+  // Indices into parameters() of the parameters block `index` uses.
+  const std::vector<int>& blockParameters(int index) const { return blockParameters_[index]; }
+  void setBlockRunner(BlockRunner* runner) { runner_ = runner; }
+  // How the model's linear layers run: at::linear unless replaced (ZeRO-3 needs one whose
+  // backward keeps the weight parameter itself, not a view of its data).
+  using LinearFn = at::Tensor (*)(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+  void setLinear(LinearFn linear) { linear_ = linear; }
+  // Mean cross-entropy of the next-token predictions: inputs and labels [B, S].
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& labels);
+  // Over logits as logits() returns them, rows [N, V / tp] and labels [N]: the mean
+  // cross-entropy, and log p(label) per row in fp32 (vocabulary-parallel under tensor parallelism).
+  at::Tensor crossEntropy(const at::Tensor& logits, const at::Tensor& labels);
+  at::Tensor tokenLogprobs(const at::Tensor& logits, const at::Tensor& labels);
+
+ private:
+  struct Layer {
+    at::Tensor inputNorm, q, k, v, o, qBias, kBias, vBias, oBias, qNorm, kNorm;
+    at::Tensor postNorm, gate, up, down, gateBias, upBias, downBias;
+    ShardLayout kvLayout;  // k_proj's (v_proj's is the same): KV heads shared by several ranks
+  };
+
+  DecoderModel(const planner::ModelConfig& config, at::ScalarType dtype, at::Device device, ModelShards shards);
+  const ShardLayout& layoutOf(int parameter) const { return shards_.layouts[parameter]; }
+  // The named parameter; undefined for optional ones the config leaves out (biases, q/k norms).
+  at::Tensor parameter(const std::string& name) const;
+  void bindLayers();
+  at::Tensor attentionBlock(const Layer& layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  at::Tensor mlpBlock(const Layer& layer, const at::Tensor& x);
+  // cos and sin [S, head_dim] for positions 0..S-1, in the model's dtype (cached per S).
+  std::pair<at::Tensor, at::Tensor> rotary(int64_t seqLen);
+
+  planner::ModelConfig config_;
+  at::ScalarType dtype_;
+  at::Device device_;
+  ModelShards shards_;
+  int64_t heads_ = 0, kvHeads_ = 0;  // this rank's query and KV heads
+  int64_t vocabStart_ = 0;           // this rank's first vocabulary row
+  std::vector<std::pair<std::string, at::Tensor>> parameters_;
+  at::Tensor embed_, finalNorm_, head_;
+  std::vector<Layer> layers_;
+  std::vector<std::vector<int>> blockParameters_;
+  BlockRunner* runner_ = nullptr;
+  LinearFn linear_;
+  at::Tensor inverseFrequencies_;  // [head_dim / 2], fp32
+  int64_t rotarySeqLen_ = 0;
+  at::Tensor cos_, sin_;
+};
+
+// RoPE inverse frequencies as HF computes them (fp32), for the config's rope type.
+at::Tensor ropeInverseFrequencies(const planner::ModelConfig& config);
+
+}  // namespace loom::worker

@@ -1,0 +1,105 @@
+#include "worker/torch/parallel/tensor_parallel.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "worker/torch/zero/zero_buffers.h"
+
+namespace loom::worker {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// Autograd keeps a function's non-tensor state in IValues: the communicator travels as its address.
+void keepCommunicator(AutogradContext* ctx, backends::Communicator& tp) {
+  ctx->saved_data["tp"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(&tp));
+}
+backends::Communicator& communicatorOf(AutogradContext* ctx) {
+  return *reinterpret_cast<backends::Communicator*>(static_cast<intptr_t>(ctx->saved_data["tp"].toInt()));
+}
+
+at::Tensor summed(const at::Tensor& x, backends::Communicator& tp, const char* what) {
+  at::Tensor out = x.contiguous();
+  if (out.is_same(x)) out = x.clone();
+  throwIfError(tp.allReduce(out, backends::ReduceOp::kSum)->wait().withContext(what));
+  return out;
+}
+
+struct CopyToTensorParallel : public torch::autograd::Function<CopyToTensorParallel> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, backends::Communicator* tp) {
+    keepCommunicator(ctx, *tp);
+    return x.view_as(x);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    return {summed(grads[0], communicatorOf(ctx), "tensor-parallel gradient all-reduce"), at::Tensor()};
+  }
+};
+
+struct ReduceFromTensorParallel : public torch::autograd::Function<ReduceFromTensorParallel> {
+  static at::Tensor forward(AutogradContext*, const at::Tensor& x, backends::Communicator* tp) {
+    return summed(x, *tp, "tensor-parallel all-reduce");
+  }
+  static tensor_list backward(AutogradContext*, tensor_list grads) { return {grads[0], at::Tensor()}; }
+};
+
+struct SumOverKvReplicas : public torch::autograd::Function<SumOverKvReplicas> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& w, backends::Communicator* tp, int64_t dim,
+                            int64_t heads, int64_t head) {
+    keepCommunicator(ctx, *tp);
+    ctx->saved_data["dim"] = dim;
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["head"] = head;
+    return w.view_as(w);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    // Every rank's gradient in its head's place of the whole projection, summed: each head then
+    // holds the sum over the ranks that share it.
+    const at::Tensor& g = grads[0];
+    const int64_t dim = ctx->saved_data["dim"].toInt(), heads = ctx->saved_data["heads"].toInt(),
+                  head = ctx->saved_data["head"].toInt();
+    std::vector<int64_t> sizes = g.sizes().vec();
+    const int64_t piece = sizes[dim];
+    sizes[dim] = piece * heads;
+    at::Tensor whole = at::zeros(sizes, g.options());
+    whole.narrow(dim, head * piece, piece).copy_(g);
+    throwIfError(communicatorOf(ctx).allReduce(whole, backends::ReduceOp::kSum)->wait().withContext(
+        "tensor-parallel KV-head gradient all-reduce"));
+    return {whole.narrow(dim, head * piece, piece).contiguous(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor copyToTensorParallel(const at::Tensor& x, backends::Communicator& tp) {
+  if (tp.size() == 1) return x;
+  return CopyToTensorParallel::apply(x, &tp);
+}
+
+at::Tensor reduceFromTensorParallel(const at::Tensor& x, backends::Communicator& tp) {
+  if (tp.size() == 1) return x;
+  return ReduceFromTensorParallel::apply(x, &tp);
+}
+
+at::Tensor sumOverKvReplicas(const at::Tensor& weight, const ShardLayout& layout, backends::Communicator& tp) {
+  if (!weight.defined() || layout.replicas <= 1) return weight;
+  return SumOverKvReplicas::apply(weight, &tp, static_cast<int64_t>(layout.dim), static_cast<int64_t>(layout.parts),
+                                  static_cast<int64_t>(layout.index));
+}
+
+at::Tensor vocabParallelEmbedding(const at::Tensor& table, const at::Tensor& ids, int64_t vocabStart,
+                                  backends::Communicator& tp) {
+  if (tp.size() == 1) return at::embedding(table, ids);
+  const int64_t rows = table.size(0);
+  at::Tensor local = ids - vocabStart;
+  at::Tensor outside = (local < 0).logical_or(local >= rows);
+  at::Tensor looked = at::embedding(table, local.masked_fill(outside, 0));
+  // Zeros where the id is another rank's: their gradient is zero too, so this rank's rows get
+  // the gradients of its own ids only.
+  looked = looked.masked_fill(outside.unsqueeze(-1), 0);
+  return reduceFromTensorParallel(looked, tp);
+}
+
+}  // namespace loom::worker

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backends/communicator.h"
+#include "common/status.h"
+#include "planner/deepspeed_config.h"
+#include "worker/torch/checkpoint/safetensors.h"
+
+namespace loom::worker {
+
+class DecoderModel;
+
+// Bytes this rank holds for training state, by kind (reported as job metrics).
+struct ZeroMemory {
+  int64_t parameterBytes = 0;  // the model's parameters, plus the fp32 masters this rank keeps
+  int64_t gradientBytes = 0;   // gradient buffers kept across micro-batches
+  int64_t optimizerStateBytes = 0;
+};
+
+// The gradient, reduction and optimizer half of a training step over the data-parallel group, by
+// ZeRO stage (worker/torch/zero_stage*.h). The result is the same at every stage up to float
+// summation order.
+class ZeroEngine {
+ public:
+  virtual ~ZeroEngine() = default;
+  // Before the first micro-batch of a step.
+  virtual void zeroGradients() = 0;
+  // After each micro-batch's backward: takes what is left of the parameters' gradients.
+  virtual Status accumulate() = 0;
+  // At the end of the step: averages over the ranks (if not done) and returns the global norm of
+  // the gradient divided by `lossScale` (not finite when a gradient overflowed). The buffers keep
+  // the scaled gradient: step() divides as the optimizer reads it.
+  virtual StatusOr<double> reduce(double lossScale) = 0;
+  // Runs the optimizer on this rank's part with `lr`, on the gradient divided by the loss scale and
+  // multiplied by `clipCoefficient` (<= 1), and brings every rank's model up to date.
+  virtual Status step(double lr, double clipCoefficient) = 0;
+  // This rank's optimizer state and fp32 masters (what its checkpoint file holds).
+  virtual TensorMap state() const = 0;
+  virtual Status restore(const TensorMap& state, const std::string& source) = 0;
+  virtual ZeroMemory memory() const = 0;
+  // The whole model's weights by HF name. Every rank calls it (stage 3 gathers them).
+  virtual StatusOr<TensorMap> fullWeights() = 0;
+};
+
+// The engine for config.zero.stage over the data-parallel group `comm` (null: one rank). Stages 2
+// and 3 take over running the model's blocks, to act inside its backward.
+std::unique_ptr<ZeroEngine> makeZeroEngine(const planner::DeepSpeedConfig& config, DecoderModel& model,
+                                           backends::Communicator* comm);
+
+}  // namespace loom::worker

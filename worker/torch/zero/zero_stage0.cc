@@ -1,0 +1,135 @@
+#include "worker/torch/zero/zero_stage0.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "worker/torch/model/decoder_model.h"
+#include "worker/torch/optim/optimizer.h"
+#include "worker/torch/zero/zero_buffers.h"
+
+namespace loom::worker {
+namespace {
+
+using backends::ReduceOp;
+
+class ZeroStage0 final : public ZeroEngine {
+ public:
+  ZeroStage0(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
+      : comm_(comm), model_(model), params_(trainableOnly(model.parameters())),
+        normWeights_(trainableNormWeights(model)) {
+    at::NoGradGuard noGrad;
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(model.device());
+    int64_t total = 0;
+    for (const auto& [name, p] : params_) total += p.numel();
+    gradFlat_ = collectiveBuffer(comm, total, f32).zero_();
+    gradViews_ = viewsInto(gradFlat_, params_);
+    std::vector<std::pair<std::string, at::Tensor>> masters;
+    if (config.precision != planner::Precision::kFp32) {
+      masterFlat_ = at::empty({total}, f32);
+      masterViews_ = viewsInto(masterFlat_, params_);
+      for (size_t i = 0; i < params_.size(); ++i) masterViews_[i].copy_(params_[i].second);
+    }
+    for (size_t i = 0; i < params_.size(); ++i)
+      masters.emplace_back(params_[i].first, masterFlat_.defined() ? masterViews_[i] : params_[i].second);
+    optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters));
+  }
+
+  // The first micro-batch copies its gradients into the buffer rather than adding them to zeros:
+  // one pass over the buffer fewer, and none to clear it.
+  void zeroGradients() override { bufferHoldsStep_ = false; }
+
+  Status accumulate() override {
+    at::NoGradGuard noGrad;
+    std::vector<at::Tensor> into, grads;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      at::Tensor& p = params_[i].second;
+      if (p.grad().defined()) {
+        into.push_back(gradViews_[i]);
+        grads.push_back(p.grad());
+      } else if (!bufferHoldsStep_) {
+        gradViews_[i].zero_();
+      }
+    }
+    if (!into.empty()) bufferHoldsStep_ ? at::_foreach_add_(into, grads) : at::_foreach_copy_(into, grads);
+    bufferHoldsStep_ = true;
+    for (auto& [name, p] : params_) p.mutable_grad().reset();
+    return Status::ok();
+  }
+
+  StatusOr<double> reduce(double lossScale) override {
+    at::NoGradGuard noGrad;
+    if (comm_) RETURN_IF_ERROR(comm_->allReduce(gradFlat_, ReduceOp::kAvg)->wait().withContext("gradient all-reduce"));
+    lossScale_ = lossScale;
+    backends::Communicator& tp = model_.tensorParallel();
+    if (tp.size() == 1) return at::linalg_vector_norm(gradFlat_, 2).item<double>() / lossScale;
+    // Each rank holds its pieces of the tensor-parallel parameters: their squares add up over the group.
+    at::Tensor squares = weightedSquares(gradViews_, normWeights_, gradFlat_.options());
+    RETURN_IF_ERROR(sumOver(tp, squares, "gradient norm all-reduce over the tensor-parallel group"));
+    return std::sqrt(squares.item<double>()) / lossScale;
+  }
+
+  Status step(double lr, double clipCoefficient) override {
+    at::NoGradGuard noGrad;
+    optimizer_->step(lr, gradViews_, lossScale_ / clipCoefficient);
+    if (masterFlat_.defined()) {
+      std::vector<at::Tensor> params;
+      for (auto& [name, p] : params_) params.push_back(p);
+      at::_foreach_copy_(params, masterViews_);
+    }
+    return Status::ok();
+  }
+
+  // "<param>.exp_avg", ... and, under bf16 / fp16, "master.<param>".
+  TensorMap state() const override {
+    TensorMap out = optimizer_->state();
+    if (masterFlat_.defined()) {
+      for (size_t i = 0; i < params_.size(); ++i) out["master." + params_[i].first] = masterViews_[i];
+    }
+    return out;
+  }
+
+  Status restore(const TensorMap& state, const std::string& source) override {
+    if (masterFlat_.defined()) {
+      for (size_t i = 0; i < params_.size(); ++i)
+        RETURN_IF_ERROR(restoreTensor(state, "master." + params_[i].first, masterViews_[i], source));
+    }
+    return optimizer_->restore(state, source);
+  }
+
+  ZeroMemory memory() const override {
+    ZeroMemory m;
+    for (const auto& [name, p] : model_.parameters()) m.parameterBytes += bytesOf(p);
+    m.parameterBytes += bytesOf(masterFlat_);
+    m.gradientBytes = bytesOf(gradFlat_);
+    m.optimizerStateBytes = stateBytes(*optimizer_);
+    return m;
+  }
+
+  StatusOr<TensorMap> fullWeights() override {
+    TensorMap out;
+    for (const auto& [name, p] : model_.parameters()) out[name] = p.detach();
+    return out;
+  }
+
+ private:
+  backends::Communicator* comm_;
+  const DecoderModel& model_;
+  std::vector<std::pair<std::string, at::Tensor>> params_;  // the trainable ones
+  std::vector<double> normWeights_;                         // theirs (tensorParallelNormWeight)
+  at::Tensor gradFlat_, masterFlat_;
+  bool bufferHoldsStep_ = false;  // gradFlat_ holds this step's first micro-batch already
+  double lossScale_ = 1.0;        // the step's, from reduce()
+  std::vector<at::Tensor> gradViews_, masterViews_;
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+}  // namespace
+
+std::unique_ptr<ZeroEngine> makeZeroStage0(const planner::DeepSpeedConfig& config, DecoderModel& model,
+                                           backends::Communicator* comm) {
+  return std::make_unique<ZeroStage0>(config, model, comm);
+}
+
+}  // namespace loom::worker

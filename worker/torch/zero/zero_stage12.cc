@@ -1,0 +1,348 @@
+#include "worker/torch/zero/zero_stage12.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "planner/zero_partition.h"
+#include "worker/torch/zero/block_hooks.h"
+#include "worker/torch/model/decoder_model.h"
+#include "worker/torch/zero/host_step.h"
+#include "worker/torch/optim/optimizer.h"
+#include "worker/torch/zero/zero_buffers.h"
+
+namespace loom::worker {
+namespace {
+
+using backends::ReduceOp;
+
+
+class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBackwardHooks {
+ public:
+  ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm);
+
+  void zeroGradients() override;
+  Status accumulate() override;
+  StatusOr<double> reduce(double lossScale) override;
+  Status step(double lr, double clipCoefficient) override;
+  // "partition.exp_avg", ..., "master.partition": this rank's parts of every block, end to end.
+  TensorMap state() const override;
+  Status restore(const TensorMap& state, const std::string& source) override;
+  ZeroMemory memory() const override;
+  StatusOr<TensorMap> fullWeights() override;
+
+  at::Tensor run(DecoderModel& model, int index, const at::Tensor& input) override;
+  void afterBlockBackward(int block) override;
+
+ private:
+  struct Block {
+    std::vector<std::pair<std::string, at::Tensor>> params;
+    std::vector<double> normWeights;  // each parameter's (tensorParallelNormWeight)
+    planner::FlatPartition layout;
+    int64_t partOffset = 0;  // where its part starts in this rank's partition
+    int64_t flatOffset = 0;  // stage 1: where it starts in the whole-gradient buffer
+  };
+  // A reduce-scatter in flight and where its result goes.
+  struct Pending {
+    std::shared_ptr<backends::Work> work;
+    at::Tensor input, output, into;
+  };
+  // Reduce-scatters `flat` (one block's padded gradient) into that block's part.
+  Status reduceBlock(const Block& block, const at::Tensor& flat, bool wait);
+  Status finishPending();
+  // The block's gradients, fp32, padded: in `blockScratch_` when `reused` (its reduce-scatter
+  // ends before the next block's gradients come), else in a tensor of their own.
+  at::Tensor blockGradient(const Block& block, bool reused);
+
+  const planner::DeepSpeedConfig& config_;
+  int stage_;
+  backends::Communicator* comm_;
+  const DecoderModel& model_;
+  int dp_ = 1;
+  int rank_ = 0;
+  std::vector<Block> blocks_;
+  std::vector<int> blockOfModelBlock_;  // the model's block -> index in blocks_, -1 if it owns nothing
+  int64_t partitionNumel_ = 0;
+  at::TensorOptions f32_;  // fp32 on the model's device
+  // Where the fp32 masters and the optimizer live: the model's device, or the host with
+  // offload_optimizer.device cpu (pinned when the model is on a GPU, for the copies).
+  at::TensorOptions hostF32_;
+
+  at::Tensor gradFlat_;  // stage 1
+  std::vector<std::vector<at::Tensor>> gradViews_;  // stage 1, per block
+  at::Tensor gradPartition_;
+  at::Tensor masterPartition_;
+  at::Tensor updatedPart_;  // this rank's updated part in the model's dtype, all-gathered each step
+  at::Tensor blockScratch_;  // stage 2: the block gradient being reduce-scattered (see blockGradient)
+  std::unique_ptr<HostStepPipeline> hostStep_;  // offload_optimizer.device cpu
+  double lossScale_ = 1.0;            // the step's, from reduce()
+  std::vector<Pending> pending_;
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
+    : config_(config), stage_(config.zero.stage), comm_(comm), model_(model),
+      f32_(at::TensorOptions().dtype(at::kFloat).device(model.device())),
+      hostF32_(config.zero.offloadOptimizer == "cpu"
+                   ? at::TensorOptions().dtype(at::kFloat).pinned_memory(model.device().is_cuda() &&
+                                                                          config.zero.offloadPinMemory)
+                   : f32_) {
+  at::NoGradGuard noGrad;
+  dp_ = comm ? comm->size() : 1;
+  rank_ = comm ? comm->rank() : 0;
+  std::vector<bool> taken(model.parameters().size(), false);
+  blockOfModelBlock_.assign(model.numBlocks(), -1);
+  int64_t flatTotal = 0;
+  for (int b = 0; b < model.numBlocks(); ++b) {
+    Block block;
+    std::vector<int64_t> numels;
+    for (int i : model.blockParameters(b)) {
+      // Frozen parameters stay whole in the model, out of the flat buffers and the optimizer.
+      if (taken[i] || !model.parameters()[i].second.requires_grad()) continue;
+      taken[i] = true;
+      block.params.push_back(model.parameters()[i]);
+      block.normWeights.push_back(tensorParallelNormWeight(model.shards().layouts[i], model.tensorParallel().size()));
+      numels.push_back(model.parameters()[i].second.numel());
+    }
+    if (block.params.empty()) continue;
+    block.layout = planner::partitionFlat(numels, dp_);
+    block.partOffset = partitionNumel_;
+    block.flatOffset = flatTotal;
+    partitionNumel_ += block.layout.partitionNumel;
+    flatTotal += block.layout.flatNumel;
+    blockOfModelBlock_[b] = static_cast<int>(blocks_.size());
+    blocks_.push_back(std::move(block));
+  }
+  // This rank's part of every block's (padded) parameters, as fp32 masters.
+  masterPartition_ = at::zeros({partitionNumel_}, hostF32_);
+  for (const auto& block : blocks_) {
+    at::Tensor flat = at::zeros({block.layout.flatNumel}, f32_);
+    int64_t offset = 0;
+    for (const auto& [name, p] : block.params) {
+      flat.slice(0, offset, offset + p.numel()).copy_(p.reshape({-1}));
+      offset += p.numel();
+    }
+    const int64_t part = block.layout.partitionNumel;
+    masterPartition_.slice(0, block.partOffset, block.partOffset + part)
+        .copy_(flat.slice(0, rank_ * part, (rank_ + 1) * part));
+  }
+  gradPartition_ = at::zeros({partitionNumel_}, f32_);
+  if (stage_ == 1) {
+    gradFlat_ = collectiveBuffer(comm_, flatTotal, f32_).zero_();
+    for (const auto& block : blocks_) gradViews_.push_back(viewsInto(gradFlat_, block.params, block.flatOffset));
+  } else {
+    model.setBlockRunner(this);
+  }
+  optimizer_ = std::make_unique<Optimizer>(config.optimizer,
+                                           std::vector<std::pair<std::string, at::Tensor>>{{"partition", masterPartition_}});
+  if (config.zero.offloadOptimizer == "cpu") hostStep_ = std::make_unique<HostStepPipeline>(config.zero.subGroupSize, config.zero.offloadPinMemory);
+}
+
+at::Tensor ZeroStage12::run(DecoderModel& model, int index, const at::Tensor& input) {
+  // The hook sits on the block's input: it fires once the block's gradients are complete.
+  const bool hook = at::GradMode::is_enabled() && input.requires_grad() && blockOfModelBlock_[index] >= 0;
+  return model.block(index, hook ? hookAfterBackward(input, this, index) : input);
+}
+
+void ZeroStage12::afterBlockBackward(int modelBlock) {
+  at::NoGradGuard noGrad;
+  const Block& block = blocks_[blockOfModelBlock_[modelBlock]];
+  const bool wait = !config_.zero.overlapComm;
+  // On the host the buffer is shared memory the reduce-scatter works in place in; a GPU gains
+  // nothing from reusing it.
+  at::Tensor flat = blockGradient(block, /*reused=*/wait && f32_.device().is_cpu());
+  for (auto [name, p] : block.params) p.mutable_grad().reset();
+  throwIfError(reduceBlock(block, flat, wait));
+}
+
+at::Tensor ZeroStage12::blockGradient(const Block& block, bool reused) {
+  at::Tensor flat;
+  if (reused) {
+    // One buffer for every block, from the communicator's allocate(): on CPU ranks the
+    // reduce-scatter then reads it in place from every rank.
+    if (!blockScratch_.defined() || blockScratch_.numel() < block.layout.flatNumel) {
+      int64_t largest = 0;
+      for (const auto& b : blocks_) largest = std::max(largest, b.layout.flatNumel);
+      blockScratch_ = collectiveBuffer(comm_, largest, f32_);
+    }
+    flat = blockScratch_.slice(0, 0, block.layout.flatNumel).zero_();
+  } else {
+    flat = at::zeros({block.layout.flatNumel}, f32_);
+  }
+  int64_t offset = 0;
+  for (const auto& [name, p] : block.params) {
+    if (p.grad().defined()) flat.slice(0, offset, offset + p.numel()).copy_(p.grad().reshape({-1}));
+    offset += p.numel();
+  }
+  return flat;
+}
+
+Status ZeroStage12::reduceBlock(const Block& block, const at::Tensor& flat, bool wait) {
+  const int64_t part = block.layout.partitionNumel;
+  at::Tensor into = gradPartition_.slice(0, block.partOffset, block.partOffset + part);
+  if (!comm_) {
+    into.add_(flat);
+    return Status::ok();
+  }
+  // In pieces of reduce_bucket_size elements in all: piece k carries elements [k*b, (k+1)*b) of
+  // every rank's part, rank after rank, as a reduce-scatter wants them.
+  const int64_t perRank = std::max<int64_t>(1, config_.zero.reduceBucketSize / dp_);
+  at::Tensor byRank = flat.view({dp_, part});
+  for (int64_t begin = 0; begin < part; begin += perRank) {
+    const int64_t end = std::min(part, begin + perRank);
+    Pending p;
+    p.input = (begin == 0 && end == part) ? flat : byRank.slice(1, begin, end).contiguous().view({-1});
+    p.output = at::empty({end - begin}, f32_);
+    p.into = into.slice(0, begin, end);
+    p.work = comm_->reduceScatter(p.output, p.input, ReduceOp::kAvg);
+    pending_.push_back(std::move(p));
+  }
+  return wait ? finishPending() : Status::ok();
+}
+
+Status ZeroStage12::finishPending() {
+  at::NoGradGuard noGrad;
+  Status status;
+  for (auto& p : pending_) {
+    Status s = p.work->wait().withContext("ZeRO gradient reduce-scatter");
+    if (s.isOk()) {
+      p.into.add_(p.output);
+    } else if (status.isOk()) {
+      status = s;
+    }
+  }
+  pending_.clear();
+  return status;
+}
+
+void ZeroStage12::zeroGradients() {
+  if (gradFlat_.defined()) gradFlat_.zero_();
+  gradPartition_.zero_();
+}
+
+Status ZeroStage12::accumulate() {
+  at::NoGradGuard noGrad;
+  if (stage_ == 1) {
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      for (size_t i = 0; i < blocks_[b].params.size(); ++i) {
+        at::Tensor& p = blocks_[b].params[i].second;
+        if (p.grad().defined()) gradViews_[b][i].add_(p.grad());
+        p.mutable_grad().reset();
+      }
+    }
+    return Status::ok();
+  }
+  // Blocks whose gradients no hook took (the embedding: its input, the tokens, has no gradient;
+  // and anything accumulated after its block's hook ran).
+  for (const auto& block : blocks_) {
+    bool left = false;
+    for (const auto& [name, p] : block.params) left |= p.grad().defined();
+    if (!left) continue;
+    at::Tensor flat = blockGradient(block, /*reused=*/false);
+    for (auto [name, p] : block.params) p.mutable_grad().reset();
+    RETURN_IF_ERROR(reduceBlock(block, flat, /*wait=*/false));
+  }
+  return finishPending();
+}
+
+StatusOr<double> ZeroStage12::reduce(double lossScale) {
+  at::NoGradGuard noGrad;
+  if (stage_ == 1) {
+    for (const auto& block : blocks_)
+      RETURN_IF_ERROR(reduceBlock(block, gradFlat_.slice(0, block.flatOffset, block.flatOffset + block.layout.flatNumel),
+                                  /*wait=*/false));
+    RETURN_IF_ERROR(finishPending());
+  }
+  lossScale_ = lossScale;
+  backends::Communicator& tp = model_.tensorParallel();
+  at::Tensor squares;
+  if (tp.size() == 1) {
+    squares = at::linalg_vector_norm(gradPartition_, 2).to(at::kDouble).square().reshape({1});
+  } else {
+    // The partition's pieces of each parameter, weighted so that the sum over the tensor-parallel
+    // group counts each distinct piece once.
+    std::vector<at::Tensor> pieces;
+    std::vector<double> weights;
+    for (const auto& block : blocks_) {
+      for (const auto& f : block.layout.fragments[rank_]) {
+        const int64_t begin = block.partOffset + f.partitionOffset;
+        pieces.push_back(gradPartition_.slice(0, begin, begin + f.length));
+        weights.push_back(block.normWeights[f.parameter]);
+      }
+    }
+    squares = weightedSquares(pieces, weights, gradPartition_.options());
+  }
+  if (comm_) RETURN_IF_ERROR(comm_->allReduce(squares, ReduceOp::kSum)->wait().withContext("gradient norm all-reduce"));
+  RETURN_IF_ERROR(sumOver(tp, squares, "gradient norm all-reduce over the tensor-parallel group"));
+  return std::sqrt(squares.item<double>()) / lossScale;
+}
+
+Status ZeroStage12::step(double lr, double clipCoefficient) {
+  at::NoGradGuard noGrad;
+  const double divisor = lossScale_ / clipCoefficient;
+  // Every rank's updated part, in the model's dtype, to every rank in one all-gather; then each
+  // block's parameters from the dp parts of that block.
+  const at::ScalarType dtype = blocks_.front().params.front().second.scalar_type();
+  if (!updatedPart_.defined()) updatedPart_ = collectiveBuffer(comm_, partitionNumel_, f32_.dtype(dtype));
+  at::Tensor& mine = updatedPart_;
+  if (hostStep_) {
+    // Offloaded: the step runs on the host, the gradient scaled on the device first (cheap there).
+    if (divisor != 1.0) gradPartition_.div_(divisor);
+    hostStep_->add(0, gradPartition_, mine);
+    hostStep_->run(*optimizer_, lr);
+  } else {
+    optimizer_->step(lr, {gradPartition_}, divisor);
+    mine.copy_(masterPartition_);
+  }
+  at::Tensor all = at::empty({dp_ * partitionNumel_}, f32_.dtype(dtype));
+  if (comm_) {
+    RETURN_IF_ERROR(comm_->allGather(all, mine)->wait().withContext("ZeRO parameter all-gather"));
+  } else {
+    all.copy_(mine);
+  }
+  at::Tensor byRank = all.view({dp_, partitionNumel_});
+  for (const auto& block : blocks_) {
+    at::Tensor flat =
+        byRank.slice(1, block.partOffset, block.partOffset + block.layout.partitionNumel).reshape({-1});
+    std::vector<at::Tensor> views = viewsInto(flat, block.params);
+    for (size_t i = 0; i < block.params.size(); ++i) block.params[i].second.copy_(views[i]);
+  }
+  return Status::ok();
+}
+
+TensorMap ZeroStage12::state() const {
+  TensorMap out = optimizer_->state();
+  out["master.partition"] = masterPartition_;
+  return out;
+}
+
+Status ZeroStage12::restore(const TensorMap& state, const std::string& source) {
+  RETURN_IF_ERROR(restoreTensor(state, "master.partition", masterPartition_, source));
+  return optimizer_->restore(state, source);
+}
+
+ZeroMemory ZeroStage12::memory() const {
+  ZeroMemory m;
+  for (const auto& [name, p] : model_.parameters()) m.parameterBytes += bytesOf(p);
+  m.parameterBytes += bytesOf(masterPartition_);
+  m.gradientBytes = bytesOf(gradFlat_) + bytesOf(gradPartition_);
+  m.optimizerStateBytes = stateBytes(*optimizer_);
+  return m;
+}
+
+StatusOr<TensorMap> ZeroStage12::fullWeights() {
+  TensorMap out;
+  for (const auto& [name, p] : model_.parameters()) out[name] = p.detach();
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<ZeroEngine> makeZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& model,
+                                            backends::Communicator* comm) {
+  return std::make_unique<ZeroStage12>(config, model, comm);
+}
+
+}  // namespace loom::worker
