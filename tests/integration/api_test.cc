@@ -121,12 +121,27 @@ TEST_CASE("CreateJob compiles a train job's plan - GetJobPlan returns it - uncom
                  patched({{"resources", {{"device", "cuda"}, {"device_memory_gb", 0.001}}},
                           {"data", {{"seq_len", 4096}}}}),  // about 9 MiB of activations
                  "resources.device_memory_gb 0.001: estimated");
-  expectRejected(client, patched({{"deepspeed", {{"tensor_parallel", {{"autotp_size", 2}}}}}}),
-                 "deepspeed.tensor_parallel.autotp_size: 2: tensor parallelism is planned (loomctl plan) but not run "
+  expectRejected(client, patched({{"deepspeed", {{"sequence_parallel_size", 2}}}}),
+                 "deepspeed.sequence_parallel_size: 2: sequence parallelism is planned (loomctl plan) but not run "
                  "by the workers yet");
+  // Tensor parallelism runs, in AutoTP's default layout; a layer spec that changes it is refused.
+  expectRejected(client,
+                 patched({{"deepspeed",
+                           {{"tensor_parallel",
+                             {{"autotp_size", 2},
+                              {"partition_config",
+                               {{"layer_specs", {{{"patterns", {".*down_proj.weight"}}, {"partition_type", "column"}}}}}}}}}}}),
+                 "model.layers.0.mlp.down_proj.weight is laid out column (dimension 0); the workers run a llama "
+                 "decoder's down row (dimension 1)");
+  auto tensorParallel = client.createJob(patched({{"deepspeed", {{"tensor_parallel", {{"autotp_size", 2}}}}}}));
+  INFO(tensorParallel.status().toString());
+  REQUIRE(tensorParallel.isOk());
+  auto tpPlan = client.getJobPlan(tensorParallel->job().id());
+  REQUIRE(tpPlan.isOk());
+  CHECK((tpPlan->mesh().tp() == 2 && tpPlan->mesh().dp() == 2));
   auto list = client.listJobs(v1::ListJobsRequest());
   REQUIRE(list.isOk());
-  CHECK(list->jobs_size() == 2);  // the train job and the probe
+  CHECK(list->jobs_size() == 3);  // the train jobs and the probe
 }
 
 TEST_CASE("unknown jobs are NOT_FOUND - ListJobs pages and filters", "[integration]") {
