@@ -120,24 +120,20 @@ TEST_CASE("train: 2 data-parallel ranks reproduce the 1-rank losses - and the lo
   CHECK(manifest["files"].size() == 6);
 }
 
-TEST_CASE("train: a rank killed mid-run - the restarted attempt resumes from the checkpoint and ends as an "
-          "uninterrupted run does",
-          "[integration][train]") {
-  TrainingFiles f;
-  Standalone cluster(2);
-  const int steps = 150;
-  v1::Job clean = runToEnd(cluster, f.trainSpec("clean", 2, steps));
-  REQUIRE(clean.state() == v1::SUCCEEDED);
-  auto expected = losses(rankLog(*cluster.client, clean.id(), 0));
+namespace {
 
-  json spec = f.trainSpec("resumed", 2, steps, f.dir.path() + "/ckpt");
+// Runs `spec` (checkpointing every 10 steps, one restart allowed), SIGKILLs rank `victim` once the
+// first checkpoint is published, and checks that the restarted attempt resumed from a checkpoint
+// and logged `expected`'s losses from there to `steps`. Returns the step it resumed at.
+int killAndResume(Standalone& cluster, json spec, int victim, const std::string& checkpointDir, int steps,
+                  const std::map<int, double>& expected) {
   spec["train"]["checkpoint_every"] = 10;
   spec["restart"] = {{"max_restarts", 1}};
   auto created = cluster.client->createJob(spec.dump());
   REQUIRE(created.isOk());
   v1::Job running = awaitRunning(*cluster.client, created->job().id());
-  REQUIRE(eventually([&] { return files::exists(f.dir.path() + "/ckpt/latest"); }, std::chrono::seconds(60)));
-  REQUIRE(::kill(running.ranks(1).pid(), SIGKILL) == 0);
+  REQUIRE(eventually([&] { return files::exists(checkpointDir + "/latest"); }, std::chrono::seconds(60)));
+  REQUIRE(::kill(running.ranks(victim).pid(), SIGKILL) == 0);
 
   v1::Job job = awaitFinal(*cluster.client, created->job().id(), std::chrono::seconds(100));
   INFO(job.reason());
@@ -153,7 +149,22 @@ TEST_CASE("train: a rank killed mid-run - the restarted attempt resumes from the
   REQUIRE(after.size() == static_cast<size_t>(steps - resumedAt));
   // Model, optimizer, schedule and data position all came back: the same losses as the run
   // that was never interrupted.
-  for (const auto& [step, loss] : after) CHECK(std::abs(loss - expected[step]) <= 1e-4);
+  for (const auto& [step, loss] : after) CHECK(std::abs(loss - expected.at(step)) <= 1e-4);
+  return resumedAt;
+}
+
+}  // namespace
+
+TEST_CASE("train: a rank killed mid-run - the restarted attempt resumes from the checkpoint and ends as an "
+          "uninterrupted run does",
+          "[integration][train]") {
+  TrainingFiles f;
+  Standalone cluster(2);
+  const int steps = 150;
+  v1::Job clean = runToEnd(cluster, f.trainSpec("clean", 2, steps));
+  REQUIRE(clean.state() == v1::SUCCEEDED);
+  killAndResume(cluster, f.trainSpec("resumed", 2, steps, f.dir.path() + "/ckpt"), 1, f.dir.path() + "/ckpt", steps,
+                losses(rankLog(*cluster.client, clean.id(), 0)));
 }
 
 TEST_CASE("train: tp2 x dp2 - a rank killed mid-run - the restarted attempt resumes and ends with the "
@@ -165,31 +176,12 @@ TEST_CASE("train: tp2 x dp2 - a rank killed mid-run - the restarted attempt resu
   auto tensorParallel = [&](json spec) {
     spec["deepspeed"]["tensor_parallel"] = {{"autotp_size", 2}};
     spec["deepspeed"]["zero_optimization"] = {{"stage", 1}};
-    spec["train"]["checkpoint_every"] = 10;
     return spec;
   };
   v1::Job clean = runToEnd(cluster, tensorParallel(f.trainSpec("clean", 4, steps, f.dir.path() + "/clean")));
   REQUIRE(clean.state() == v1::SUCCEEDED);
-  auto expected = losses(rankLog(*cluster.client, clean.id(), 0));
-
-  json spec = tensorParallel(f.trainSpec("resumed", 4, steps, f.dir.path() + "/ckpt"));
-  spec["restart"] = {{"max_restarts", 1}};
-  auto created = cluster.client->createJob(spec.dump());
-  REQUIRE(created.isOk());
-  v1::Job running = awaitRunning(*cluster.client, created->job().id());
-  REQUIRE(eventually([&] { return files::exists(f.dir.path() + "/ckpt/latest"); }, std::chrono::seconds(60)));
-  REQUIRE(::kill(running.ranks(3).pid(), SIGKILL) == 0);
-
-  v1::Job job = awaitFinal(*cluster.client, created->job().id(), std::chrono::seconds(100));
-  INFO(job.reason());
-  REQUIRE(job.state() == v1::SUCCEEDED);
-  REQUIRE(job.restarts() == 1);
-  const std::string second = rankLog(*cluster.client, job.id(), 0, 2);
-  std::smatch m;
-  REQUIRE(std::regex_search(second, m, std::regex(R"(resumed from \S+/global_step(\d+) at step (\d+))")));
-  const int resumedAt = std::stoi(m[2]);
-  CHECK(resumedAt < steps);
-  for (const auto& [step, loss] : losses(second)) CHECK(std::abs(loss - expected[step]) <= 1e-4);
+  killAndResume(cluster, tensorParallel(f.trainSpec("resumed", 4, steps, f.dir.path() + "/ckpt")), 3,
+                f.dir.path() + "/ckpt", steps, losses(rankLog(*cluster.client, clean.id(), 0)));
   // Each rank's pieces and optimizer state came back: the whole weights are those of the run that
   // was never interrupted, byte for byte.
   const std::string tag = "/global_step" + std::to_string(steps) + "/model.safetensors";
