@@ -92,6 +92,7 @@ Status parseModel(const json& object, JobSpec* spec) {
   RETURN_IF_ERROR(r.readString("config", &spec->model.config, /*required=*/true));
   RETURN_IF_ERROR(r.readString("weights", &spec->model.weights, false));
   RETURN_IF_ERROR(r.readInt("init_seed", &spec->model.initSeed, false, 0, INT64_MAX));
+  RETURN_IF_ERROR(r.readInt("loss_block_rows", &spec->model.lossBlockRows, false, 0, int64_t(1) << 40));
   return r.rejectUnknown();
 }
 
@@ -142,6 +143,8 @@ Status parseEval(const json& object, JobSpec* spec) {
   ObjectReader r(object, "eval");
   RETURN_IF_ERROR(r.readInt("max_batches", &spec->eval.maxBatches, false, 0, int64_t(1) << 40));
   RETURN_IF_ERROR(r.readString("logprobs_output", &spec->eval.logprobsOutput, false));
+  RETURN_IF_ERROR(r.readBool("entropy", &spec->eval.entropy));
+  RETURN_IF_ERROR(r.readString("kl_reference", &spec->eval.klReference, false));
   return r.rejectUnknown();
 }
 
@@ -280,6 +283,7 @@ json JobSpec::toJson() const {
   if (kind == JobKind::kTrain || kind == JobKind::kEval) {
     j["model"] = {{"config", model.config}, {"init_seed", model.initSeed}};
     if (!model.weights.empty()) j["model"]["weights"] = model.weights;
+    if (model.lossBlockRows > 0) j["model"]["loss_block_rows"] = model.lossBlockRows;
     j["data"] = {{"seq_len", data.seqLen}, {"seed", data.seed}};
     if (!data.train.empty()) j["data"]["train"] = data.train;
     if (!data.eval.empty()) j["data"]["eval"] = data.eval;
@@ -298,6 +302,8 @@ json JobSpec::toJson() const {
   if (kind == JobKind::kEval) {
     j["eval"] = {{"max_batches", eval.maxBatches}};
     if (!eval.logprobsOutput.empty()) j["eval"]["logprobs_output"] = eval.logprobsOutput;
+    if (eval.entropy) j["eval"]["entropy"] = true;
+    if (!eval.klReference.empty()) j["eval"]["kl_reference"] = eval.klReference;
   }
   return j;
 }
@@ -307,7 +313,7 @@ std::string resolveSpecPaths(const std::string& specJson, const std::string& bas
   if (!root.is_object() || baseDir.empty()) return specJson;
   static const std::vector<std::pair<const char*, const char*>> kPaths{
       {"model", "config"}, {"model", "weights"},        {"data", "train"},
-      {"data", "eval"},    {"train", "checkpoint_dir"}, {"eval", "logprobs_output"}};
+      {"data", "eval"},    {"train", "checkpoint_dir"}, {"eval", "logprobs_output"}, {"eval", "kl_reference"}};
   for (const auto& [section, key] : kPaths) {
     auto s = root.find(section);
     if (s == root.end() || !s->is_object()) continue;

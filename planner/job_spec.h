@@ -48,6 +48,9 @@ struct ModelSpec {
   std::string config;
   std::string weights;
   int64_t initSeed = 42;
+  // Rows of logits per block of the losses (cross entropy, logprobs, entropy, KL), which never
+  // hold more than one block in fp32; 0: as many rows as fit 2^24 logits.
+  int64_t lossBlockRows = 0;
 };
 
 // data: token files (worker/data/token_file.h) cut into samples of seq_len + 1 tokens.
@@ -82,6 +85,10 @@ struct TrainSpec {
 struct EvalSpec {
   int64_t maxBatches = 0;  // micro-batches per rank; 0: the whole dataset
   std::string logprobsOutput;
+  bool entropy = false;     // the mean entropy of the predictions (eval_entropy), per token in the output
+  // HF weights of a reference model of the same config: the mean KL(reference || model) of the
+  // predictions (eval_kl), per token in the output.
+  std::string klReference;
 };
 
 // A job spec as submitted (JSON), validated and with every default filled in. Field names in

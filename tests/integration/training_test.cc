@@ -250,7 +250,7 @@ TEST_CASE("eval: mean loss and per-token logprobs of a trained checkpoint", "[in
   auto bytes = files::readFile(out);
   REQUIRE(bytes.isOk());
   CHECK(bytes->size() > 12 * 32 * 4);
-  CHECK(rankLog(*cluster.client, job.id(), 0).find("eval: logprobs [12, 32] written to") != std::string::npos);
+  CHECK(rankLog(*cluster.client, job.id(), 0).find("eval: per-token values [12, 32] written to") != std::string::npos);
 }
 
 TEST_CASE("train: bad inputs fail the job with a reason naming the field and the file", "[integration][train]") {

@@ -10,7 +10,9 @@
    optimizer-state bytes.
 3. Checkpoints: a tp2 x dp2 ZeRO-1 job stopped half way and resumed from its checkpoint ends with
    the weights of the uninterrupted job; resuming it at tp4 is refused, naming both layouts.
-4. Eval: logprobs at tp2 and tp4 equal transformers' within 1e-5.
+4. Eval: logprobs at tp2 and tp4 equal transformers' within 1e-5, and so do the per-token entropy
+   and KL(reference || model) that eval.entropy and eval.kl_reference ask for (tp2, the losses
+   computed 7 rows at a time).
 5. Refusals at submit: a tensor-parallel size that does not divide the heads, and a layer spec
    that changes the layout the workers run.
 
@@ -160,6 +162,36 @@ def evaluation(bin_dir, work, data, tokens):
             diff = (ours - theirs[:rows]).abs().max().item()
             check(rows == 4 * 2 // tp and diff <= 1e-5,
                   f"eval {family} tp{tp}: {rows} rows of logprobs vs transformers, max |difference| = {diff:.2e}")
+        entropy_and_kl(bin_dir, work, data, model_dir, model, inputs, family)
+
+
+def entropy_and_kl(bin_dir, work, data, model_dir, model, inputs, family):
+    """eval.entropy and eval.kl_reference at tp2: the predictions' entropy and KL(reference || model)
+    per token, against the same computed from transformers' logits."""
+    reference_dir = os.path.join(work, f"eval-{family}-reference")
+    reference = save_model(family, reference_dir, seed=10, tie=model.config.tie_word_embeddings).eval()
+    with torch.no_grad():
+        log_p = torch.log_softmax(model(input_ids=inputs).logits.float(), -1)
+        log_r = torch.log_softmax(reference(input_ids=inputs).logits.float(), -1)
+    entropy = -(log_p.exp() * log_p).sum(-1)
+    kl = (log_r.exp() * (log_r - log_p)).sum(-1)
+    out = os.path.join(work, f"eval-{family}-kl.safetensors")
+    log = loom_run(bin_dir, {
+        "name": f"eval-{family}-kl", "kind": "eval", "resources": {"ranks": 4},
+        "model": {"config": model_dir + "/config.json", "weights": model_dir, "loss_block_rows": 7},
+        "data": {"eval": data, "seq_len": SEQ},
+        "eval": {"logprobs_output": out, "max_batches": 1, "entropy": True, "kl_reference": reference_dir},
+        "deepspeed": {"train_micro_batch_size_per_gpu": 2, "tensor_parallel": {"autotp_size": 2}}},
+        work, f"eval-{family}-kl")
+    ours = load_file(out)
+    rows = ours["logprobs"].shape[0]
+    for name, theirs in (("entropy", entropy), ("kl", kl)):
+        got = ours.get(name)
+        diff = (got - theirs[:rows]).abs().max().item() if got is not None else float("inf")
+        check(diff <= 1e-5, f"eval {family} tp2: per-token {name} vs transformers, max |difference| = {diff:.2e}")
+    mean_kl = kl[:rows].mean().item()
+    check("entropy " in log and "KL(reference || model)" in log and abs(ours["kl"].mean().item() - mean_kl) <= 1e-5,
+          f"eval {family} tp2: the log reports the mean entropy and KL ({mean_kl:.6f})")
 
 
 def refusals(bin_dir, work, data):

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include <fmt/format.h>
+
 #include "worker/torch/checkpoint/safetensors.h"
 #include "worker/torch/data/token_samples.h"
 #include "worker/torch/jobs/evaluation.h"
@@ -21,17 +23,36 @@ class EvalRunner final : public JobRunner {
     ASSIGN_OR_RETURN(BuiltModel built, buildModel(spec, rank_.plan, rank_.device, mesh.tensor));
     ASSIGN_OR_RETURN(TokenSamples data, TokenSamples::open(spec.data.eval, spec.data.seqLen,
                                                            built.model->config().vocabSize, "data.eval"));
-    const bool wantLogprobs = !spec.eval.logprobsOutput.empty();
-    ASSIGN_OR_RETURN(EvalResult r, evaluate(*built.model, data, spec.deepspeed.microBatchSize, spec.eval.maxBatches,
-                                            wantLogprobs, *mesh.denseData));
-    rank_.progress(1, {{"eval_loss", r.meanLoss}, {"eval_tokens", static_cast<double>(r.tokens)}});
+    // The KL's reference: the same config and layout, its own weights.
+    std::unique_ptr<DecoderModel> reference;
+    if (!spec.eval.klReference.empty()) {
+      planner::JobSpec referenceSpec = spec;
+      referenceSpec.model.weights = spec.eval.klReference;
+      auto referenceModel = buildModel(referenceSpec, rank_.plan, rank_.device, mesh.tensor);
+      if (!referenceModel.isOk()) return referenceModel.status().withContext("eval.kl_reference");
+      reference = std::move(referenceModel->model);
+    }
+    const bool perToken = !spec.eval.logprobsOutput.empty();
+    ASSIGN_OR_RETURN(EvalResult r, evaluate(*built.model, data,
+                                            {.microBatchSize = spec.deepspeed.microBatchSize,
+                                             .maxBatches = spec.eval.maxBatches,
+                                             .perToken = perToken,
+                                             .entropy = spec.eval.entropy,
+                                             .reference = reference.get()},
+                                            *mesh.denseData));
+    std::map<std::string, double> metrics{{"eval_loss", r.meanLoss}, {"eval_tokens", static_cast<double>(r.tokens)}};
+    if (spec.eval.entropy) metrics["eval_entropy"] = r.meanEntropy;
+    if (reference) metrics["eval_kl"] = r.meanKl;
+    rank_.progress(1, metrics);
     if (mesh.rank == 0) {
-      std::printf("eval: loss %.6f over %lld samples (%lld tokens)\n", r.meanLoss, static_cast<long long>(r.samples),
-                  static_cast<long long>(r.tokens));
-      if (wantLogprobs) {
-        RETURN_IF_ERROR(saveSafetensorsFile(spec.eval.logprobsOutput, {{"logprobs", r.logprobs}})
+      std::printf("eval: loss %.6f over %lld samples (%lld tokens)%s%s\n", r.meanLoss,
+                  static_cast<long long>(r.samples), static_cast<long long>(r.tokens),
+                  spec.eval.entropy ? fmt::format(", entropy {:.6f}", r.meanEntropy).c_str() : "",
+                  reference ? fmt::format(", KL(reference || model) {:.6f}", r.meanKl).c_str() : "");
+      if (perToken) {
+        RETURN_IF_ERROR(saveSafetensorsFile(spec.eval.logprobsOutput, r.perToken)
                             .withContext("eval.logprobs_output"));
-        std::printf("eval: logprobs [%lld, %lld] written to %s\n", static_cast<long long>(r.samples),
+        std::printf("eval: per-token values [%lld, %lld] written to %s\n", static_cast<long long>(r.samples),
                     static_cast<long long>(spec.data.seqLen), spec.eval.logprobsOutput.c_str());
       }
       std::fflush(stdout);

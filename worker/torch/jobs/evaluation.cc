@@ -5,21 +5,26 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
-
 namespace loom::worker {
 
-StatusOr<EvalResult> evaluate(DecoderModel& model, const TokenSamples& data, int64_t micro, int64_t maxBatches,
-                              bool wantLogprobs, backends::Communicator& comm) {
+StatusOr<EvalResult> evaluate(DecoderModel& model, const TokenSamples& data, const EvalOptions& options,
+                              backends::Communicator& comm) {
   at::NoGradGuard noGrad;
-  const int64_t dp = comm.size(), dpRank = comm.rank();
+  const int64_t dp = comm.size(), dpRank = comm.rank(), micro = options.microBatchSize;
   int64_t count = data.numSamples();
-  if (maxBatches > 0) count = std::min(count, maxBatches * micro * dp);
+  if (options.maxBatches > 0) count = std::min(count, options.maxBatches * micro * dp);
   const int64_t seq = data.seqLen();
   EvalResult result;
   result.samples = count;
   const at::Device device = model.device();
-  at::Tensor logprobs = wantLogprobs ? at::zeros({count, seq}, at::TensorOptions().dtype(at::kFloat).device(device)) : at::Tensor();
-  double lossSum = 0;
+  std::vector<std::string> kinds{"logprobs"};
+  if (options.entropy) kinds.push_back("entropy");
+  if (options.reference) kinds.push_back("kl");
+  for (const auto& kind : kinds)
+    if (options.perToken)
+      result.perToken[kind] = at::zeros({count, seq}, at::TensorOptions().dtype(at::kFloat).device(device));
+  // Sums over this rank's tokens: -logprobs, entropy, KL.
+  at::Tensor sums = at::zeros({3}, at::TensorOptions().dtype(at::kDouble).device(device));
   // Every rank runs the same number of forward passes (ZeRO-3 gathers parameters collectively in
   // each): a rank whose share ran out repeats sample 0 and discards the result.
   for (int64_t round = 0; round * micro * dp < count; ++round) {
@@ -31,20 +36,29 @@ StatusOr<EvalResult> evaluate(DecoderModel& model, const TokenSamples& data, int
     at::Tensor batch = data.gather(samples).to(device);
     at::Tensor inputs = batch.slice(1, 0, seq), labels = batch.slice(1, 1, seq + 1);
     at::Tensor logits = model.logits(inputs);
+    at::Tensor teacher = options.reference ? options.reference->logits(inputs) : at::Tensor();
     if (idle) continue;
-    at::Tensor flat = logits.view({-1, logits.size(-1)});
-    at::Tensor tokenLogprobs = model.tokenLogprobs(flat, labels.reshape({-1}));
-    lossSum -= tokenLogprobs.sum().item<double>();
-    if (wantLogprobs) logprobs.slice(0, first, first + static_cast<int64_t>(samples.size())).copy_(tokenLogprobs.view({-1, seq}));
+    const int64_t columns = logits.size(-1);
+    at::Tensor flat = logits.view({-1, columns});
+    std::map<std::string, at::Tensor> values{{"logprobs", model.tokenLogprobs(flat, labels.reshape({-1}))}};
+    if (options.entropy) values["entropy"] = model.tokenEntropy(flat);
+    if (options.reference) values["kl"] = model.tokenKl(flat, teacher.view({-1, columns}));
+    sums[0] -= values["logprobs"].sum().to(at::kDouble);
+    if (options.entropy) sums[1] += values["entropy"].sum().to(at::kDouble);
+    if (options.reference) sums[2] += values["kl"].sum().to(at::kDouble);
+    for (auto& [kind, rows] : result.perToken)
+      rows.slice(0, first, first + static_cast<int64_t>(samples.size())).copy_(values[kind].view({-1, seq}));
   }
-  at::Tensor sums = at::tensor({lossSum}, at::kDouble).to(device);
   RETURN_IF_ERROR(comm.allReduce(sums, backends::ReduceOp::kSum)->wait().withContext("eval: summing the loss"));
   // Each row was written by one rank; the others hold zeros there.
-  if (wantLogprobs)
-    RETURN_IF_ERROR(comm.allReduce(logprobs, backends::ReduceOp::kSum)->wait().withContext("eval: gathering logprobs"));
+  for (auto& [kind, rows] : result.perToken)
+    RETURN_IF_ERROR(comm.allReduce(rows, backends::ReduceOp::kSum)->wait().withContext("eval: gathering " + kind));
   result.tokens = count * seq;
-  result.meanLoss = result.tokens ? sums.item<double>() / static_cast<double>(result.tokens) : 0.0;
-  result.logprobs = logprobs;
+  const at::Tensor totals = sums.cpu();
+  const double tokens = result.tokens ? static_cast<double>(result.tokens) : 1.0;
+  result.meanLoss = totals[0].item<double>() / tokens;
+  result.meanEntropy = totals[1].item<double>() / tokens;
+  result.meanKl = totals[2].item<double>() / tokens;
   return result;
 }
 

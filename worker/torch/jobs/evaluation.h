@@ -1,28 +1,42 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include <ATen/core/Tensor.h>
 
 #include "backends/communicator.h"
 #include "common/status.h"
-#include "worker/torch/model/decoder_model.h"
 #include "worker/torch/data/token_samples.h"
+#include "worker/torch/model/decoder_model.h"
 
 namespace loom::worker {
 
+struct EvalOptions {
+  int64_t microBatchSize = 1;
+  int64_t maxBatches = 0;         // micro-batches per data-parallel rank; 0: the whole file
+  bool perToken = false;          // keep each token's values (EvalResult::perToken)
+  bool entropy = false;           // the predictions' entropy
+  DecoderModel* reference = nullptr;  // KL(reference || model), the reference laid out as the model
+};
+
 struct EvalResult {
-  double meanLoss = 0;  // over every evaluated token of every rank
+  double meanLoss = 0;     // over every evaluated token of every rank
+  double meanEntropy = 0;  // with EvalOptions::entropy
+  double meanKl = 0;       // with EvalOptions::reference
   int64_t samples = 0;
   int64_t tokens = 0;
-  at::Tensor logprobs;  // [samples, seq_len] fp32 on every rank, when asked for
+  // [samples, seq_len] fp32 on every rank, with perToken: "logprobs", and "entropy" and "kl" when
+  // they are computed.
+  std::map<std::string, at::Tensor> perToken;
 };
 
 // Evaluates the first samples of `data` in file order, without gradients: micro-batch b of
-// data-parallel rank r holds samples [(b * dp + r) * micro, + micro). `maxBatches` micro-batches
-// per rank at most (0: the whole file). Sums are all-reduced over `dp`, the data-parallel group;
-// the ranks of a tensor-parallel group evaluate the same samples together.
-StatusOr<EvalResult> evaluate(DecoderModel& model, const TokenSamples& data, int64_t microBatchSize,
-                              int64_t maxBatches, bool wantLogprobs, backends::Communicator& dp);
+// data-parallel rank r holds samples [(b * dp + r) * micro, + micro). Sums are all-reduced over
+// `dp`, the data-parallel group; the ranks of a tensor-parallel group evaluate the same samples
+// together (the vocabulary-parallel logprobs, entropy and KL, never gathered logits).
+StatusOr<EvalResult> evaluate(DecoderModel& model, const TokenSamples& data, const EvalOptions& options,
+                              backends::Communicator& dp);
 
 }  // namespace loom::worker

@@ -269,8 +269,9 @@ Status Trainer::profiledTrainStep() {
 }
 
 Status Trainer::evaluateNow() {
-  ASSIGN_OR_RETURN(EvalResult r, evaluate(*built_.model, *eval_, ds_.microBatchSize, spec_.train.evalBatches,
-                                          /*wantLogprobs=*/false, dp()));
+  ASSIGN_OR_RETURN(EvalResult r, evaluate(*built_.model, *eval_,
+                                          {.microBatchSize = ds_.microBatchSize, .maxBatches = spec_.train.evalBatches},
+                                          dp()));
   progress_(step_, {{"eval_loss", r.meanLoss}});
   if (ctx_.rank == 0) {
     std::printf("step %lld: eval_loss %.4f over %lld samples\n", static_cast<long long>(step_), r.meanLoss,

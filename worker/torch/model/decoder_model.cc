@@ -255,14 +255,31 @@ at::Tensor DecoderModel::loss(const at::Tensor& inputs, const at::Tensor& labels
   return crossEntropy(out.view({-1, out.size(-1)}), labels.reshape({-1}));
 }
 
+namespace {
+
+// A kernel plugin took the losses over (plugin_ops.h): on one rank it runs them, fused.
+bool pluginLosses(const backends::Communicator& tp) {
+  return tp.size() == 1 && ops().crossEntropy != referenceOps().crossEntropy;
+}
+
+}  // namespace
+
 at::Tensor DecoderModel::crossEntropy(const at::Tensor& logits, const at::Tensor& labels) {
-  if (shards_.tp->size() == 1) return ops().crossEntropy(logits, labels);
-  return vocabParallelCrossEntropy(logits, labels, vocabStart_, *shards_.tp);
+  if (pluginLosses(*shards_.tp)) return ops().crossEntropy(logits, labels);
+  return vocabParallelCrossEntropy(logits, labels, {shards_.tp.get(), vocabStart_, lossBlockRows_});
 }
 
 at::Tensor DecoderModel::tokenLogprobs(const at::Tensor& logits, const at::Tensor& labels) {
-  if (shards_.tp->size() == 1) return ops().logprobs(logits, labels);
-  return vocabParallelLogprobs(logits, labels, vocabStart_, *shards_.tp);
+  if (pluginLosses(*shards_.tp)) return ops().logprobs(logits, labels);
+  return vocabParallelLogprobs(logits, labels, {shards_.tp.get(), vocabStart_, lossBlockRows_});
+}
+
+at::Tensor DecoderModel::tokenEntropy(const at::Tensor& logits) {
+  return vocabParallelEntropy(logits, {shards_.tp.get(), vocabStart_, lossBlockRows_});
+}
+
+at::Tensor DecoderModel::tokenKl(const at::Tensor& logits, const at::Tensor& teacherLogits) {
+  return vocabParallelKl(logits, teacherLogits, /*reverse=*/false, {shards_.tp.get(), vocabStart_, lossBlockRows_});
 }
 
 }  // namespace loom::worker

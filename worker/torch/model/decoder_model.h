@@ -89,9 +89,16 @@ class DecoderModel {
   // Mean cross-entropy of the next-token predictions: inputs and labels [B, S].
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& labels);
   // Over logits as logits() returns them, rows [N, V / tp] and labels [N]: the mean
-  // cross-entropy, and log p(label) per row in fp32 (vocabulary-parallel under tensor parallelism).
+  // cross-entropy, log p(label), the softmax's entropy and KL(teacher || this) per row, in fp32.
+  // They are vocabulary-parallel over the tensor-parallel group, in blocks of rows that never
+  // make an fp32 copy of the logits (parallel/vocab_parallel.h); on one rank, a kernel plugin that
+  // took the cross entropy and logprobs over runs them instead.
   at::Tensor crossEntropy(const at::Tensor& logits, const at::Tensor& labels);
   at::Tensor tokenLogprobs(const at::Tensor& logits, const at::Tensor& labels);
+  at::Tensor tokenEntropy(const at::Tensor& logits);
+  at::Tensor tokenKl(const at::Tensor& logits, const at::Tensor& teacherLogits);
+  // Rows per block of those losses (model.loss_block_rows); 0: as many as fit 2^24 logits.
+  void setLossBlockRows(int64_t rows) { lossBlockRows_ = rows; }
 
  private:
   struct Layer {
@@ -116,6 +123,7 @@ class DecoderModel {
   ModelShards shards_;
   int64_t heads_ = 0, kvHeads_ = 0;  // this rank's query and KV heads
   int64_t vocabStart_ = 0;           // this rank's first vocabulary row
+  int64_t lossBlockRows_ = 0;
   std::vector<std::pair<std::string, at::Tensor>> parameters_;
   at::Tensor embed_, finalNorm_, head_;
   std::vector<Layer> layers_;

@@ -106,6 +106,7 @@ StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, const planner::Pla
   ASSIGN_OR_RETURN(built.model, DecoderModel::create(*config, modelDtype(spec.deepspeed.precision), device,
                                                      shardsOf(plan, std::move(tp))));
   RETURN_IF_ERROR(checkAgainstPlan(*built.model, plan));
+  built.model->setLossBlockRows(spec.model.lossBlockRows);
   if (spec.model.weights.empty()) {
     built.model->initRandom(spec.model.initSeed);
     freezeParameters(*built.model, spec.train);

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "worker/torch/zero/zero_buffers.h"
+#include "worker/torch/parallel/throw_if_error.h"
 
 namespace loom::worker {
 

@@ -1,9 +1,12 @@
 #include "worker/torch/parallel/vocab_parallel.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "worker/torch/zero/zero_buffers.h"
+#include "worker/torch/parallel/throw_if_error.h"
 
 namespace loom::worker {
 
@@ -13,96 +16,220 @@ using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
 constexpr int64_t kIgnored = -100;
+// fp32 temporaries of at most this many logits at a time (DeepSpeed's vocab_parallel_ops bound).
+constexpr int64_t kBlockElements = int64_t(1) << 24;
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-// What a row's softmax over the whole vocabulary needs, from this rank's columns and two small
-// all-reduces: the row's maximum, log of its sum of exp(x - max), and its target's x - max.
-struct RowStatistics {
-  at::Tensor max;        // [N]
-  at::Tensor logSumExp;  // [N], of x - max
-  at::Tensor target;     // [N], x[label] - max; 0 where ignored
-  at::Tensor valid;      // [N] bool: label not -100
-  at::Tensor mine;       // [N] bool: the label's column is this rank's
-  at::Tensor column;     // [N] the label's local column (0 where not mine)
+// Autograd keeps a function's non-tensor state in IValues: the shard travels field by field, the
+// communicator as its address.
+void keepShard(AutogradContext* ctx, const VocabShard& shard) {
+  ctx->saved_data["tp"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(shard.tp));
+  ctx->saved_data["start"] = shard.vocabStart;
+  ctx->saved_data["rows"] = shard.blockRows;
+}
+VocabShard shardOf(AutogradContext* ctx) {
+  return VocabShard{.tp = reinterpret_cast<backends::Communicator*>(static_cast<intptr_t>(ctx->saved_data["tp"].toInt())),
+                    .vocabStart = ctx->saved_data["start"].toInt(),
+                    .blockRows = ctx->saved_data["rows"].toInt()};
+}
+
+void reduceOverGroup(const VocabShard& shard, at::Tensor& t, backends::ReduceOp op, const char* what) {
+  if (shard.tp->size() > 1) throwIfError(shard.tp->allReduce(t, op)->wait().withContext(what));
+}
+
+// Calls fn(rows) for consecutive blocks of rows of `logits` [N, columns].
+template <typename Fn>
+void forEachBlock(const at::Tensor& logits, const VocabShard& shard, Fn&& fn) {
+  const int64_t n = logits.size(0), columns = std::max<int64_t>(1, logits.size(1));
+  const int64_t step = shard.blockRows > 0 ? shard.blockRows : std::max<int64_t>(1, kBlockElements / columns);
+  for (int64_t start = 0; start < n; start += step) fn(start, std::min(n, start + step));
+}
+
+// Each row's maximum and log of its sum of exp(x - max) over the whole vocabulary, for one or two
+// logits tensors alike in shape: [k, N] each, from one MAX and one SUM all-reduce. Kept apart
+// rather than added into one log-sum-exp: a small normalizer added to a large max rounds away.
+struct SoftmaxStatistics {
+  at::Tensor max, logSumExp;
 };
 
-RowStatistics rowStatistics(const at::Tensor& x, const at::Tensor& labels, int64_t vocabStart, backends::Communicator& tp) {
-  RowStatistics s;
-  const int64_t columns = x.size(1);
-  s.max = std::get<0>(x.max(1));
-  throwIfError(tp.allReduce(s.max, backends::ReduceOp::kMax)->wait().withContext("vocab-parallel row maximum"));
-  at::Tensor shifted = x - s.max.unsqueeze(1);
-  s.valid = labels != kIgnored;
-  at::Tensor local = labels - vocabStart;
-  s.mine = s.valid.logical_and(local >= 0).logical_and(local < columns);
-  s.column = local.masked_fill(s.mine.logical_not(), 0);
-  at::Tensor target = shifted.gather(1, s.column.unsqueeze(1)).squeeze(1).masked_fill(s.mine.logical_not(), 0);
-  at::Tensor sums = at::stack({shifted.exp().sum(1), target});
-  throwIfError(tp.allReduce(sums, backends::ReduceOp::kSum)->wait().withContext("vocab-parallel row sums"));
-  s.logSumExp = sums[0].log();
-  s.target = sums[1];
+SoftmaxStatistics softmaxStatistics(const std::vector<at::Tensor>& logits, const VocabShard& shard) {
+  const int64_t n = logits[0].size(0), k = static_cast<int64_t>(logits.size());
+  const auto f32 = logits[0].options().dtype(at::kFloat);
+  SoftmaxStatistics s{at::empty({k, n}, f32), at::empty({k, n}, f32)};
+  for (int64_t i = 0; i < k; ++i)
+    forEachBlock(logits[i], shard, [&](int64_t a, int64_t b) {
+      s.max[i].slice(0, a, b).copy_(std::get<0>(logits[i].slice(0, a, b).max(1)));
+    });
+  reduceOverGroup(shard, s.max, backends::ReduceOp::kMax, "vocab-parallel row maximum");
+  for (int64_t i = 0; i < k; ++i)
+    forEachBlock(logits[i], shard, [&](int64_t a, int64_t b) {
+      at::Tensor shifted = logits[i].slice(0, a, b).to(at::kFloat) - s.max[i].slice(0, a, b).unsqueeze(1);
+      s.logSumExp[i].slice(0, a, b).copy_(shifted.exp_().sum(1));
+    });
+  reduceOverGroup(shard, s.logSumExp, backends::ReduceOp::kSum, "vocab-parallel row sums");
+  s.logSumExp.log_();
   return s;
 }
 
-// softmax(x) - onehot(label) on this rank's columns, the gradient of -log p(label) in x.
-at::Tensor softmaxMinusTarget(const at::Tensor& x, const at::Tensor& max, const at::Tensor& logSumExp,
-                              const at::Tensor& mine, const at::Tensor& column) {
-  at::Tensor g = (x - (max + logSumExp).unsqueeze(1)).exp();
-  at::Tensor hit = mine.to(g.scalar_type());
-  g.scatter_add_(1, column.unsqueeze(1), -hit.unsqueeze(1));
-  return g;
+// log softmax of rows [a, b) of `logits`, fp32, in a block of its own (fp32 logits are copied, not
+// changed in place: they are saved for backward and may serve another loss).
+at::Tensor logSoftmaxBlock(const at::Tensor& logits, const at::Tensor& max, const at::Tensor& logSumExp, int64_t a,
+                           int64_t b) {
+  return logits.slice(0, a, b).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true)
+      .sub_(max.slice(0, a, b).unsqueeze(1))
+      .sub_(logSumExp.slice(0, a, b).unsqueeze(1));
 }
 
-// Saved for backward, in this order: logits, max, logSumExp, valid, mine, column[, count].
-void saveStatistics(AutogradContext* ctx, const at::Tensor& logits, const RowStatistics& s, const at::Tensor& count = {}) {
-  ctx->save_for_backward({logits, s.max, s.logSumExp, s.valid, s.mine, s.column, count});
+// p * values, with 0 where log p is -inf (a masked token contributes nothing, even against an
+// infinite value, which would otherwise give 0 * inf = NaN).
+at::Tensor weightedByProbabilities(const at::Tensor& logProbs, const at::Tensor& values) {
+  return (logProbs.exp() * values).masked_fill_(logProbs == -kInfinity, 0.0);
 }
 
-struct CrossEntropy : public torch::autograd::Function<CrossEntropy> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& labels,
-                            int64_t vocabStart, backends::Communicator* tp) {
-    at::Tensor x = logits.to(at::kFloat);
-    RowStatistics s = rowStatistics(x, labels, vocabStart, *tp);
-    const at::Tensor count = s.valid.sum().clamp_min(1).to(at::kFloat);
-    saveStatistics(ctx, logits, s, count);
-    return ((s.logSumExp - s.target) * s.valid.to(at::kFloat)).sum() / count;
-  }
-  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    const auto v = ctx->get_saved_variables();
-    const at::Tensor& logits = v[0];
-    at::Tensor g = softmaxMinusTarget(logits.to(at::kFloat), v[1], v[2], v[4], v[5]);
-    const at::Tensor scale = v[3].to(at::kFloat).unsqueeze(1) * (grads[0] / v[6]);
-    return {(g * scale).to(logits.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
+// A row whose logits are all -inf has no softmax: its gradient is zero instead of NaN.
+at::Tensor undefinedRows(const at::Tensor& max) { return (max == -kInfinity).unsqueeze(1); }
 
 struct Logprobs : public torch::autograd::Function<Logprobs> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& labels,
-                            int64_t vocabStart, backends::Communicator* tp) {
-    at::Tensor x = logits.to(at::kFloat);
-    RowStatistics s = rowStatistics(x, labels, vocabStart, *tp);
-    saveStatistics(ctx, logits, s);
-    return ((s.target - s.logSumExp) * s.valid.to(at::kFloat));
+                            const VocabShard* shard) {
+    const int64_t columns = logits.size(1);
+    SoftmaxStatistics s = softmaxStatistics({logits}, *shard);
+    at::Tensor max = s.max[0], logSumExp = s.logSumExp[0];
+    at::Tensor valid = labels != kIgnored;
+    at::Tensor local = labels - shard->vocabStart;
+    at::Tensor mine = valid.logical_and(local >= 0).logical_and(local < columns);
+    at::Tensor column = local.clamp(0, columns - 1);
+    at::Tensor target = (logits.gather(1, column.unsqueeze(1)).squeeze(1).to(at::kFloat) - max)
+                            .masked_fill_(mine.logical_not(), 0.0);
+    reduceOverGroup(*shard, target, backends::ReduceOp::kSum, "vocab-parallel target logits");
+    keepShard(ctx, *shard);
+    ctx->save_for_backward({logits, max, logSumExp, column, mine, valid});
+    return (target - logSumExp).masked_fill_(valid.logical_not(), 0.0);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto v = ctx->get_saved_variables();
-    const at::Tensor& logits = v[0];
-    // d log p(label) / dx = onehot - softmax.
-    at::Tensor g = softmaxMinusTarget(logits.to(at::kFloat), v[1], v[2], v[4], v[5]).neg_();
-    const at::Tensor scale = (grads[0] * v[3].to(at::kFloat)).unsqueeze(1);
-    return {(g * scale).to(logits.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
+    const at::Tensor &logits = v[0], &max = v[1], &logSumExp = v[2], &column = v[3], &mine = v[4], &valid = v[5];
+    const VocabShard shard = shardOf(ctx);
+    // d log p(label) / dz_j = onehot(label)_j - softmax(z)_j, for the rows that count.
+    at::Tensor g = grads[0].to(at::kFloat) * valid.to(at::kFloat);
+    at::Tensor hit = (g * mine.to(at::kFloat)).unsqueeze(1);
+    at::Tensor zeroRows = valid.logical_not().unsqueeze(1).logical_or(undefinedRows(max));
+    at::Tensor out = at::empty_like(logits);
+    forEachBlock(logits, shard, [&](int64_t a, int64_t b) {
+      at::Tensor block = logSoftmaxBlock(logits, max, logSumExp, a, b).exp_().mul_(-g.slice(0, a, b).unsqueeze(1));
+      block.masked_fill_(zeroRows.slice(0, a, b), 0.0);
+      block.scatter_add_(1, column.slice(0, a, b).unsqueeze(1), hit.slice(0, a, b));
+      out.slice(0, a, b).copy_(block);
+    });
+    return {out, at::Tensor(), at::Tensor()};
+  }
+};
+
+struct Entropy : public torch::autograd::Function<Entropy> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const VocabShard* shard) {
+    SoftmaxStatistics s = softmaxStatistics({logits}, *shard);
+    at::Tensor max = s.max[0], logSumExp = s.logSumExp[0];
+    at::Tensor entropy = at::empty_like(max);
+    forEachBlock(logits, *shard, [&](int64_t a, int64_t b) {
+      at::Tensor logProbs = logSoftmaxBlock(logits, max, logSumExp, a, b);
+      entropy.slice(0, a, b).copy_(weightedByProbabilities(logProbs, logProbs).sum(1).neg_());
+    });
+    reduceOverGroup(*shard, entropy, backends::ReduceOp::kSum, "vocab-parallel entropy");
+    keepShard(ctx, *shard);
+    ctx->save_for_backward({logits, max, logSumExp, entropy});
+    return entropy.clone();  // a caller may mask it in place
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto v = ctx->get_saved_variables();
+    const at::Tensor &logits = v[0], &max = v[1], &logSumExp = v[2], &entropy = v[3];
+    const VocabShard shard = shardOf(ctx);
+    at::Tensor g = grads[0].to(at::kFloat).unsqueeze(1);
+    at::Tensor undefined = undefinedRows(max);
+    at::Tensor out = at::empty_like(logits);
+    // dH / dz_j = -p_j (log p_j + H).
+    forEachBlock(logits, shard, [&](int64_t a, int64_t b) {
+      at::Tensor logProbs = logSoftmaxBlock(logits, max, logSumExp, a, b);
+      at::Tensor block = weightedByProbabilities(logProbs, logProbs + entropy.slice(0, a, b).unsqueeze(1));
+      out.slice(0, a, b).copy_(block.mul_(-g.slice(0, a, b)).masked_fill_(undefined.slice(0, a, b), 0.0));
+    });
+    return {out, at::Tensor()};
+  }
+};
+
+// KL(A || B) weighs the log ratio by A: the teacher for forward KL, the student for reverse.
+template <typename T>
+std::pair<T, T> klOrder(T student, T teacher, bool reverse) {
+  return reverse ? std::pair<T, T>{student, teacher} : std::pair<T, T>{teacher, student};
+}
+
+struct KlDivergence : public torch::autograd::Function<KlDivergence> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& student, const at::Tensor& teacher, bool reverse,
+                            const VocabShard* shard) {
+    SoftmaxStatistics s = softmaxStatistics({student, teacher}, *shard);
+    at::Tensor kl = at::empty_like(s.max[0]);
+    forEachBlock(student, *shard, [&](int64_t a, int64_t b) {
+      at::Tensor sl = logSoftmaxBlock(student, s.max[0], s.logSumExp[0], a, b);
+      at::Tensor tl = logSoftmaxBlock(teacher, s.max[1], s.logSumExp[1], a, b);
+      auto [pa, pb] = klOrder(sl, tl, reverse);
+      // Where A has support that B masks out, KL(A || B) is infinite even if p_A underflows to 0.
+      at::Tensor terms = weightedByProbabilities(pa, pa - pb)
+                             .masked_fill_((pb == -kInfinity).logical_and(pa != -kInfinity), kInfinity);
+      kl.slice(0, a, b).copy_(terms.sum(1));
+    });
+    reduceOverGroup(*shard, kl, backends::ReduceOp::kSum, "vocab-parallel KL divergence");
+    keepShard(ctx, *shard);
+    ctx->saved_data["reverse"] = reverse;
+    ctx->save_for_backward({student, teacher, s.max, s.logSumExp, kl});
+    return kl.clone();  // a caller may mask it in place
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto v = ctx->get_saved_variables();
+    const at::Tensor &student = v[0], &teacher = v[1], &max = v[2], &logSumExp = v[3], &kl = v[4];
+    const VocabShard shard = shardOf(ctx);
+    const bool reverse = ctx->saved_data["reverse"].toBool();
+    const bool wantStudent = ctx->needs_input_grad(0), wantTeacher = ctx->needs_input_grad(1);
+    at::Tensor gradStudent = wantStudent ? at::empty_like(student) : at::Tensor();
+    at::Tensor gradTeacher = wantTeacher ? at::empty_like(teacher) : at::Tensor();
+    auto [gradA, gradB] = klOrder(&gradStudent, &gradTeacher, reverse);
+    at::Tensor g = grads[0].to(at::kFloat).unsqueeze(1);
+    // KL is undefined where either distribution is: both sides get zero gradient there.
+    at::Tensor undefined = undefinedRows(max[0]).logical_or(undefinedRows(max[1]));
+    forEachBlock(student, shard, [&](int64_t a, int64_t b) {
+      at::Tensor sl = logSoftmaxBlock(student, max[0], logSumExp[0], a, b);
+      at::Tensor tl = logSoftmaxBlock(teacher, max[1], logSumExp[1], a, b);
+      auto [la, lb] = klOrder(sl, tl, reverse);
+      const at::Tensor gBlock = g.slice(0, a, b), undefinedBlock = undefined.slice(0, a, b);
+      // For KL(A || B): dKL/dz_A = p_A (log p_A - log p_B - KL), dKL/dz_B = p_B - p_A.
+      if (gradA->defined()) {
+        at::Tensor ratio = la - lb - kl.slice(0, a, b).unsqueeze(1);
+        gradA->slice(0, a, b).copy_(weightedByProbabilities(la, ratio).mul_(gBlock).masked_fill_(undefinedBlock, 0.0));
+      }
+      if (gradB->defined())
+        gradB->slice(0, a, b).copy_((lb.exp() - la.exp()).mul_(gBlock).masked_fill_(undefinedBlock, 0.0));
+    });
+    return {gradStudent, gradTeacher, at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor vocabParallelCrossEntropy(const at::Tensor& logits, const at::Tensor& labels, int64_t vocabStart,
-                                     backends::Communicator& tp) {
-  return CrossEntropy::apply(logits, labels, vocabStart, &tp);
+at::Tensor vocabParallelLogprobs(const at::Tensor& logits, const at::Tensor& labels, const VocabShard& shard) {
+  return Logprobs::apply(logits, labels, &shard);
 }
 
-at::Tensor vocabParallelLogprobs(const at::Tensor& logits, const at::Tensor& labels, int64_t vocabStart,
-                                 backends::Communicator& tp) {
-  return Logprobs::apply(logits, labels, vocabStart, &tp);
+at::Tensor vocabParallelCrossEntropy(const at::Tensor& logits, const at::Tensor& labels, const VocabShard& shard) {
+  // The mean of -log p(label) over the rows that count; ignored rows are 0 and get no gradient.
+  const at::Tensor count = (labels != kIgnored).sum().to(at::kFloat).clamp_min(1);
+  return Logprobs::apply(logits, labels, &shard).sum().neg() / count;
+}
+
+at::Tensor vocabParallelEntropy(const at::Tensor& logits, const VocabShard& shard) {
+  return Entropy::apply(logits, &shard);
+}
+
+at::Tensor vocabParallelKl(const at::Tensor& student, const at::Tensor& teacher, bool reverse,
+                           const VocabShard& shard) {
+  return KlDivergence::apply(student, teacher, reverse, &shard);
 }
 
 }  // namespace loom::worker

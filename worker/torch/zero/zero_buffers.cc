@@ -65,10 +65,6 @@ Status sumOver(backends::Communicator& group, at::Tensor& squares, const char* w
   return group.allReduce(squares, backends::ReduceOp::kSum)->wait().withContext(what);
 }
 
-void throwIfError(const Status& status) {
-  if (!status.isOk()) throw std::runtime_error(status.toString());
-}
-
 Status restoreTensor(const TensorMap& state, const std::string& key, at::Tensor& into, const std::string& source) {
   at::NoGradGuard noGrad;
   auto it = state.find(key);

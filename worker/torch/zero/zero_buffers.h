@@ -11,6 +11,7 @@
 #include "worker/torch/model/decoder_model.h"
 #include "worker/torch/optim/optimizer.h"
 #include "worker/torch/checkpoint/safetensors.h"
+#include "worker/torch/parallel/throw_if_error.h"
 
 namespace loom::worker {
 
@@ -30,9 +31,6 @@ int64_t bytesOf(const at::Tensor& t);
 at::Tensor collectiveBuffer(backends::Communicator* comm, int64_t numel, const at::TensorOptions& options);
 // The bytes of an optimizer's state tensors (its step count aside).
 int64_t stateBytes(const Optimizer& optimizer);
-// Collective failures inside autograd (a backward hook) travel as exceptions; the runtime turns
-// them back into a Status at the job's edge (worker/torch/runtime.cc).
-void throwIfError(const Status& status);
 // How much of a gradient's squared norm this rank counts, so that a sum over the tensor-parallel
 // group counts every distinct piece once (DeepSpeed's global norm counts TP-sharded gradients
 // once): 1 for a piece no other rank holds, 1 / replicas for a KV head shared by `replicas`
