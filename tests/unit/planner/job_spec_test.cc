@@ -104,3 +104,24 @@ TEST_CASE("probe.collectives, timeouts and deepspeed.comms_logger", "[planner]")
   CHECK(errorOf(base + R"("deepspeed": {"comms_logger": {"enabled": 1}}})") ==
         "deepspeed.comms_logger.enabled: must be true or false, got number");
 }
+
+TEST_CASE("eval.entropy, eval.kl_reference and model.loss_block_rows - read, kept, checked", "[planner]") {
+  const std::string eval = R"({"name": "e", "kind": "eval", "resources": {"ranks": 2},
+    "model": {"config": "/m/config.json", "loss_block_rows": 512}, "data": {"eval": "/d.tokens", "seq_len": 8},
+    "eval": {"entropy": true, "kl_reference": "ref"}})";
+  auto spec = parseJobSpec(loom::planner::resolveSpecPaths(eval, "/jobs"));
+  REQUIRE(spec.isOk());
+  CHECK(spec->model.lossBlockRows == 512);
+  CHECK(spec->eval.entropy);
+  CHECK(spec->eval.klReference == "/jobs/ref");  // relative to the spec's folder, as every path
+  auto again = parseJobSpec(spec->toJson().dump());
+  REQUIRE(again.isOk());
+  CHECK(again->toJson() == spec->toJson());
+  auto patched = [&](const std::string& from, const std::string& to) {
+    std::string s = eval;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  CHECK(errorOf(patched(R"("entropy": true)", R"("entropy": 1)")) == "eval.entropy: must be true or false, got number");
+  CHECK(errorOf(patched("512", "-1")).find("model.loss_block_rows: must be between 0 and") == 0);
+}
