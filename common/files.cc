@@ -28,36 +28,50 @@ static Status fsyncPath(const std::string& path, int flags) {
   return Status::ok();
 }
 
-Status writeFileAtomic(const std::string& path, const std::string& content) {
+StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::open(const std::string& path) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return errnoStatus("create " + tmp);
+  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, std::move(tmp), fd));
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+Status AtomicFileWriter::append(const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
   size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+  while (done < bytes) {
+    ssize_t n = ::write(fd_, p + done, bytes - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      Status s = errnoStatus("write " + tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return s;
+      return errnoStatus("write " + tmp_);
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) {
-    Status s = errnoStatus("fsync " + tmp);
-    ::close(fd);
-    ::unlink(tmp.c_str());
+  return Status::ok();
+}
+
+Status AtomicFileWriter::commit() {
+  if (::fsync(fd_) != 0) return errnoStatus("fsync " + tmp_);
+  ::close(fd_);
+  fd_ = -1;
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    Status s = errnoStatus("rename " + tmp_ + " to " + path_);
+    ::unlink(tmp_.c_str());
     return s;
   }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status s = errnoStatus("rename " + tmp + " to " + path);
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  std::string dir = fs::path(path).parent_path().string();
+  std::string dir = fs::path(path_).parent_path().string();
   return fsyncPath(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
+}
+
+Status writeFileAtomic(const std::string& path, const std::string& content) {
+  ASSIGN_OR_RETURN(auto writer, AtomicFileWriter::open(path));
+  RETURN_IF_ERROR(writer->append(content.data(), content.size()));
+  return writer->commit();
 }
 
 Status makeDirs(const std::string& path) {

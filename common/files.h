@@ -1,5 +1,6 @@
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,23 @@ StatusOr<std::string> readFile(const std::string& path);
 // Writes to a temporary file beside `path`, fsyncs it, renames it over `path` and fsyncs the
 // directory: a reader sees the old content or the new, never a torn file.
 Status writeFileAtomic(const std::string& path, const std::string& content);
+
+// The same for content written piece by piece (a file larger than one wants to hold in memory):
+// open() a temporary file beside `path`, append() to it, then commit() fsyncs it, renames it over
+// `path` and fsyncs the directory. A writer destroyed before commit() removes its temporary file.
+// Not thread-safe.
+class AtomicFileWriter {
+ public:
+  static StatusOr<std::unique_ptr<AtomicFileWriter>> open(const std::string& path);
+  ~AtomicFileWriter();
+  Status append(const void* data, size_t bytes);
+  Status commit();
+
+ private:
+  AtomicFileWriter(std::string path, std::string tmp, int fd) : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {}
+  std::string path_, tmp_;
+  int fd_;
+};
 Status makeDirs(const std::string& path);
 Status removeAll(const std::string& path);
 bool exists(const std::string& path);

@@ -69,8 +69,8 @@ Status publish(const std::string& dir, const std::string& tmp, const std::string
 
 std::string checkpointTag(int64_t step) { return fmt::format("global_step{}", step); }
 
-Status saveCheckpoint(const std::string& dir, int64_t step, const CheckpointContents& contents, int rank,
-                      backends::Communicator* comm) {
+Status saveCheckpoint(const std::string& dir, int64_t step, const CheckpointContents& contents,
+                      const WeightStream& weights, int rank, backends::Communicator* comm) {
   const std::string tag = checkpointTag(step);
   const std::string tmp = dir + "/." + tag + ".tmp";
   if (rank == 0) {
@@ -80,9 +80,12 @@ Status saveCheckpoint(const std::string& dir, int64_t step, const CheckpointCont
   }
   RETURN_IF_ERROR(barrier(comm, "checkpoint: waiting for the directory"));
   Status written = saveSafetensorsFile(tmp + "/" + rankFile(rank), contents.rank);
+  // Every rank takes part in gathering the weights, tensor by tensor, even after its own write
+  // failed: the others would wait for it in the gathers. Rank 0 writes them.
+  Status streamed = streamSafetensorsModel(tmp, weights.entries, weights.produce, /*write=*/rank == 0).status();
+  if (written.isOk()) written = streamed;
   if (written.isOk() && rank == 0) {
-    auto model = saveSafetensorsModel(tmp, contents.model);
-    written = model.isOk() ? saveSafetensorsFile(tmp + "/optimizer.safetensors", contents.optimizer) : model.status();
+    written = saveSafetensorsFile(tmp + "/optimizer.safetensors", contents.optimizer);
     if (written.isOk()) written = files::writeFileAtomic(tmp + "/config.json", contents.modelConfig);
     if (written.isOk()) written = files::writeFileAtomic(tmp + "/trainer_state.json", contents.trainer.dump(2));
   }

@@ -25,7 +25,7 @@ namespace loom::worker {
 // ranks are done, then renamed into place; `latest` is replaced last. A crash at any point
 // leaves the previous checkpoint as `latest`.
 struct CheckpointContents {
-  TensorMap model;          // rank 0
+  TensorMap model;          // loaded: the weights
   TensorMap optimizer;      // rank 0
   nlohmann::json trainer;   // rank 0
   std::string modelConfig;  // rank 0: config.json text
@@ -34,9 +34,17 @@ struct CheckpointContents {
 
 std::string checkpointTag(int64_t step);
 
+// The model's weights as a checkpoint writes them: one whole tensor at a time. Every rank calls
+// `produce` for every entry in the same order (the ranks gather each tensor together); rank 0
+// writes what it returns, so no rank ever holds more than one whole tensor.
+struct WeightStream {
+  std::vector<TensorEntry> entries;
+  TensorProducer produce;
+};
+
 // Every rank of `comm` calls it (comm may be null for a single rank).
-Status saveCheckpoint(const std::string& dir, int64_t step, const CheckpointContents& contents, int rank,
-                      backends::Communicator* comm);
+Status saveCheckpoint(const std::string& dir, int64_t step, const CheckpointContents& contents,
+                      const WeightStream& weights, int rank, backends::Communicator* comm);
 
 // The checkpoint `latest` names, checked against its manifest, with this rank's file (absent
 // when the checkpoint was written by fewer ranks). nullopt when `dir` has no `latest`.

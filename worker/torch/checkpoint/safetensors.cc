@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -136,59 +137,110 @@ StatusOr<TensorMap> loadSafetensors(const std::string& path) {
   return tensors;
 }
 
-Status saveSafetensorsFile(const std::string& path, const TensorMap& tensors,
-                           const std::map<std::string, std::string>& metadata) {
+namespace {
+
+int64_t bytesOf(const TensorEntry& e) {
+  int64_t n = c10::elementSize(e.dtype);
+  for (int64_t d : e.shape) n *= d;
+  return n;
+}
+
+// One file: its header from `entries` (in their order), then each tensor as `produce` gives it.
+Status streamSafetensorsFile(const std::string& path, const std::vector<TensorEntry>& entries,
+                             const std::vector<size_t>& indices, const TensorProducer& produce,
+                             const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<at::Tensor> contiguous;
   uint64_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {
-    at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
-    auto dtype = nameFromDtype(t.scalar_type());
-    if (!dtype.isOk()) return dtype.status().withContext(fmt::format("{}: tensor {}", path, name));
-    const uint64_t bytes = t.numel() * t.element_size();
-    header[name] = {{"dtype", *dtype}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+  for (size_t i : indices) {
+    const TensorEntry& e = entries[i];
+    auto dtype = nameFromDtype(e.dtype);
+    if (!dtype.isOk()) return dtype.status().withContext(fmt::format("{}: tensor {}", path, e.name));
+    const uint64_t bytes = static_cast<uint64_t>(bytesOf(e));
+    header[e.name] = {{"dtype", *dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    contiguous.push_back(std::move(t));
   }
   std::string headerText = header.dump();
   headerText.append((8 - headerText.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-  std::string content;
-  content.reserve(8 + headerText.size() + offset);
   const uint64_t headerSize = headerText.size();
-  content.append(reinterpret_cast<const char*>(&headerSize), 8);
-  content += headerText;
-  for (const auto& t : contiguous) content.append(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
-  return files::writeFileAtomic(path, content);
+  ASSIGN_OR_RETURN(auto writer, files::AtomicFileWriter::open(path));
+  RETURN_IF_ERROR(writer->append(&headerSize, 8));
+  RETURN_IF_ERROR(writer->append(headerText.data(), headerText.size()));
+  for (size_t i : indices) {
+    const TensorEntry& e = entries[i];
+    ASSIGN_OR_RETURN(at::Tensor produced, produce(i));
+    at::Tensor t = produced.detach().to(at::kCPU).contiguous();
+    if (t.scalar_type() != e.dtype || t.sizes().vec() != e.shape)
+      return internalError("{}: tensor {} came as {} {}, its header says {} {}", path, e.name,
+                           c10::toString(t.scalar_type()), c10::str(t.sizes()), c10::toString(e.dtype),
+                           c10::str(at::IntArrayRef(e.shape)));
+    RETURN_IF_ERROR(writer->append(t.data_ptr(), t.numel() * t.element_size()));
+  }
+  return writer->commit();
+}
+
+std::vector<TensorEntry> entriesOf(const TensorMap& tensors) {
+  std::vector<TensorEntry> out;
+  for (const auto& [name, t] : tensors) out.push_back({name, t.scalar_type(), t.sizes().vec()});
+  return out;
+}
+
+TensorProducer producerOf(const TensorMap& tensors, const std::vector<TensorEntry>& entries) {
+  return [&tensors, &entries](size_t i) -> StatusOr<at::Tensor> { return tensors.at(entries[i].name); };
+}
+
+}  // namespace
+
+Status saveSafetensorsFile(const std::string& path, const TensorMap& tensors,
+                           const std::map<std::string, std::string>& metadata) {
+  const std::vector<TensorEntry> entries = entriesOf(tensors);
+  std::vector<size_t> all(entries.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return streamSafetensorsFile(path, entries, all, producerOf(tensors, entries), metadata);
 }
 
 StatusOr<std::vector<std::string>> saveSafetensorsModel(const std::string& dir, const TensorMap& tensors,
                                                         int64_t maxShardBytes) {
+  const std::vector<TensorEntry> entries = entriesOf(tensors);
+  return streamSafetensorsModel(dir, entries, producerOf(tensors, entries), /*write=*/true, maxShardBytes);
+}
+
+StatusOr<std::vector<std::string>> streamSafetensorsModel(const std::string& dir, std::vector<TensorEntry> entries,
+                                                          const TensorProducer& produce, bool write,
+                                                          int64_t maxShardBytes) {
+  // Name order, as a safetensors file lists its tensors; `produce` is asked in that order.
+  std::vector<size_t> order(entries.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return entries[a].name < entries[b].name; });
+  if (!write) {
+    for (size_t i : order) RETURN_IF_ERROR(produce(i).status());
+    return std::vector<std::string>{};
+  }
   // Shards fill in name order up to the limit (a tensor above it gets a shard of its own).
-  std::vector<TensorMap> shards(1);
+  std::vector<std::vector<size_t>> shards(1);
   int64_t shardBytes = 0, total = 0;
-  for (const auto& [name, t] : tensors) {
-    const int64_t bytes = t.numel() * t.element_size();
+  for (size_t i : order) {
+    const int64_t bytes = bytesOf(entries[i]);
     if (shardBytes > 0 && shardBytes + bytes > maxShardBytes) {
       shards.emplace_back();
       shardBytes = 0;
     }
-    shards.back()[name] = t;
+    shards.back().push_back(i);
     shardBytes += bytes;
     total += bytes;
   }
   RETURN_IF_ERROR(files::makeDirs(dir));
   const std::map<std::string, std::string> metadata{{"format", "pt"}};
   if (shards.size() == 1) {
-    RETURN_IF_ERROR(saveSafetensorsFile(dir + "/model.safetensors", tensors, metadata));
+    RETURN_IF_ERROR(streamSafetensorsFile(dir + "/model.safetensors", entries, shards[0], produce, metadata));
     return std::vector<std::string>{"model.safetensors"};
   }
   std::vector<std::string> names;
   json weightMap = json::object();
-  for (size_t i = 0; i < shards.size(); ++i) {
-    std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
-    RETURN_IF_ERROR(saveSafetensorsFile(dir + "/" + file, shards[i], metadata));
-    for (const auto& [name, t] : shards[i]) weightMap[name] = file;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
+    RETURN_IF_ERROR(streamSafetensorsFile(dir + "/" + file, entries, shards[s], produce, metadata));
+    for (size_t i : shards[s]) weightMap[entries[i].name] = file;
     names.push_back(file);
   }
   json index{{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}};

@@ -46,6 +46,8 @@ class Trainer final : public JobRunner {
   Status profiledTrainStep();
   Status evaluateNow();
   Status saveNow();
+  // The model's whole tensors, one at a time, for the checkpoint (checkpoint.h).
+  WeightStream weightStream();
   Status resume();
   // The data-parallel group: gradients are averaged and ZeRO-partitioned over it.
   backends::Communicator& dp() { return *rank_.mesh.denseData; }
@@ -281,18 +283,28 @@ Status Trainer::evaluateNow() {
   return Status::ok();
 }
 
+WeightStream Trainer::weightStream() {
+  // Every rank gathers each whole tensor with the others: stage 3 its parts over the
+  // data-parallel group, then tensor parallelism its pieces.
+  WeightStream stream;
+  const DecoderModel& model = *built_.model;
+  for (size_t i = 0; i < model.parameters().size(); ++i)
+    stream.entries.push_back(
+        {model.parameters()[i].first, model.dtype(), model.shards().layouts[i].whole});
+  stream.produce = [this](size_t i) -> StatusOr<at::Tensor> {
+    ASSIGN_OR_RETURN(at::Tensor piece, zero_->weightPiece(static_cast<int>(i)));
+    return wholeParameter(*built_.model, static_cast<int>(i), piece);
+  };
+  return stream;
+}
+
 Status Trainer::saveNow() {
   CheckpointContents c;
   // ZeRO partitions and tensor-parallel pieces go in each rank's own file; stage 0's whole state
   // once, with the model.
   if (statePerRank()) c.rank = zero_->state();
   c.rank["rng"] = at::detail::getDefaultCPUGenerator().get_state();
-  // Every rank takes part: stage 3 gathers the weights over the data-parallel group, tensor
-  // parallelism assembles its pieces.
-  ASSIGN_OR_RETURN(TensorMap pieces, zero_->fullWeights());
-  ASSIGN_OR_RETURN(TensorMap weights, wholeWeights(*built_.model, pieces));
   if (ctx_.rank == 0) {
-    c.model = std::move(weights);
     if (!statePerRank()) c.optimizer = zero_->state();
     c.modelConfig = built_.configText;
     c.trainer = {{"step", step_},
@@ -309,7 +321,7 @@ Status Trainer::saveNow() {
                  {"deepspeed", ds_.toJson()}};
   }
   const auto started = Clock::now();
-  RETURN_IF_ERROR(saveCheckpoint(spec_.train.checkpointDir, step_, c, ctx_.rank, rank_.mesh.world.get()));
+  RETURN_IF_ERROR(saveCheckpoint(spec_.train.checkpointDir, step_, c, weightStream(), ctx_.rank, rank_.mesh.world.get()));
   lastSavedStep_ = step_;
   if (ctx_.rank == 0) {
     std::printf("step %lld: checkpoint %s/%s written in %.2f s\n", static_cast<long long>(step_),

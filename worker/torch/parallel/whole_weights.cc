@@ -5,29 +5,18 @@
 
 namespace loom::worker {
 
-StatusOr<TensorMap> wholeWeights(const DecoderModel& model, const TensorMap& pieces) {
+StatusOr<at::Tensor> wholeParameter(const DecoderModel& model, int parameter, const at::Tensor& piece) {
   at::NoGradGuard noGrad;
   backends::Communicator& tp = model.tensorParallel();
-  TensorMap out;
-  const auto& params = model.parameters();
-  for (size_t i = 0; i < params.size(); ++i) {
-    const std::string& name = params[i].first;
-    auto it = pieces.find(name);
-    if (it == pieces.end()) return internalError("checkpoint: no weights for {}", name);
-    const ShardLayout& layout = model.shards().layouts[i];
-    if (!layout.sharded() || tp.size() == 1) {
-      out[name] = it->second;
-      continue;
-    }
-    const at::Tensor piece = it->second.contiguous();
-    std::vector<int64_t> sizes{tp.size()};
-    sizes.insert(sizes.end(), layout.local.begin(), layout.local.end());
-    at::Tensor all = at::empty(sizes, piece.options());
-    RETURN_IF_ERROR(tp.allGather(all, piece)->wait().withContext("checkpoint: gathering " + name +
-                                                                 " over the tensor-parallel group"));
-    out[name] = assembleShards(all, layout, tp.size());
-  }
-  return out;
+  const ShardLayout& layout = model.shards().layouts[parameter];
+  if (!layout.sharded() || tp.size() == 1) return piece;
+  const at::Tensor mine = piece.contiguous();
+  std::vector<int64_t> sizes{tp.size()};
+  sizes.insert(sizes.end(), layout.local.begin(), layout.local.end());
+  at::Tensor all = at::empty(sizes, mine.options());
+  RETURN_IF_ERROR(tp.allGather(all, mine)->wait().withContext("gathering " + model.parameters()[parameter].first +
+                                                              " over the tensor-parallel group"));
+  return assembleShards(all, layout, tp.size());
 }
 
 }  // namespace loom::worker

@@ -1,15 +1,16 @@
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include "common/status.h"
-#include "worker/torch/checkpoint/safetensors.h"
 #include "worker/torch/model/decoder_model.h"
 
 namespace loom::worker {
 
-// The whole HF tensors from this rank's pieces (`pieces` by HF name, in this rank's shapes, as the
-// ZeRO engine's fullWeights gives them): each tensor-parallel parameter is all-gathered over the
-// model's tensor-parallel group, one tensor at a time, and put together as the Plan split it.
-// Every rank of the group calls it.
-StatusOr<TensorMap> wholeWeights(const DecoderModel& model, const TensorMap& pieces);
+// The whole HF tensor of model parameter `parameter` from this rank's piece of it (in this rank's
+// shape): a tensor-parallel parameter is all-gathered over the model's tensor-parallel group and
+// put together as the Plan split it; a whole one is returned as it is. Every rank of the group
+// calls it for the same parameters in the same order.
+StatusOr<at::Tensor> wholeParameter(const DecoderModel& model, int parameter, const at::Tensor& piece);
 
 }  // namespace loom::worker

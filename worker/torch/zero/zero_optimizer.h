@@ -40,8 +40,10 @@ class ZeroEngine {
   virtual TensorMap state() const = 0;
   virtual Status restore(const TensorMap& state, const std::string& source) = 0;
   virtual ZeroMemory memory() const = 0;
-  // The whole model's weights by HF name. Every rank calls it (stage 3 gathers them).
-  virtual StatusOr<TensorMap> fullWeights() = 0;
+  // This rank's weights of model parameter `parameter` (its tensor-parallel piece, in this rank's
+  // shape). Every rank of the data-parallel group calls it for the same parameters in the same
+  // order: stage 3 gathers the parameter's parts.
+  virtual StatusOr<at::Tensor> weightPiece(int parameter) = 0;
 };
 
 // The engine for config.zero.stage over the data-parallel group `comm` (null: one rank). Stages 2

@@ -107,11 +107,7 @@ class ZeroStage0 final : public ZeroEngine {
     return m;
   }
 
-  StatusOr<TensorMap> fullWeights() override {
-    TensorMap out;
-    for (const auto& [name, p] : model_.parameters()) out[name] = p.detach();
-    return out;
-  }
+  StatusOr<at::Tensor> weightPiece(int parameter) override { return model_.parameters()[parameter].second.detach(); }
 
  private:
   backends::Communicator* comm_;

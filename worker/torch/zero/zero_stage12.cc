@@ -31,7 +31,7 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   TensorMap state() const override;
   Status restore(const TensorMap& state, const std::string& source) override;
   ZeroMemory memory() const override;
-  StatusOr<TensorMap> fullWeights() override;
+  StatusOr<at::Tensor> weightPiece(int parameter) override;
 
   at::Tensor run(DecoderModel& model, int index, const at::Tensor& input) override;
   void afterBlockBackward(int block) override;
@@ -332,11 +332,7 @@ ZeroMemory ZeroStage12::memory() const {
   return m;
 }
 
-StatusOr<TensorMap> ZeroStage12::fullWeights() {
-  TensorMap out;
-  for (const auto& [name, p] : model_.parameters()) out[name] = p.detach();
-  return out;
-}
+StatusOr<at::Tensor> ZeroStage12::weightPiece(int parameter) { return model_.parameters()[parameter].second.detach(); }
 
 }  // namespace
 

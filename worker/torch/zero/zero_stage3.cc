@@ -37,7 +37,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
   TensorMap state() const override;
   Status restore(const TensorMap& state, const std::string& source) override;
   ZeroMemory memory() const override;
-  StatusOr<TensorMap> fullWeights() override;
+  StatusOr<at::Tensor> weightPiece(int parameter) override;
   at::Tensor run(DecoderModel& model, int index, const at::Tensor& input) override;
   void beforeBlockBackward(int block) override;
   void afterBlockBackward(int block) override;
@@ -413,23 +413,17 @@ ZeroMemory ZeroStage3::memory() const {
   return m;
 }
 
-StatusOr<TensorMap> ZeroStage3::fullWeights() {
+StatusOr<at::Tensor> ZeroStage3::weightPiece(int parameter) {
   at::NoGradGuard noGrad;
-  TensorMap out;
-  for (auto& p : params_) {
-    if (p.persistent) {
-      out[p.name] = p.tensor.detach().clone();
-      continue;
-    }
-    at::Tensor all = at::empty({dp_ * p.part}, modelOptions_);
-    if (comm_) {
-      RETURN_IF_ERROR(comm_->allGather(all, p.local)->wait().withContext("ZeRO-3 gathering " + p.name));
-    } else {
-      all.copy_(p.local);
-    }
-    out[p.name] = all.slice(0, 0, p.numel).view(p.shape).clone();
+  Param& p = params_[parameter];
+  if (p.persistent) return p.tensor.detach().clone();
+  at::Tensor all = at::empty({dp_ * p.part}, modelOptions_);
+  if (comm_) {
+    RETURN_IF_ERROR(comm_->allGather(all, p.local)->wait().withContext("ZeRO-3 gathering " + p.name));
+  } else {
+    all.copy_(p.local);
   }
-  return out;
+  return all.slice(0, 0, p.numel).view(p.shape);
 }
 
 }  // namespace
