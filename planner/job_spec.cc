@@ -12,14 +12,40 @@ namespace loom::planner {
 
 using nlohmann::json;
 
-const char* jobKindName(JobKind kind) {
-  switch (kind) {
-    case JobKind::kProbe: return "probe";
-    case JobKind::kTrain: return "train";
-    case JobKind::kEval: return "eval";
-  }
-  return "?";
+namespace {
+
+// Every job kind, once: its name, whether it is compiled into a Plan, and its spec's sections.
+// Adding a kind is adding a row here (and its runner in worker/job_runners.cc).
+constexpr JobKindInfo kJobKinds[] = {
+    {.kind = JobKind::kProbe, .name = "probe", .hasPlan = false, .modelAndData = false, .section = "probe",
+     .sectionRequired = false},
+    {.kind = JobKind::kTrain, .name = "train", .hasPlan = true, .modelAndData = true, .section = "train",
+     .sectionRequired = true},
+    {.kind = JobKind::kEval, .name = "eval", .hasPlan = true, .modelAndData = true, .section = "eval",
+     .sectionRequired = false},
+};
+
+}  // namespace
+
+const JobKindInfo& jobKindInfo(JobKind kind) {
+  for (const auto& info : kJobKinds)
+    if (info.kind == kind) return info;
+  return kJobKinds[0];  // every JobKind has a row above
 }
+
+const JobKindInfo* jobKindNamed(const std::string& name) {
+  for (const auto& info : kJobKinds)
+    if (name == info.name) return &info;
+  return nullptr;
+}
+
+std::string jobKindNames() {
+  std::string out;
+  for (const auto& info : kJobKinds) out += std::string(out.empty() ? "" : ", ") + info.name;
+  return out;
+}
+
+const char* jobKindName(JobKind kind) { return jobKindInfo(kind).name; }
 
 const char* deviceKindName(DeviceKind device) {
   return device == DeviceKind::kCuda ? "cuda" : "cpu";
@@ -206,15 +232,10 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
 
   std::string kind;
   RETURN_IF_ERROR(r.readString("kind", &kind, true));
-  if (kind == "probe") {
-    spec.kind = JobKind::kProbe;
-  } else if (kind == "train") {
-    spec.kind = JobKind::kTrain;
-  } else if (kind == "eval") {
-    spec.kind = JobKind::kEval;
-  } else {
-    return invalidArgument("kind: \"{}\" is not a job kind this version runs (supported: probe, train, eval)", kind);
-  }
+  const JobKindInfo* info = jobKindNamed(kind);
+  if (!info)
+    return invalidArgument("kind: \"{}\" is not a job kind this version runs (supported: {})", kind, jobKindNames());
+  spec.kind = info->kind;
 
   ASSIGN_OR_RETURN(const json* resources, r.readObject("resources"));
   if (!resources) return invalidArgument("resources: required field is missing");
@@ -227,14 +248,16 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
   ASSIGN_OR_RETURN(const json* timeouts, r.readObject("timeouts"));
   if (timeouts) RETURN_IF_ERROR(parseTimeouts(*timeouts, &spec));
   // model, data and the kind's own section (train or eval); data before train, whose checks read it.
-  const bool modelJob = spec.kind == JobKind::kTrain || spec.kind == JobKind::kEval;
+  // The kind's table row says which sections apply: model and data, and its own.
+  const bool modelJob = info->modelAndData;
+  auto own = [&](const char* section) { return std::string(info->section) == section; };
   using SectionParser = Status (*)(const json&, JobSpec*);
   const std::vector<std::tuple<const char*, SectionParser, bool, bool>> sections{
       // name, parser, applies, required
       {"model", parseModel, modelJob, modelJob},
       {"data", parseData, modelJob, modelJob},
-      {"train", parseTrain, spec.kind == JobKind::kTrain, spec.kind == JobKind::kTrain},
-      {"eval", parseEval, spec.kind == JobKind::kEval, false},
+      {"train", parseTrain, own("train"), own("train") && info->sectionRequired},
+      {"eval", parseEval, own("eval"), own("eval") && info->sectionRequired},
       {"kernels", parseKernels, true, false},  // a probe loads them with probe.kernels
   };
   for (const auto& [section, parse, applies, required] : sections) {

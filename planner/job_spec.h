@@ -16,6 +16,20 @@ enum class JobKind { kProbe, kTrain, kEval };
 enum class DeviceKind { kCpu, kCuda };
 
 const char* jobKindName(JobKind kind);
+
+// What the planner knows of a job kind, one row per kind (job_spec.cc): the one table that parsing,
+// plan compilation and the worker's runners (worker/job_runners.cc) follow.
+struct JobKindInfo {
+  JobKind kind;
+  const char* name;     // the spec's "kind"
+  bool hasPlan;         // compiled into a Plan on submit, which its ranks execute
+  bool modelAndData;    // its spec needs the model and data sections
+  const char* section;  // its own section of the spec ("probe", "train", "eval")
+  bool sectionRequired;
+};
+const JobKindInfo& jobKindInfo(JobKind kind);
+const JobKindInfo* jobKindNamed(const std::string& name);  // null: not a kind
+std::string jobKindNames();                                 // "probe, train, eval"
 const char* deviceKindName(DeviceKind device);
 
 // The probe's collective benchmark (like nccl-tests): each op at sizes from minBytes to

@@ -188,7 +188,7 @@ Status checkPlanRunnable(const Plan& plan) {
 }
 
 Status checkHasPlan(const JobSpec& spec) {
-  if (spec.kind == JobKind::kTrain || spec.kind == JobKind::kEval) return Status::ok();
+  if (jobKindInfo(spec.kind).hasPlan) return Status::ok();
   return invalidArgument("kind: a {} job has no plan (train and eval jobs do)", jobKindName(spec.kind));
 }
 

@@ -23,9 +23,9 @@ Status runProbeJob(const RankContext& context, const planner::JobSpec& spec, con
 }
 
 constexpr JobKindRunner kRunners[] = {
-    {planner::JobKind::kProbe, /*needsPlan=*/false, runProbeJob},
-    {planner::JobKind::kTrain, /*needsPlan=*/true, runTorchJob},
-    {planner::JobKind::kEval, /*needsPlan=*/true, runTorchJob},
+    {planner::JobKind::kProbe, runProbeJob},
+    {planner::JobKind::kTrain, runTorchJob},
+    {planner::JobKind::kEval, runTorchJob},
 };
 
 }  // namespace

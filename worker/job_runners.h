@@ -13,9 +13,10 @@ namespace loom::worker {
 // How a rank runs one job kind: the one seam where a kind plugs into the worker. Kinds with a
 // Plan (train, eval) run in libloom_torch.so through TorchRuntime::runJob; the probe runs here,
 // loading libtorch only for its collective benchmark.
+// Whether a kind's launch hands its ranks a compiled Plan (LOOM_PLAN) is the planner's
+// planner::jobKindInfo(kind).hasPlan.
 struct JobKindRunner {
   planner::JobKind kind;
-  bool needsPlan;  // the launch hands the rank a compiled Plan (LOOM_PLAN)
   Status (*run)(const RankContext& context, const planner::JobSpec& spec, const planner::Plan* plan,
                 ReportClient& reports);
 };

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   if (!spec.isOk()) return fail(spec.status().withContext(ctx.specPath));
   const auto& runner = loom::worker::runnerFor(spec->kind);
   std::optional<loom::planner::Plan> plan;
-  if (runner.needsPlan) {
+  if (loom::planner::jobKindInfo(spec->kind).hasPlan) {
     auto read = loom::worker::readPlanFile(ctx.planPath);
     if (!read.isOk()) return fail(read.status().withContext("plan"));
     plan = std::move(read).value();
