@@ -40,6 +40,9 @@ struct ParameterSpec {
   std::vector<int64_t> shape;
   std::string dtype;           // on the device: "bfloat16", "float16" or "float32"
   bool trainable = true;       // false: a buffer, saved but never given a gradient nor partitioned by ZeRO
+  // train.frozen_parameters: no gradient and no optimizer state, so outside the ZeRO 1-2 buffers
+  // (ZeRO 3 still partitions its weights, as it does every weight).
+  bool frozen = false;
   LayerRole role = LayerRole::kOther;
   int layer = -1;              // its decoder layer; -1 for the embedding, final norm and head
 

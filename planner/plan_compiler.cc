@@ -93,7 +93,7 @@ std::vector<FlatBufferSpec> partitionBlocks(const PlanMesh& mesh, int64_t numLay
   std::vector<std::vector<int>> dense(blocks), experts(blocks);
   for (size_t i = 0; i < params.size(); ++i) {
     const ParameterSpec& p = params[i];
-    if (!p.trainable) continue;
+    if (!p.trainable || p.frozen) continue;
     const int64_t block = p.layer >= 0 ? p.layer + 1 : (p.role == LayerRole::kEmbedding ? 0 : blocks - 1);
     (p.expert >= 0 ? experts : dense)[block].push_back(static_cast<int>(i));
   }
@@ -252,6 +252,7 @@ StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
                     // HF keeps deepseek_v3's correction bias in fp32 whatever the model's dtype.
                     .dtype = info.trainable ? dtypeOf(ds.precision) : "float32",
                     .trainable = info.trainable,
+                    .frozen = plan.training && spec.train.freezes(info.name),
                     .role = layerRole(info),
                     .layer = info.layer,
                     .split = layout.split,

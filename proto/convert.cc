@@ -253,6 +253,7 @@ void parameterToProto(const planner::ParameterSpec& p, v1::ParameterSpec* out) {
   out->set_expert_owner(p.expertOwner);
   out->set_persistent(p.persistent);
   out->set_partition_numel(p.partitionNumel);
+  out->set_frozen(p.frozen);
 }
 
 planner::ParameterSpec parameterFromProto(const v1::ParameterSpec& p) {
@@ -260,6 +261,7 @@ planner::ParameterSpec parameterFromProto(const v1::ParameterSpec& p) {
                                 .shape = toVector(p.shape()),
                                 .dtype = p.dtype(),
                                 .trainable = p.trainable(),
+                                .frozen = p.frozen(),
                                 .role = roleFromName(p.role()),
                                 .layer = p.layer(),
                                 .split = splitFromProto(p.split()),

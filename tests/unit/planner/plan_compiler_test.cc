@@ -512,6 +512,15 @@ TEST_CASE("plan rejections: train.frozen_parameters that hold nothing or everyth
   CHECK(all.memory.optimizer - noEmbedding.memory.optimizer == 12 * embedding / 8);
   CHECK(all.memory.gradients - noEmbedding.memory.gradients == 2 * embedding / 8);
   CHECK(all.memory.parameters == noEmbedding.memory.parameters);
+  // Marked in the Plan; at stages 1 and 2 outside the flat buffers (the worker's ZeRO engines take
+  // their partitions from there), so the embedding's block has none.
+  CHECK(parameter(noEmbedding, "model.embed_tokens.weight").frozen);
+  CHECK_FALSE(parameter(noEmbedding, "lm_head.weight").frozen);
+  json stage1 = frozen({"model\\.embed_tokens\\.weight"});
+  stage1["deepspeed"]["zero_optimization"]["stage"] = 1;
+  const Plan buffers = compiled("llama3_8b.json", stage1);
+  CHECK(buffers.zero.buffers.front().block == 1);  // the first layer's: block 0 (the embedding) has no buffer
+  CHECK(buffers.zero.buffers.size() == 33);        // 32 layers, the final norm and head
   CHECK(rejection("llama3_8b.json", frozen({".*"})) ==
         "train.frozen_parameters: every one of the model's 291 parameters is frozen");
   // Not a regular expression: refused when the spec is read, by index.

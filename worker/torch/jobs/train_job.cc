@@ -108,7 +108,11 @@ Status Trainer::setUp() {
   order_ = std::make_unique<train::SampleOrder>(train_->numSamples(), static_cast<uint64_t>(spec_.data.seed));
 
   const int64_t parameterCount = rank_.plan.totalElements();
-  zero_ = makeZeroEngine(ds_, *built_.model, &dp());
+  // The ZeRO partitions are the Plan's, laid out for this data-parallel group.
+  if (rank_.plan.zero.denseGroupSize != dp().size() || rank_.plan.zero.stage != ds_.zero.stage)
+    return internalError("plan: ZeRO stage {} over {} ranks, but the job runs stage {} over a data-parallel group of {}",
+                         rank_.plan.zero.stage, rank_.plan.zero.denseGroupSize, ds_.zero.stage, dp().size());
+  zero_ = makeZeroEngine(ds_, rank_.plan, *built_.model, &dp());
   if (spec_.train.resume && !spec_.train.checkpointDir.empty()) RETURN_IF_ERROR(resume());
 
   if (ctx_.rank == 0) {

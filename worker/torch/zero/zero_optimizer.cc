@@ -6,13 +6,13 @@
 
 namespace loom::worker {
 
-std::unique_ptr<ZeroEngine> makeZeroEngine(const planner::DeepSpeedConfig& config, DecoderModel& model,
-                                           backends::Communicator* comm) {
+std::unique_ptr<ZeroEngine> makeZeroEngine(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
+                                           DecoderModel& model, backends::Communicator* comm) {
   switch (config.zero.stage) {
     case 0: return makeZeroStage0(config, model, comm);
     case 1:
-    case 2: return makeZeroStage12(config, model, comm);
-    default: return makeZeroStage3(config, model, comm);
+    case 2: return makeZeroStage12(config, plan.zero, model, comm);
+    default: return makeZeroStage3(config, plan, model, comm);
   }
 }
 

@@ -6,6 +6,7 @@
 #include "backends/communicator.h"
 #include "common/status.h"
 #include "planner/deepspeed_config.h"
+#include "planner/plan.h"
 #include "worker/torch/checkpoint/safetensors.h"
 
 namespace loom::worker {
@@ -46,9 +47,10 @@ class ZeroEngine {
   virtual StatusOr<at::Tensor> weightPiece(int parameter) = 0;
 };
 
-// The engine for config.zero.stage over the data-parallel group `comm` (null: one rank). Stages 2
+// The engine for config.zero.stage over the data-parallel group `comm`, with the partitions the
+// Plan laid out (its flat buffers at stages 1 and 2, each parameter's part at stage 3). Stages 2
 // and 3 take over running the model's blocks, to act inside its backward.
-std::unique_ptr<ZeroEngine> makeZeroEngine(const planner::DeepSpeedConfig& config, DecoderModel& model,
-                                           backends::Communicator* comm);
+std::unique_ptr<ZeroEngine> makeZeroEngine(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
+                                           DecoderModel& model, backends::Communicator* comm);
 
 }  // namespace loom::worker

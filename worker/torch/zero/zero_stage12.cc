@@ -21,7 +21,8 @@ using backends::ReduceOp;
 
 class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBackwardHooks {
  public:
-  ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm);
+  ZeroStage12(const planner::DeepSpeedConfig& config, const planner::ZeroPlan& plan, DecoderModel& model,
+              backends::Communicator* comm);
 
   void zeroGradients() override;
   Status accumulate() override;
@@ -82,7 +83,8 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   std::unique_ptr<Optimizer> optimizer_;
 };
 
-ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
+ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, const planner::ZeroPlan& plan, DecoderModel& model,
+                         backends::Communicator* comm)
     : config_(config), stage_(config.zero.stage), comm_(comm), model_(model),
       f32_(at::TensorOptions().dtype(at::kFloat).device(model.device())),
       hostF32_(config.zero.offloadOptimizer == "cpu"
@@ -92,27 +94,22 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& m
   at::NoGradGuard noGrad;
   dp_ = comm ? comm->size() : 1;
   rank_ = comm ? comm->rank() : 0;
-  std::vector<bool> taken(model.parameters().size(), false);
   blockOfModelBlock_.assign(model.numBlocks(), -1);
   int64_t flatTotal = 0;
-  for (int b = 0; b < model.numBlocks(); ++b) {
+  // The Plan's flat buffers, one per block; frozen parameters stay whole in the model, out of
+  // them and of the optimizer. The Trainer checked the buffers against the group and the model.
+  for (const planner::FlatBufferSpec& buffer : plan.buffers) {
     Block block;
-    std::vector<int64_t> numels;
-    for (int i : model.blockParameters(b)) {
-      // Frozen parameters stay whole in the model, out of the flat buffers and the optimizer.
-      if (taken[i] || !model.parameters()[i].second.requires_grad()) continue;
-      taken[i] = true;
+    for (int i : buffer.members[0]) {
       block.params.push_back(model.parameters()[i]);
       block.normWeights.push_back(tensorParallelNormWeight(model.shards().layouts[i], model.tensorParallel().size()));
-      numels.push_back(model.parameters()[i].second.numel());
     }
-    if (block.params.empty()) continue;
-    block.layout = planner::partitionFlat(numels, dp_);
+    block.layout = buffer.partition;
     block.partOffset = partitionNumel_;
     block.flatOffset = flatTotal;
     partitionNumel_ += block.layout.partitionNumel;
     flatTotal += block.layout.flatNumel;
-    blockOfModelBlock_[b] = static_cast<int>(blocks_.size());
+    blockOfModelBlock_[buffer.block] = static_cast<int>(blocks_.size());
     blocks_.push_back(std::move(block));
   }
   // This rank's part of every block's (padded) parameters, as fp32 masters.
@@ -336,9 +333,9 @@ StatusOr<at::Tensor> ZeroStage12::weightPiece(int parameter) { return model_.par
 
 }  // namespace
 
-std::unique_ptr<ZeroEngine> makeZeroStage12(const planner::DeepSpeedConfig& config, DecoderModel& model,
-                                            backends::Communicator* comm) {
-  return std::make_unique<ZeroStage12>(config, model, comm);
+std::unique_ptr<ZeroEngine> makeZeroStage12(const planner::DeepSpeedConfig& config, const planner::ZeroPlan& plan,
+                                            DecoderModel& model, backends::Communicator* comm) {
+  return std::make_unique<ZeroStage12>(config, plan, model, comm);
 }
 
 }  // namespace loom::worker

@@ -26,7 +26,8 @@ using torch::autograd::tensor_list;
 
 class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBackwardHooks {
  public:
-  ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm);
+  ZeroStage3(const planner::DeepSpeedConfig& config, const planner::Plan& plan, DecoderModel& model,
+             backends::Communicator* comm);
 
   void zeroGradients() override;
   // Reduced during backward, block by block; the embedding's (whose input is the tokens, which
@@ -119,26 +120,28 @@ at::Tensor parameterLinear(const at::Tensor& x, const at::Tensor& weight, const 
   return bias.defined() ? out + bias : out;
 }
 
-ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
+ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, const planner::Plan& plan, DecoderModel& model,
+                       backends::Communicator* comm)
     : config_(config), model_(model), comm_(comm), dtype_(model.dtype()),
       f32_(at::TensorOptions().dtype(at::kFloat).device(model.device())), modelOptions_(f32_.dtype(model.dtype())) {
   at::NoGradGuard noGrad;
   dp_ = comm ? comm->size() : 1;
   rank_ = comm ? comm->rank() : 0;
-  std::vector<int64_t> numels;
-  for (const auto& [name, t] : model.parameters()) numels.push_back(t.numel());
-  const auto layout = planner::partitionPerParameter(numels, dp_, config.zero.paramPersistenceThreshold,
-                                                     config.zero.modelPersistenceThreshold);
+  const size_t count = model.parameters().size();
   // offload_optimizer.device cpu: masters and optimizer state on the host (pinned beside a GPU).
   const at::TensorOptions masterOptions =
       config.zero.offloadOptimizer == "cpu"
           ? at::TensorOptions().dtype(at::kFloat).pinned_memory(model.device().is_cuda() && config.zero.offloadPinMemory)
           : f32_;
   std::vector<std::pair<std::string, at::Tensor>> masters;
-  for (size_t i = 0; i < numels.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     const auto& [name, t] = model.parameters()[i];
-    Param p{.name = name, .tensor = t, .shape = t.sizes().vec(), .numel = t.numel(),
-            .persistent = layout[i].persistent, .part = layout[i].partitionNumel, .trainable = t.requires_grad()};
+    // The Plan's part of each parameter (planner::partitionPerParameter); a buffer, which ZeRO
+    // does not partition, stays whole.
+    const planner::ParameterSpec& spec = plan.parameters[i];
+    const bool persistent = spec.persistent || spec.partitionNumel == 0;
+    Param p{.name = name, .tensor = t, .shape = t.sizes().vec(), .numel = t.numel(), .persistent = persistent,
+            .part = persistent ? t.numel() : spec.partitionNumel, .trainable = t.requires_grad()};
     if (p.persistent) {
       if (p.trainable) p.master = at::empty({p.numel}, masterOptions).copy_(t.detach().reshape({-1}));
     } else {
@@ -428,9 +431,9 @@ StatusOr<at::Tensor> ZeroStage3::weightPiece(int parameter) {
 
 }  // namespace
 
-std::unique_ptr<ZeroEngine> makeZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& model,
-                                           backends::Communicator* comm) {
-  return std::make_unique<ZeroStage3>(config, model, comm);
+std::unique_ptr<ZeroEngine> makeZeroStage3(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
+                                           DecoderModel& model, backends::Communicator* comm) {
+  return std::make_unique<ZeroStage3>(config, plan, model, comm);
 }
 
 }  // namespace loom::worker

@@ -19,7 +19,7 @@ class DecoderModel;
 // gradients are computed, reduce-scatter them into each rank's part and release the parameters.
 // So a rank holds 1/dp of the parameters plus the block in use, and 1/dp of the gradients;
 // activations are kept as in stage 0 (the linear layers save the weight parameter, not its data).
-std::unique_ptr<ZeroEngine> makeZeroStage3(const planner::DeepSpeedConfig& config, DecoderModel& model,
-                                           backends::Communicator* comm);
+std::unique_ptr<ZeroEngine> makeZeroStage3(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
+                                           DecoderModel& model, backends::Communicator* comm);
 
 }  // namespace loom::worker
