@@ -54,8 +54,10 @@ StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes, int gr
     std::string detail;
     for (const auto& n : nodes) detail += fmt::format("{}{} {}", detail.empty() ? "" : ", ", n.nodeId, n.freeSlots);
     return Status(StatusCode::kResourceExhausted,
-                  fmt::format("waiting for nodes: a tensor-parallel group of {} ranks must lie inside one node, and the "
-                              "free slots ({}) hold {} of the {} ranks that way",
+                  fmt::format("waiting for nodes: deepspeed.tensor_parallel.autotp_size {}: each tensor-parallel group "
+                              "of {} ranks must lie inside one node, and the free slots ({}) hold {} of the {} ranks "
+                              "that way",
+                              groupSize,
                               groupSize, detail, next, ranks));
   }
   return placement;

@@ -53,6 +53,38 @@ TEST_CASE("a 4-rank job splits over two daemons of 2 slots under a separate plan
   CHECK(job.ranks(2).node_id() == job.ranks(3).node_id());
 }
 
+TEST_CASE("a tensor-parallel group is never split over nodes - the job waits saying why", "[integration]") {
+  PlannerProcess planner;
+  DaemonProcess a(planner.address, 2, "node-a");
+  DaemonProcess b(planner.address, 2, "node-b");
+  client::LoomClient client(planner.address);
+  REQUIRE(eventually([&] { auto nodes = client.listNodes(); return nodes.isOk() && nodes->size() == 2; },
+                     std::chrono::seconds(20)));
+  TempDir dir;
+  const std::string config = dir.path() + "/config.json";
+  REQUIRE(files::writeFileAtomic(config, R"({"model_type": "llama", "vocab_size": 256, "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4})")
+              .isOk());
+  const nlohmann::json spec{{"name", "tp4"},
+                            {"kind", "eval"},
+                            {"resources", {{"ranks", 4}}},
+                            {"model", {{"config", config}}},
+                            {"data", {{"eval", dir.path() + "/eval.tokens"}, {"seq_len", 8}}},
+                            {"deepspeed", {{"train_micro_batch_size_per_gpu", 1}, {"tensor_parallel", {{"autotp_size", 4}}}}}};
+  // 4 free slots, but 2 on each node: the 4 ranks of the group would straddle them.
+  auto created = client.createJob(spec.dump());
+  INFO(created.status().toString());
+  REQUIRE(created.isOk());
+  const std::string expected =
+      "waiting for nodes: deepspeed.tensor_parallel.autotp_size 4: each tensor-parallel group of 4 ranks must lie "
+      "inside one node, and the free slots (node-a 2, node-b 2) hold 0 of the 4 ranks that way";
+  REQUIRE(eventually([&] {
+    auto job = client.getJob(created->job().id());
+    return job.isOk() && job->state() == v1::PENDING && job->reason() == expected;
+  }, std::chrono::seconds(10)));
+  REQUIRE(client.cancelJob(created->job().id()).isOk());
+}
+
 TEST_CASE("a job that does not fit stays PENDING with the reason - and runs once slots free up", "[integration]") {
   Standalone cluster(/*slots=*/2);
   auto pendingReason = [&](const std::string& id) {

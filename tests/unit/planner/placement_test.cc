@@ -45,6 +45,6 @@ TEST_CASE("a node takes whole tensor-parallel groups - or the gang waits, saying
   REQUIRE_FALSE(split.isOk());
   CHECK(split.status().code() == loom::StatusCode::kResourceExhausted);
   CHECK(split.status().message() ==
-        "waiting for nodes: a tensor-parallel group of 4 ranks must lie inside one node, and the free slots (a 3, b 3) "
-        "hold 0 of the 4 ranks that way");
+        "waiting for nodes: deepspeed.tensor_parallel.autotp_size 4: each tensor-parallel group of 4 ranks must lie "
+        "inside one node, and the free slots (a 3, b 3) hold 0 of the 4 ranks that way");
 }
