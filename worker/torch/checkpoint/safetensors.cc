@@ -205,6 +205,15 @@ StatusOr<std::vector<std::string>> saveSafetensorsModel(const std::string& dir, 
   return streamSafetensorsModel(dir, entries, producerOf(tensors, entries), /*write=*/true, maxShardBytes);
 }
 
+namespace {
+
+// Writes the model files, asking `produce` for the entries in `order`.
+StatusOr<std::vector<std::string>> writeModelFiles(const std::string& dir, const std::vector<TensorEntry>& entries,
+                                                   const std::vector<size_t>& order, const TensorProducer& produce,
+                                                   int64_t maxShardBytes);
+
+}  // namespace
+
 StatusOr<std::vector<std::string>> streamSafetensorsModel(const std::string& dir, std::vector<TensorEntry> entries,
                                                           const TensorProducer& produce, bool write,
                                                           int64_t maxShardBytes) {
@@ -216,6 +225,26 @@ StatusOr<std::vector<std::string>> streamSafetensorsModel(const std::string& dir
     for (size_t i : order) RETURN_IF_ERROR(produce(i).status());
     return std::vector<std::string>{};
   }
+  // A write that fails part way still asks for the tensors it did not reach: the other ranks
+  // gather each of them with this one, and would wait for it in the next gather.
+  std::vector<bool> produced(entries.size(), false);
+  const TensorProducer tracked = [&](size_t i) {
+    produced[i] = true;
+    return produce(i);
+  };
+  auto written = writeModelFiles(dir, entries, order, tracked, maxShardBytes);
+  if (!written.isOk()) {
+    for (size_t i : order)
+      if (!produced[i]) (void)produce(i);
+  }
+  return written;
+}
+
+namespace {
+
+StatusOr<std::vector<std::string>> writeModelFiles(const std::string& dir, const std::vector<TensorEntry>& entries,
+                                                   const std::vector<size_t>& order, const TensorProducer& produce,
+                                                   int64_t maxShardBytes) {
   // Shards fill in name order up to the limit (a tensor above it gets a shard of its own).
   std::vector<std::vector<size_t>> shards(1);
   int64_t shardBytes = 0, total = 0;
@@ -248,5 +277,7 @@ StatusOr<std::vector<std::string>> streamSafetensorsModel(const std::string& dir
   names.push_back("model.safetensors.index.json");
   return names;
 }
+
+}  // namespace
 
 }  // namespace loom::worker

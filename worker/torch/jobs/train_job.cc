@@ -109,9 +109,7 @@ Status Trainer::setUp() {
 
   const int64_t parameterCount = rank_.plan.totalElements();
   // The ZeRO partitions are the Plan's, laid out for this data-parallel group.
-  if (rank_.plan.zero.denseGroupSize != dp().size() || rank_.plan.zero.stage != ds_.zero.stage)
-    return internalError("plan: ZeRO stage {} over {} ranks, but the job runs stage {} over a data-parallel group of {}",
-                         rank_.plan.zero.stage, rank_.plan.zero.denseGroupSize, ds_.zero.stage, dp().size());
+  RETURN_IF_ERROR(checkZeroPlan(ds_, rank_.plan, *built_.model, dp()));
   zero_ = makeZeroEngine(ds_, rank_.plan, *built_.model, &dp());
   if (spec_.train.resume && !spec_.train.checkpointDir.empty()) RETURN_IF_ERROR(resume());
 
@@ -148,12 +146,13 @@ Status Trainer::resume() {
                               "{} x data parallel {} (deepspeed.tensor_parallel.autotp_size): the optimizer state is "
                               "split by tensor-parallel rank and resumes at its own layout only",
                               where, writtenTp, t.value("dp_world_size", 0), tp(), dp().size());
-  // A ZeRO checkpoint holds each rank's partition: it loads at the same stage and size only.
+  // A checkpoint whose ranks hold their own state (a ZeRO partition, tensor-parallel pieces) loads
+  // at the same stage and size only.
   const int stage = t.value("zero_stage", 0), writtenDp = t.value("dp_world_size", dp().size());
-  if (stage != ds_.zero.stage || (stage > 0 && writtenDp != dp().size()))
+  if (stage != ds_.zero.stage || (statePerRank() && writtenDp != dp().size()))
     return failedPrecondition("{}: written at ZeRO stage {} by {} data-parallel ranks; this job runs stage {} on {} "
-                              "(stage 0 checkpoints load at any size; a ZeRO checkpoint at its own stage and size "
-                              "only)",
+                              "(a stage 0 checkpoint without tensor parallelism loads at any size; one whose ranks "
+                              "hold their own state at its own stage and size only)",
                               where, stage, writtenDp, ds_.zero.stage, dp().size());
   // The frozen set decides what the optimizer state covers: it must be the one the checkpoint
   // was written with.

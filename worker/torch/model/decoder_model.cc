@@ -139,6 +139,13 @@ void DecoderModel::bindLayers() {
     });
   }
   kvHeads_ = layers_.empty() ? config_.numKvHeads : layers_.front().k.size(0) / config_.headDim;
+  // Gradients each rank computes only in part: q/k norms (applied to this rank's heads) and KV
+  // heads shared by several ranks.
+  for (Layer& l : layers_) {
+    sumGradientOverGroup(l.qNorm, *shards_.tp);
+    sumGradientOverGroup(l.kNorm, *shards_.tp);
+    for (at::Tensor* kv : {&l.k, &l.v, &l.kBias, &l.vBias}) sumGradientOverKvReplicas(*kv, l.kvLayout, *shards_.tp);
+  }
 }
 
 void DecoderModel::initRandom(int64_t seed) {
@@ -212,12 +219,11 @@ at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& input,
     return linear_(x, w, bias).view({b, s, n, d});
   };
   at::Tensor q = heads(l.q, l.qBias, heads_);
-  at::Tensor k = heads(sumOverKvReplicas(l.k, l.kvLayout, tp), sumOverKvReplicas(l.kBias, l.kvLayout, tp), kvHeads_);
-  at::Tensor v = heads(sumOverKvReplicas(l.v, l.kvLayout, tp), sumOverKvReplicas(l.vBias, l.kvLayout, tp), kvHeads_)
-                     .transpose(1, 2);
+  at::Tensor k = heads(l.k, l.kBias, kvHeads_);
+  at::Tensor v = heads(l.v, l.vBias, kvHeads_).transpose(1, 2);
   if (config_.qkNorm) {
-    q = ops().rmsNorm(q, copyToTensorParallel(l.qNorm, tp), config_.rmsNormEps);
-    k = ops().rmsNorm(k, copyToTensorParallel(l.kNorm, tp), config_.rmsNormEps);
+    q = ops().rmsNorm(q, l.qNorm, config_.rmsNormEps);
+    k = ops().rmsNorm(k, l.kNorm, config_.rmsNormEps);
   }
   auto [qr, kr] = ops().rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin);
   at::Tensor out = ops().attention(qr, kr, v, config_.slidingWindow);  // [B, H, S, D]

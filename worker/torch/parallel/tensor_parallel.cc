@@ -44,33 +44,6 @@ struct ReduceFromTensorParallel : public torch::autograd::Function<ReduceFromTen
   static tensor_list backward(AutogradContext*, tensor_list grads) { return {grads[0], at::Tensor()}; }
 };
 
-struct SumOverKvReplicas : public torch::autograd::Function<SumOverKvReplicas> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& w, backends::Communicator* tp, int64_t dim,
-                            int64_t heads, int64_t head) {
-    keepCommunicator(ctx, *tp);
-    ctx->saved_data["dim"] = dim;
-    ctx->saved_data["heads"] = heads;
-    ctx->saved_data["head"] = head;
-    return w.view_as(w);
-  }
-  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    // Every rank's gradient in its head's place of the whole projection, summed: each head then
-    // holds the sum over the ranks that share it.
-    const at::Tensor& g = grads[0];
-    const int64_t dim = ctx->saved_data["dim"].toInt(), heads = ctx->saved_data["heads"].toInt(),
-                  head = ctx->saved_data["head"].toInt();
-    std::vector<int64_t> sizes = g.sizes().vec();
-    const int64_t piece = sizes[dim];
-    sizes[dim] = piece * heads;
-    at::Tensor whole = at::zeros(sizes, g.options());
-    whole.narrow(dim, head * piece, piece).copy_(g);
-    throwIfError(communicatorOf(ctx).allReduce(whole, backends::ReduceOp::kSum)->wait().withContext(
-        "tensor-parallel KV-head gradient all-reduce"));
-    return {whole.narrow(dim, head * piece, piece).contiguous(), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
-  }
-};
-
 }  // namespace
 
 at::Tensor copyToTensorParallel(const at::Tensor& x, backends::Communicator& tp) {
@@ -83,10 +56,29 @@ at::Tensor reduceFromTensorParallel(const at::Tensor& x, backends::Communicator&
   return ReduceFromTensorParallel::apply(x, &tp);
 }
 
-at::Tensor sumOverKvReplicas(const at::Tensor& weight, const ShardLayout& layout, backends::Communicator& tp) {
-  if (!weight.defined() || layout.replicas <= 1) return weight;
-  return SumOverKvReplicas::apply(weight, &tp, static_cast<int64_t>(layout.dim), static_cast<int64_t>(layout.parts),
-                                  static_cast<int64_t>(layout.index));
+void sumGradientOverGroup(at::Tensor& parameter, backends::Communicator& tp) {
+  if (!parameter.defined() || tp.size() == 1) return;
+  backends::Communicator* group = &tp;
+  parameter.register_hook([group](const at::Tensor& grad) {
+    return summed(grad, *group, "tensor-parallel gradient all-reduce");
+  });
+}
+
+void sumGradientOverKvReplicas(at::Tensor& parameter, const ShardLayout& layout, backends::Communicator& tp) {
+  if (!parameter.defined() || layout.replicas <= 1) return;
+  backends::Communicator* group = &tp;
+  parameter.register_hook([group, layout](const at::Tensor& grad) {
+    // Every rank's gradient in its head's place of the whole projection, summed: each head then
+    // holds the sum over the ranks that share it.
+    std::vector<int64_t> sizes = grad.sizes().vec();
+    const int64_t piece = sizes[layout.dim];
+    sizes[layout.dim] = piece * layout.parts;
+    at::Tensor whole = at::zeros(sizes, grad.options());
+    whole.narrow(layout.dim, layout.index * piece, piece).copy_(grad);
+    throwIfError(group->allReduce(whole, backends::ReduceOp::kSum)->wait().withContext(
+        "tensor-parallel KV-head gradient all-reduce"));
+    return whole.narrow(layout.dim, layout.index * piece, piece).contiguous();
+  });
 }
 
 at::Tensor vocabParallelEmbedding(const at::Tensor& table, const at::Tensor& ids, int64_t vocabStart,

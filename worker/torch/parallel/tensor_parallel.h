@@ -19,9 +19,14 @@ at::Tensor copyToTensorParallel(const at::Tensor& x, backends::Communicator& tp)
 // Sums over the group forward; identity backward. On the output of row-parallel layers and of the
 // vocabulary-parallel embedding.
 at::Tensor reduceFromTensorParallel(const at::Tensor& x, backends::Communicator& tp);
-// Identity forward on a KV projection's piece when `layout` shares each KV head among several
-// ranks (layout.replicas > 1); backward sums its gradient over the ranks that share the head.
-at::Tensor sumOverKvReplicas(const at::Tensor& weight, const ShardLayout& layout, backends::Communicator& tp);
+// Gradient hooks on the parameters themselves (not autograd functions around their use, whose
+// saved views would pin ZeRO-3's gathered storage until backward):
+// - a whole parameter each rank applies to its own heads only (q/k norms): its gradient summed
+//   over the group;
+// - a KV projection's piece when `layout` shares each KV head among several ranks
+//   (layout.replicas > 1): its gradient summed over the ranks that share the head.
+void sumGradientOverGroup(at::Tensor& parameter, backends::Communicator& tp);
+void sumGradientOverKvReplicas(at::Tensor& parameter, const ShardLayout& layout, backends::Communicator& tp);
 
 // The vocabulary-parallel embedding (DeepSpeed's VocabParallelEmbedding): this rank's table holds
 // rows [vocabStart, vocabStart + rows); ids outside them look up zeros, and the sum over the

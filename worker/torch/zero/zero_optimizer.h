@@ -50,6 +50,13 @@ class ZeroEngine {
 // The engine for config.zero.stage over the data-parallel group `comm`, with the partitions the
 // Plan laid out (its flat buffers at stages 1 and 2, each parameter's part at stage 3). Stages 2
 // and 3 take over running the model's blocks, to act inside its backward.
+// The Plan's ZeRO layout must fit this group and model before an engine trusts it: the stage and
+// group size, and at stages 1-2 every parameter that trains in exactly one flat buffer and nothing
+// else there (a Plan stored by another version could disagree on the frozen set).
+// FailedPrecondition naming what differs.
+Status checkZeroPlan(const planner::DeepSpeedConfig& config, const planner::Plan& plan, const DecoderModel& model,
+                     const backends::Communicator& dp);
+
 std::unique_ptr<ZeroEngine> makeZeroEngine(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
                                            DecoderModel& model, backends::Communicator* comm);
 

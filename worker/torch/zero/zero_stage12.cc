@@ -97,7 +97,7 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, const planner::
   blockOfModelBlock_.assign(model.numBlocks(), -1);
   int64_t flatTotal = 0;
   // The Plan's flat buffers, one per block; frozen parameters stay whole in the model, out of
-  // them and of the optimizer. The Trainer checked the buffers against the group and the model.
+  // them and of the optimizer (checkZeroPlan checked the buffers against the group and the model).
   for (const planner::FlatBufferSpec& buffer : plan.buffers) {
     Block block;
     for (int i : buffer.members[0]) {
