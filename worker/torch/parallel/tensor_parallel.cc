@@ -85,6 +85,10 @@ at::Tensor vocabParallelEmbedding(const at::Tensor& table, const at::Tensor& ids
                                   backends::Communicator& tp) {
   if (tp.size() == 1) return at::embedding(table, ids);
   const int64_t rows = table.size(0);
+  // An id no rank holds would look up zeros everywhere instead of failing as at::embedding does.
+  const int64_t largest = ids.max().item<int64_t>(), vocab = rows * tp.size();
+  TORCH_CHECK(ids.min().item<int64_t>() >= 0 && largest < vocab, "token id ", largest,
+              " is outside the model's vocabulary of ", vocab);
   at::Tensor local = ids - vocabStart;
   at::Tensor outside = (local < 0).logical_or(local >= rows);
   at::Tensor looked = at::embedding(table, local.masked_fill(outside, 0));

@@ -34,7 +34,7 @@ VocabShard shardOf(AutogradContext* ctx) {
 }
 
 void reduceOverGroup(const VocabShard& shard, at::Tensor& t, backends::ReduceOp op, const char* what) {
-  if (shard.tp->size() > 1) throwIfError(shard.tp->allReduce(t, op)->wait().withContext(what));
+  if (shard.tp && shard.tp->size() > 1) throwIfError(shard.tp->allReduce(t, op)->wait().withContext(what));
 }
 
 // Calls fn(rows) for consecutive blocks of rows of `logits` [N, columns].

@@ -21,7 +21,7 @@ namespace loom::worker {
 // (a group of one rank is a plain, chunked computation). A failed collective throws.
 
 struct VocabShard {
-  backends::Communicator* tp = nullptr;
+  backends::Communicator* tp = nullptr;  // null: one rank
   int64_t vocabStart = 0;
   int64_t blockRows = 0;
 };
