@@ -13,8 +13,8 @@ namespace loom::worker {
 // runtime turns it into the job's error).
 
 // Identity forward; backward sums the gradient over the group. On the input of column-parallel
-// layers (each rank's slice of the output features gives only its part of the input's gradient),
-// and on a whole weight that each rank uses for its own heads only (q/k norms).
+// layers and of the vocabulary-parallel head (each rank's slice of the output features gives only
+// its part of the input's gradient).
 at::Tensor copyToTensorParallel(const at::Tensor& x, backends::Communicator& tp);
 // Sums over the group forward; identity backward. On the output of row-parallel layers and of the
 // vocabulary-parallel embedding.
