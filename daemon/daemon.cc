@@ -296,6 +296,14 @@ void Daemon::markExited(RankRecord& r, int exitCode, int signal, const std::stri
   report(r, RankEvent::kExited, detail);
 }
 
+void Daemon::reportReaped(const std::string& key) {
+  auto it = ranks_.find(key);
+  if (it == ranks_.end() || it->second.exited || !it->second.reapedStatus) return;
+  RankRecord& r = it->second;
+  auto exit = process::decodeWaitStatus(*r.reapedStatus);
+  markExited(r, exit.exitCode, exit.signal, r.heartbeatLost ? r.lastReport.detail : r.failure);
+}
+
 void Daemon::tick() {
   for (;;) {
     // Peek first (WNOWAIT): while the rank is an unreaped zombie its pid, and so its process
@@ -307,16 +315,18 @@ void Daemon::tick() {
     int status = 0;
     ::waitpid(pid, &status, 0);
     for (auto& [key, r] : ranks_) {
-      if (r.child && r.pid == pid && !r.exited) {
-        auto exit = process::decodeWaitStatus(status);
-        markExited(r, exit.exitCode, exit.signal, r.heartbeatLost ? r.lastReport.detail : r.failure);
+      if (r.child && r.pid == pid && !r.exited && !r.reapedStatus) {
+        // Reported once the datagrams the rank sent before it exited (its last progress, why it
+        // failed) have been handled: they are on the socket already, ahead of this.
+        r.reapedStatus = status;
+        reports_->afterQueued([this, key = key] { loop_->post([this, key] { reportReaped(key); }); });
         break;
       }
     }
   }
   const int64_t now = clock_->steadyMs();
   for (auto& [key, r] : ranks_) {
-    if (r.exited) continue;
+    if (r.exited || r.reapedStatus) continue;
     if (!r.child && !process::isAlive(r.pid, r.startTime)) {
       auto code = readExitStatus(r.rankDir);
       markExited(r, code.value_or(255), 0, code ? "" : "exit status unknown (re-adopted rank)");
@@ -345,6 +355,7 @@ void Daemon::onKill(KillOrder order) {
     for (auto& [key, r] : ranks_) {
       if (r.jobId != order.jobId || r.attempt != order.attempt || r.exited) continue;
       r.stopping = true;
+      if (r.reapedStatus) continue;  // gone already: its pid may be another process's by now
       if (order.gracePeriodMs <= 0) {
         process::signalGroup(r.pid, SIGKILL);
       } else if (r.killDeadlineMs == 0 && !r.heartbeatLost) {

@@ -57,6 +57,8 @@ class Daemon final : public PlannerOrders {
   void onWorkerMessage(const WorkerMessage& message);
   void tick();
   void markExited(RankRecord& record, int exitCode, int signal, const std::string& detail);
+  // markExited for a rank tick() reaped, once its queued datagrams are handled.
+  void reportReaped(const std::string& key);
   void report(RankRecord& record, RankEvent event, const std::string& detail = "");
   void persist(const RankRecord& record);
   std::string attemptDir(const std::string& jobId, int attempt) const;

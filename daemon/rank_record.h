@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/node_messages.h"
@@ -31,6 +32,9 @@ struct RankRecord {
   bool stopping = false;         // a kill was ordered: silence is expected, not a lost heartbeat
   bool heartbeatLost = false;
   std::string failure;           // what the rank said before exiting non-zero
+  // Reaped (its wait status here), but not yet reported as exited: its last datagrams, sent
+  // before it exited, are handled first (ReportSocket::afterQueued).
+  std::optional<int> reapedStatus;
 
   std::string key() const { return jobId + "." + std::to_string(attempt) + "." + std::to_string(rank); }
 };

@@ -34,7 +34,8 @@ StatusOr<std::unique_ptr<ReportSocket>> ReportSocket::open(const std::string& pa
 }
 
 ReportSocket::ReportSocket(std::string path, int fd, Handler handler)
-    : path_(std::move(path)), fd_(fd), wakeFd_(::eventfd(0, EFD_CLOEXEC)), handler_(std::move(handler)) {
+    : path_(std::move(path)), fd_(fd), wakeFd_(::eventfd(0, EFD_CLOEXEC)),
+      flushFd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), handler_(std::move(handler)) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -44,27 +45,62 @@ ReportSocket::~ReportSocket() {
   if (thread_.joinable()) thread_.join();
   ::close(fd_);
   ::close(wakeFd_);
+  ::close(flushFd_);
   ::unlink(path_.c_str());
+}
+
+void ReportSocket::afterQueued(std::function<void()> fn) {
+  {
+    std::lock_guard lock(mu_);
+    afterQueued_.push_back(std::move(fn));
+  }
+  uint64_t one = 1;
+  (void)!::write(flushFd_, &one, sizeof one);
+}
+
+void ReportSocket::handle(const std::string& buffer, ssize_t n) {
+  auto message = WorkerMessage::decode(buffer.substr(0, static_cast<size_t>(n)));
+  if (!message.isOk()) {
+    spdlog::warn("report socket: dropped a malformed datagram: {}", message.status().message());
+    return;
+  }
+  handler_(std::move(message).value());
+}
+
+void ReportSocket::handleQueued(std::string& buffer) {
+  for (;;) {
+    ssize_t n = ::recv(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    handle(buffer, n);
+  }
 }
 
 void ReportSocket::run() {
   std::string buffer(64 * 1024, '\0');
   for (;;) {
-    pollfd fds[2] = {{fd_, POLLIN, 0}, {wakeFd_, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+    pollfd fds[3] = {{fd_, POLLIN, 0}, {wakeFd_, POLLIN, 0}, {flushFd_, POLLIN, 0}};
+    if (::poll(fds, 3, -1) < 0) {
       if (errno == EINTR) continue;
       spdlog::error("report socket: poll: {}", std::strerror(errno));
       return;
     }
     if (fds[1].revents) return;
-    ssize_t n = ::recv(fd_, buffer.data(), buffer.size(), 0);
-    if (n <= 0) continue;
-    auto message = WorkerMessage::decode(buffer.substr(0, static_cast<size_t>(n)));
-    if (!message.isOk()) {
-      spdlog::warn("report socket: dropped a malformed datagram: {}", message.status().message());
+    if (fds[2].revents) {
+      uint64_t count;
+      (void)!::read(flushFd_, &count, sizeof count);
+      std::vector<std::function<void()>> due;
+      {
+        std::lock_guard lock(mu_);
+        due.swap(afterQueued_);
+      }
+      handleQueued(buffer);
+      for (auto& fn : due) fn();
       continue;
     }
-    handler_(std::move(message).value());
+    ssize_t n = ::recv(fd_, buffer.data(), buffer.size(), 0);
+    if (n <= 0) continue;
+    handle(buffer, n);
   }
 }
 
