@@ -205,10 +205,15 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::rotary(int64_t seqLen) {
 
 namespace {
 
-// A row-parallel layer's output: the group's partial sums added up, then the bias, whole, once.
-at::Tensor withBias(const at::Tensor& x, const at::Tensor& bias) { return bias.defined() ? x + bias : x; }
-
 }  // namespace
+
+at::Tensor DecoderModel::rowParallel(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  backends::Communicator& tp = *shards_.tp;
+  if (tp.size() == 1) return linear_(x, weight, bias);
+  // The group's partial sums added up, then the bias, whole, once.
+  at::Tensor out = reduceFromTensorParallel(linear_(x, weight, {}), tp);
+  return bias.defined() ? out + bias : out;
+}
 
 at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& input, const at::Tensor& cos,
                                         const at::Tensor& sin) {
@@ -227,16 +232,14 @@ at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& input,
   }
   auto [qr, kr] = ops().rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin);
   at::Tensor out = ops().attention(qr, kr, v, config_.slidingWindow);  // [B, H, S, D]
-  at::Tensor projected = linear_(out.transpose(1, 2).reshape({b, s, heads_ * d}), l.o, tp.size() > 1 ? at::Tensor() : l.oBias);
-  return tp.size() > 1 ? withBias(reduceFromTensorParallel(projected, tp), l.oBias) : projected;
+  return rowParallel(out.transpose(1, 2).reshape({b, s, heads_ * d}), l.o, l.oBias);
 }
 
 at::Tensor DecoderModel::mlpBlock(const Layer& l, const at::Tensor& input) {
   backends::Communicator& tp = *shards_.tp;
   const at::Tensor x = copyToTensorParallel(input, tp);
   at::Tensor hidden = ops().swiglu(linear_(x, l.gate, l.gateBias), linear_(x, l.up, l.upBias));
-  at::Tensor out = linear_(hidden, l.down, tp.size() > 1 ? at::Tensor() : l.downBias);
-  return tp.size() > 1 ? withBias(reduceFromTensorParallel(out, tp), l.downBias) : out;
+  return rowParallel(hidden, l.down, l.downBias);
 }
 
 at::Tensor DecoderModel::block(int index, const at::Tensor& input) {

@@ -114,6 +114,9 @@ class DecoderModel {
   void bindLayers();
   at::Tensor attentionBlock(const Layer& layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
   at::Tensor mlpBlock(const Layer& layer, const at::Tensor& x);
+  // A row-parallel linear layer (o_proj, down_proj): this rank's input features, outputs summed over
+  // the tensor-parallel group, the bias added once.
+  at::Tensor rowParallel(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
   // cos and sin [S, head_dim] for positions 0..S-1, in the model's dtype (cached per S).
   std::pair<at::Tensor, at::Tensor> rotary(int64_t seqLen);
 
