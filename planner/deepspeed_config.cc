@@ -17,8 +17,19 @@ const char* optimizerTypeName(OptimizerType type) {
     case OptimizerType::kAdam: return "Adam";
     case OptimizerType::kLion: return "Lion";
     case OptimizerType::kAdagrad: return "Adagrad";
+    case OptimizerType::kMuon: return "Muon";
   }
   return "?";
+}
+
+const char* nsMethodName(NsMethod method) { return method == NsMethod::kGram ? "gram" : "standard"; }
+
+OptimizerConfig OptimizerConfig::auxiliary() const {
+  if (type != OptimizerType::kMuon) return *this;
+  OptimizerConfig adam = *this;
+  adam.type = decoupledWeightDecay ? OptimizerType::kAdamW : OptimizerType::kAdam;
+  adam.biasCorrection = true;
+  return adam;
 }
 
 const char* schedulerTypeName(SchedulerType type) {
@@ -49,6 +60,46 @@ std::string lower(std::string s) {
   return s;
 }
 
+// DeepSpeed's MuonWithAuxAdam (engine._muon_param_groups): the shared lr, weight_decay,
+// momentum and ns_method; muon_lr and adam_lr over lr for their half; betas and eps for the
+// auxiliary Adam; per_head_muon. Each half keeps its own defaults where the config says nothing.
+Status parseMuon(ObjectReader& p, OptimizerConfig* o) {
+  MuonConfig& m = o->muon;
+  o->lr = 3e-4;
+  o->beta1 = 0.9;
+  o->beta2 = 0.95;
+  o->eps = 1e-10;
+  double lr = -1;
+  RETURN_IF_ERROR(p.readDouble("lr", &lr, false, 0, 1e6));
+  if (lr >= 0) m.lr = o->lr = lr;
+  RETURN_IF_ERROR(p.readDouble("muon_lr", &m.lr, false, 0, 1e6));
+  RETURN_IF_ERROR(p.readDouble("adam_lr", &o->lr, false, 0, 1e6));
+  RETURN_IF_ERROR(p.readDouble("weight_decay", &o->weightDecay, false, 0, 1e6));
+  m.weightDecay = o->weightDecay;
+  RETURN_IF_ERROR(p.readDouble("momentum", &m.momentum, false, 0, 1));
+  if (m.momentum >= 1) return invalidArgument("{}: must be in [0, 1), got {}", p.pathOf("momentum"), m.momentum);
+  std::string method = "gram";
+  RETURN_IF_ERROR(p.readString("ns_method", &method, false));
+  if (method != "gram" && method != "standard")
+    return invalidArgument("{}: \"{}\" is not a Newton-Schulz method (gram or standard)", p.pathOf("ns_method"), method);
+  m.nsMethod = method == "gram" ? NsMethod::kGram : NsMethod::kStandard;
+  RETURN_IF_ERROR(p.readBool("per_head_muon", &m.perHead));
+  std::vector<double> betas{o->beta1, o->beta2};
+  RETURN_IF_ERROR(p.readDoubles("betas", &betas, 2));
+  for (double b : betas) {
+    if (b < 0 || b >= 1) return invalidArgument("{}: each must be in [0, 1), got {}", p.pathOf("betas"), b);
+  }
+  o->beta1 = betas[0];
+  o->beta2 = betas[1];
+  RETURN_IF_ERROR(p.readDouble("eps", &o->eps, false, 0, 1));
+  // adam_w_mode: the auxiliary Adam's weight decay, decoupled (default) or an L2 term; Muon's own
+  // is always decoupled. torch_adam picks DeepSpeed's implementation of that Adam, the same update.
+  RETURN_IF_ERROR(p.readBool("adam_w_mode", &o->decoupledWeightDecay));
+  bool torchAdam = false;
+  RETURN_IF_ERROR(p.readBool("torch_adam", &torchAdam));
+  return p.rejectUnknown();
+}
+
 Status parseOptimizer(const json& object, OptimizerConfig* o) {
   ObjectReader r(object, "deepspeed.optimizer");
   std::string type;
@@ -56,11 +107,12 @@ Status parseOptimizer(const json& object, OptimizerConfig* o) {
   static const std::map<std::string, OptimizerType> kTypes{{"adamw", OptimizerType::kAdamW},
                                                            {"adam", OptimizerType::kAdam},
                                                            {"lion", OptimizerType::kLion},
-                                                           {"adagrad", OptimizerType::kAdagrad}};
+                                                           {"adagrad", OptimizerType::kAdagrad},
+                                                           {"muon", OptimizerType::kMuon}};
   auto it = kTypes.find(lower(type));
   if (it == kTypes.end())
-    return invalidArgument("deepspeed.optimizer.type: \"{}\" is not supported (supported: Adam, AdamW, Lion, Adagrad)",
-                           type);
+    return invalidArgument(
+        "deepspeed.optimizer.type: \"{}\" is not supported (supported: Adam, AdamW, Lion, Adagrad, Muon)", type);
   o->type = it->second;
   if (o->type == OptimizerType::kLion) o->beta2 = 0.99;
   if (o->type == OptimizerType::kAdagrad) {
@@ -69,6 +121,11 @@ Status parseOptimizer(const json& object, OptimizerConfig* o) {
   }
   ASSIGN_OR_RETURN(const json* params, r.readObject("params"));
   RETURN_IF_ERROR(r.rejectUnknown());
+  static const json kNoParams = json::object();
+  if (o->type == OptimizerType::kMuon) {
+    ObjectReader p(params ? *params : kNoParams, "deepspeed.optimizer.params");
+    return parseMuon(p, o);
+  }
   if (!params) return Status::ok();
 
   ObjectReader p(*params, "deepspeed.optimizer.params");
@@ -133,7 +190,9 @@ Status parseScheduler(const json& object, SchedulerConfig* s) {
     RETURN_IF_ERROR(p.readDouble("cos_min_ratio", &s->cosMinRatio, false, 0, 1));
   } else {
     RETURN_IF_ERROR(p.readDouble("warmup_min_lr", &s->warmupMinLr, false, 0, 1e6));
-    RETURN_IF_ERROR(p.readDouble("warmup_max_lr", &s->warmupMaxLr, false, 0, 1e6));
+    double maxLr = -1;
+    RETURN_IF_ERROR(p.readDouble("warmup_max_lr", &maxLr, false, 0, 1e6));
+    if (maxLr >= 0) s->warmupMaxLr = maxLr;
     if (s->type == SchedulerType::kWarmupDecayLR)
       RETURN_IF_ERROR(p.readWholeNumber("total_num_steps", &s->totalNumSteps, true, 1, kMaxBatch));
   }
@@ -343,7 +402,16 @@ json DeepSpeedConfig::toJson() const {
   if (o.type != OptimizerType::kLion) optimizerParams["eps"] = o.eps;
   if (o.type == OptimizerType::kAdam || o.type == OptimizerType::kAdamW)
     optimizerParams["bias_correction"] = o.biasCorrection;
-  if (o.type == OptimizerType::kAdam) optimizerParams["adam_w_mode"] = o.decoupledWeightDecay;
+  if (o.type == OptimizerType::kAdam || o.type == OptimizerType::kMuon)
+    optimizerParams["adam_w_mode"] = o.decoupledWeightDecay;
+  if (o.type == OptimizerType::kMuon) {
+    optimizerParams.erase("lr");
+    optimizerParams.update({{"adam_lr", o.lr},
+                            {"muon_lr", o.muon.lr},
+                            {"momentum", o.muon.momentum},
+                            {"ns_method", nsMethodName(o.muon.nsMethod)},
+                            {"per_head_muon", o.muon.perHead}});
+  }
   json j{
       {"train_batch_size", trainBatchSize},
       {"train_micro_batch_size_per_gpu", microBatchSize},
@@ -391,7 +459,8 @@ json DeepSpeedConfig::toJson() const {
                      {"warmup_min_ratio", s.warmupMinRatio},
                      {"cos_min_ratio", s.cosMinRatio}});
     } else {
-      params.update({{"warmup_min_lr", s.warmupMinLr}, {"warmup_max_lr", s.warmupMaxLr}});
+      params["warmup_min_lr"] = s.warmupMinLr;
+      if (s.warmupMaxLr) params["warmup_max_lr"] = *s.warmupMaxLr;
       if (s.type == SchedulerType::kWarmupDecayLR) params["total_num_steps"] = s.totalNumSteps;
     }
     j["scheduler"] = {{"type", schedulerTypeName(s.type)}, {"params", params}};

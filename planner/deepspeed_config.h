@@ -24,11 +24,27 @@ struct CommsLoggerSpec {
   std::vector<std::string> profOps;
 };
 
-enum class OptimizerType { kAdamW, kAdam, kLion, kAdagrad };
+enum class OptimizerType { kAdamW, kAdam, kLion, kAdagrad, kMuon };
 const char* optimizerTypeName(OptimizerType type);
 
+// Muon's Newton-Schulz iteration: DeepSpeed's Gram form (iterates on the small square Gram
+// matrix, fp16) or the standard quintic one (bf16).
+enum class NsMethod { kGram, kStandard };
+const char* nsMethodName(NsMethod method);
+
+// The Muon half of DeepSpeed's MuonWithAuxAdam: the matrices (optimizer_rules.h says which).
+struct MuonConfig {
+  double lr = 0.02;          // muon_lr, else lr, else 0.02
+  double momentum = 0.95;    // Nesterov momentum
+  double weightDecay = 0.0;  // decoupled: p -= lr * weight_decay * p
+  NsMethod nsMethod = NsMethod::kGram;
+  bool perHead = false;      // per_head_muon: q/k/v projections orthogonalized head by head
+};
+
 // optimizer {type, params}. Defaults are those of DeepSpeed's own optimizers (FusedAdam,
-// FusedLion, DeepSpeedCPUAdagrad), not torch's.
+// FusedLion, DeepSpeedCPUAdagrad), not torch's. For Muon the fields below are its auxiliary
+// Adam's (the parameters that are not matrices, the embedding and the head), with
+// MuonWithAuxAdam's defaults (lr 3e-4, betas (0.9, 0.95), eps 1e-10), and `muon` the rest.
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
   double lr = 1e-3;
@@ -40,6 +56,10 @@ struct OptimizerConfig {
   // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false; then weight decay is an
   // L2 term added to the gradient.
   bool decoupledWeightDecay = true;
+  MuonConfig muon;  // type kMuon only
+
+  // The elementwise optimizer of the parameters Muon does not take: this one, or Muon's AdamW.
+  OptimizerConfig auxiliary() const;
 };
 
 enum class SchedulerType { kConstant, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
@@ -48,7 +68,8 @@ const char* schedulerTypeName(SchedulerType type);
 struct SchedulerConfig {
   SchedulerType type = SchedulerType::kConstant;
   double warmupMinLr = 0.0;
-  double warmupMaxLr = 1e-3;
+  // warmup_max_lr; unset: each optimizer half's own lr, as DeepSpeed takes its param groups'.
+  std::optional<double> warmupMaxLr;
   int64_t warmupNumSteps = 1000;
   bool warmupLinear = false;  // warmup_type "linear"; DeepSpeed's default is "log"
   int64_t totalNumSteps = 0;  // WarmupDecayLR, WarmupCosineLR

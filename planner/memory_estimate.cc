@@ -19,7 +19,7 @@ MemoryEstimate estimateMemory(const ModelConfig& c, const std::vector<ParameterI
                               const std::vector<TpLayout>& layouts, const TrainingShape& s) {
   const int64_t weightBytes = s.precision == Precision::kFp32 ? 4 : 2;
   const int64_t masterBytes = s.precision == Precision::kFp32 ? 0 : 4;
-  const int64_t stateBytes = 4 * static_cast<int64_t>(s.optimizerStates);
+  const double stateBytes = 4 * s.optimizerStates;
   const int64_t ep = std::max(1, s.expertParallel);
   const int64_t dp = std::max(1, s.dataParallel), edp = std::max<int64_t>(1, dp / ep);
 
@@ -54,9 +54,10 @@ MemoryEstimate estimateMemory(const ModelConfig& c, const std::vector<ParameterI
   m.gradients = weightBytes * (s.zeroStage >= 2 ? partitioned(dense.trainable, dp) + partitioned(expert.trainable, edp) +
                                                       std::min(trainable, s.reduceBucketElements)
                                                 : trainable);
-  const int64_t optimizerBytes =
-      (masterBytes + stateBytes) *
-      (s.zeroStage >= 1 ? partitioned(dense.trainable, dp) + partitioned(expert.trainable, edp) : trainable);
+  const int64_t optimizerBytes = static_cast<int64_t>(
+      (static_cast<double>(masterBytes) + stateBytes) *
+      static_cast<double>(s.zeroStage >= 1 ? partitioned(dense.trainable, dp) + partitioned(expert.trainable, edp)
+                                           : trainable));
   (s.offloadOptimizer ? m.hostOptimizer : m.optimizer) = optimizerBytes;
   if (!s.training) m.gradients = m.optimizer = m.hostOptimizer = 0;
 

@@ -19,7 +19,7 @@ struct TrainingShape {
   int tensorParallel = 1;
   int sequenceParallel = 1;
   Precision precision = Precision::kBf16;
-  int optimizerStates = 2;          // fp32 tensors per parameter: Adam/AdamW 2, Lion and Adagrad 1
+  double optimizerStates = 2;  // fp32 tensors per trainable element (optimizerStatesPerElement)
   bool offloadOptimizer = false;   // offload_optimizer.device cpu: master weights and states on the host
   bool training = true;            // false (eval): no gradients nor optimizer state
   int64_t microBatch = 1;

@@ -64,6 +64,11 @@ struct ParameterSpec {
   int expert = -1;
   int expertOwner = -1;
 
+  // Muon (optimizer_rules.h): a matrix Newton-Schulz orthogonalizes, and with per_head_muon the
+  // width of the heads its rows are blocked by (0: the whole matrix at once).
+  bool muon = false;
+  int64_t muonHeadDim = 0;
+
   // ZeRO stage 3: whole on every rank of its ZeRO group (persistent), or cut into parts of
   // partitionNumel elements (the last padded). Stages 0 to 2 leave both at their defaults.
   bool persistent = false;

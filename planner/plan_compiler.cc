@@ -6,6 +6,7 @@
 
 #include "planner/mesh.h"
 #include "planner/model_parameters.h"
+#include "planner/optimizer_rules.h"
 
 namespace loom::planner {
 
@@ -121,10 +122,6 @@ std::vector<FlatBufferSpec> partitionBlocks(const PlanMesh& mesh, int64_t numLay
   return out;
 }
 
-int optimizerStates(OptimizerType type) {
-  return type == OptimizerType::kAdam || type == OptimizerType::kAdamW ? 2 : 1;  // Lion: momentum; Adagrad: sum
-}
-
 // Each train.frozen_parameters pattern must hold a parameter (a typo would silently train what
 // was meant to stay fixed), and something must be left to train.
 Status checkFrozenParameters(const TrainSpec& train, const std::vector<ParameterInfo>& parameters) {
@@ -230,7 +227,7 @@ StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
                                              .tensorParallel = tp,
                                              .sequenceParallel = sp,
                                              .precision = ds.precision,
-                                             .optimizerStates = optimizerStates(ds.optimizer.type),
+                                             .optimizerStates = optimizerStatesPerElement(ds.optimizer, held),
                                              .offloadOptimizer = zero.offloadOptimizer == "cpu",
                                              .training = plan.training,
                                              .microBatch = ds.microBatchSize,
@@ -266,6 +263,8 @@ StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
                     .tiedTo = {},
                     .expert = info.expert,
                     .expertOwner = info.expert >= 0 ? expertOwner(info.expert, model.numExperts, ep) : -1,
+                    .muon = false,
+                    .muonHeadDim = 0,
                     .persistent = false,
                     .partitionNumel = 0};
     if (p.expert < 0) p.layout = layoutNote(model, p, tp);
@@ -275,6 +274,8 @@ StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
     }
     plan.parameters.push_back(std::move(p));
   }
+
+  if (plan.training) RETURN_IF_ERROR(tagMuonParameters(ds.optimizer, model, plan.parameters));
 
   plan.zero = ZeroPlan{.stage = zero.stage,
                        .denseGroupSize = plan.mesh.denseData(),

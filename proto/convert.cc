@@ -254,6 +254,8 @@ void parameterToProto(const planner::ParameterSpec& p, v1::ParameterSpec* out) {
   out->set_persistent(p.persistent);
   out->set_partition_numel(p.partitionNumel);
   out->set_frozen(p.frozen);
+  out->set_muon(p.muon);
+  out->set_muon_head_dim(p.muonHeadDim);
 }
 
 planner::ParameterSpec parameterFromProto(const v1::ParameterSpec& p) {
@@ -275,6 +277,8 @@ planner::ParameterSpec parameterFromProto(const v1::ParameterSpec& p) {
                                 .tiedTo = p.tied_to(),
                                 .expert = p.expert(),
                                 .expertOwner = p.expert_owner(),
+                                .muon = p.muon(),
+                                .muonHeadDim = p.muon_head_dim(),
                                 .persistent = p.persistent(),
                                 .partitionNumel = p.partition_numel()};
 }

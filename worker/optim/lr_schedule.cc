@@ -35,7 +35,7 @@ double scheduleValue(const planner::SchedulerConfig& s, double optimizerLr, int6
         const double left = static_cast<double>(s.totalNumSteps - step);
         gamma = std::max(0.0, left / std::max(1.0, static_cast<double>(s.totalNumSteps - s.warmupNumSteps)));
       }
-      return s.warmupMinLr + (s.warmupMaxLr - s.warmupMinLr) * gamma;
+      return s.warmupMinLr + (s.warmupMaxLr.value_or(optimizerLr) - s.warmupMinLr) * gamma;
     }
     case SchedulerType::kWarmupCosineLR: {
       double ratio;
@@ -62,6 +62,13 @@ double learningRate(const planner::SchedulerConfig& s, double optimizerLr, int64
   if (s.type == SchedulerType::kConstant) return optimizerLr;
   if (step == 0) return s.type == SchedulerType::kWarmupCosineLR ? 0.0 : s.warmupMinLr;
   return scheduleValue(s, optimizerLr, step - 1);
+}
+
+LearningRates learningRates(const planner::SchedulerConfig& schedule, const planner::OptimizerConfig& optimizer,
+                            int64_t step) {
+  LearningRates out{.lr = learningRate(schedule, optimizer.lr, step)};
+  if (optimizer.type == planner::OptimizerType::kMuon) out.muonLr = learningRate(schedule, optimizer.muon.lr, step);
+  return out;
 }
 
 }  // namespace loom::train

@@ -212,7 +212,8 @@ Status Trainer::trainStep() {
   }
   ASSIGN_OR_RETURN(const double gradNorm, zero_->reduce(scale));
   const bool overflow = ds_.precision == planner::Precision::kFp16 && !std::isfinite(gradNorm);
-  const double lr = train::learningRate(ds_.scheduler, ds_.optimizer.lr, appliedSteps_);
+  const train::LearningRates rates = train::learningRates(ds_.scheduler, ds_.optimizer, appliedSteps_);
+  const double lr = rates.lr;
   if (overflow) {
     ++skippedSteps_;
     if (ctx_.rank == 0)
@@ -220,7 +221,7 @@ Status Trainer::trainStep() {
                   static_cast<long long>(step_ + 1), scale);
   } else {
     const double clip = ds_.gradientClipping > 0 ? std::min(1.0, ds_.gradientClipping / (gradNorm + 1e-6)) : 1.0;
-    RETURN_IF_ERROR(zero_->step(lr, clip));
+    RETURN_IF_ERROR(zero_->step(rates, clip));
     ++appliedSteps_;
   }
   RETURN_IF_ERROR(scaler_.update(overflow));
@@ -236,6 +237,7 @@ Status Trainer::trainStep() {
                                         {"skipped_steps", static_cast<double>(skippedSteps_)},
                                         {"progress", static_cast<double>(step_) / spec_.train.steps}};
   if (!overflow) metrics["grad_norm"] = gradNorm;
+  if (ds_.optimizer.type == planner::OptimizerType::kMuon) metrics["muon_lr"] = rates.muonLr;
   if (step_ == 1 || step_ % ds_.stepsPerPrint == 0) metrics.merge(memoryMetrics());
   if (step_ == 1 && ctx_.rank == 0) {
     const ZeroMemory m = zero_->memory();

@@ -5,19 +5,24 @@
 
 #include <ATen/ATen.h>
 
-#include "worker/torch/model/kernels.h"
 #include <ATen/core/grad_mode.h>
+
+#include "planner/optimizer_rules.h"
+#include "worker/torch/model/kernels.h"
 
 namespace loom::worker {
 
 using planner::OptimizerType;
 
-Optimizer::Optimizer(const planner::OptimizerConfig& config, std::vector<std::pair<std::string, at::Tensor>> masters)
-    : config_(config) {
-  for (auto& [name, param] : masters) {
-    Slot slot{.name = name, .param = param};
+Optimizer::Optimizer(const planner::OptimizerConfig& config, std::vector<std::pair<std::string, at::Tensor>> masters,
+                     std::vector<bool> muon)
+    : config_(config), elementwise_(config.auxiliary()) {
+  for (size_t i = 0; i < masters.size(); ++i) {
+    auto& [name, param] = masters[i];
+    Slot slot{.name = name, .param = param, .muon = i < muon.size() && muon[i]};
+    const size_t states = stateNames(slot).size();
     slot.first = at::zeros_like(param);
-    if (config.type == OptimizerType::kAdam || config.type == OptimizerType::kAdamW) {
+    if (states > 1) {
       slot.second = at::zeros_like(param);
       slot.step = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(param.device()));
     }
@@ -25,19 +30,13 @@ Optimizer::Optimizer(const planner::OptimizerConfig& config, std::vector<std::pa
   }
 }
 
-std::vector<std::string> Optimizer::stateNames() const {
-  switch (config_.type) {
-    case OptimizerType::kAdam:
-    case OptimizerType::kAdamW: return {"exp_avg", "exp_avg_sq"};
-    case OptimizerType::kLion: return {"exp_avg"};
-    case OptimizerType::kAdagrad: return {"sum"};
-  }
-  return {};
+const std::vector<std::string>& Optimizer::stateNames(const Slot& slot) const {
+  return planner::optimizerRule(config_, slot.muon).stateNames;
 }
 
 bool Optimizer::fused(const std::vector<Slot>& slots) const {
-  return (config_.type == OptimizerType::kAdam || config_.type == OptimizerType::kAdamW) && config_.biasCorrection &&
-         !slots.empty() && slots.front().param.scalar_type() == at::kFloat;
+  return (elementwise_.type == OptimizerType::kAdam || elementwise_.type == OptimizerType::kAdamW) &&
+         elementwise_.biasCorrection && !slots.empty() && slots.front().param.scalar_type() == at::kFloat;
 }
 
 void Optimizer::fusedAdamStep(std::vector<Slot>& slots, double lr, const std::vector<at::Tensor>& grads,
@@ -51,7 +50,7 @@ void Optimizer::fusedAdamStep(std::vector<Slot>& slots, double lr, const std::ve
     s.step.fill_(static_cast<double>(steps_));
     steps.push_back(s.step);
   }
-  const auto& c = config_;
+  const auto& c = elementwise_;
   // The kernel divides each gradient by grad_scale as it reads it (AMP's unscale): clipping and
   // loss scaling cost no pass of their own over the gradients.
   std::optional<at::Tensor> gradScale;
@@ -67,7 +66,7 @@ void Optimizer::fusedAdamStep(std::vector<Slot>& slots, double lr, const std::ve
 
 bool Optimizer::pluginServes(const std::vector<Slot>& slots) const {
   const auto& registry = kernelRegistry();
-  const auto& c = config_;
+  const auto& c = elementwise_;
   for (const auto& s : slots) {
     if (!s.param.is_cpu() || s.param.scalar_type() != at::kFloat || !s.param.is_contiguous()) return false;
   }
@@ -80,7 +79,7 @@ bool Optimizer::pluginServes(const std::vector<Slot>& slots) const {
 bool Optimizer::pluginStep(const std::vector<Slot>& slots, double lr, const std::vector<at::Tensor>& grads) {
   if (!pluginServes(slots)) return false;
   const auto& registry = kernelRegistry();
-  const auto& c = config_;
+  const auto& c = elementwise_;
   const bool adam = c.type == OptimizerType::kAdam || c.type == OptimizerType::kAdamW;
   for (size_t i = 0; i < slots.size(); ++i) {
     const Slot& s = slots[i];
@@ -109,23 +108,44 @@ bool Optimizer::pluginStep(const std::vector<Slot>& slots, double lr, const std:
   return true;
 }
 
-void Optimizer::step(double lr, const std::vector<at::Tensor>& grads, double gradDivisor) {
+void Optimizer::step(const train::LearningRates& lr, const std::vector<at::Tensor>& grads, double gradDivisor) {
   at::NoGradGuard noGrad;
   beginStep();
   apply(slots_, lr, grads, gradDivisor);
 }
 
-void Optimizer::stepPiece(double lr, size_t slot, int64_t offset, const at::Tensor& grad) {
+void Optimizer::stepPiece(const train::LearningRates& lr, size_t slot, int64_t offset, const at::Tensor& grad) {
   at::NoGradGuard noGrad;
   const Slot& s = slots_[slot];
   const int64_t n = grad.numel();
   auto piece = [&](const at::Tensor& t) { return t.defined() ? t.view(-1).narrow(0, offset, n) : t; };
   std::vector<Slot> pieces{Slot{.name = s.name, .param = piece(s.param), .first = piece(s.first),
-                                .second = piece(s.second), .step = s.step}};
+                                .second = piece(s.second), .step = s.step, .muon = s.muon}};
   apply(pieces, lr, {grad.view(-1)}, 1.0);
 }
 
-void Optimizer::apply(std::vector<Slot>& slots, double lr, const std::vector<at::Tensor>& grads, double gradDivisor) {
+void Optimizer::apply(std::vector<Slot>& slots, const train::LearningRates& lr, const std::vector<at::Tensor>& grads,
+                      double gradDivisor) {
+  std::vector<Slot> elementwise;
+  std::vector<at::Tensor> elementwiseGrads;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (!slots[i].muon) {
+      elementwise.push_back(slots[i]);
+      elementwiseGrads.push_back(grads[i]);
+      continue;
+    }
+    // The gradient holds Muon's orthogonalized update (muon.h), still times the loss scale over
+    // the clipping coefficient, like every gradient here.
+    at::Tensor& p = slots[i].param;
+    const planner::MuonConfig& m = config_.muon;
+    if (m.weightDecay != 0) p.mul_(1.0 - lr.muonLr * m.weightDecay);
+    p.add_(grads[i], -lr.muonLr / gradDivisor);
+  }
+  if (!elementwise.empty()) applyElementwise(elementwise, lr.lr, elementwiseGrads, gradDivisor);
+}
+
+void Optimizer::applyElementwise(std::vector<Slot>& slots, double lr, const std::vector<at::Tensor>& grads,
+                                 double gradDivisor) {
   if (fused(slots) && !pluginServes(slots)) {
     fusedAdamStep(slots, lr, grads, gradDivisor);
     return;
@@ -134,7 +154,7 @@ void Optimizer::apply(std::vector<Slot>& slots, double lr, const std::vector<at:
     for (const at::Tensor& g : grads) g.div_(gradDivisor);
   }
   if (pluginStep(slots, lr, grads)) return;
-  const auto& c = config_;
+  const auto& c = elementwise_;
   const double t = static_cast<double>(steps_);
   for (size_t i = 0; i < slots.size(); ++i) {
     Slot& s = slots[i];
@@ -171,14 +191,15 @@ void Optimizer::apply(std::vector<Slot>& slots, double lr, const std::vector<at:
         p.addcdiv_(g, s.first.sqrt().add_(c.eps), -lr);
         break;
       }
+      case OptimizerType::kMuon: break;  // elementwise_ is never Muon (OptimizerConfig::auxiliary)
     }
   }
 }
 
 TensorMap Optimizer::state() const {
   TensorMap out;
-  const auto names = stateNames();
   for (const auto& s : slots_) {
+    const auto& names = stateNames(s);
     out[s.name + "." + names[0]] = s.first;
     if (names.size() > 1) out[s.name + "." + names[1]] = s.second;
   }
@@ -188,7 +209,6 @@ TensorMap Optimizer::state() const {
 
 Status Optimizer::restore(const TensorMap& state, const std::string& source) {
   at::NoGradGuard noGrad;
-  const auto names = stateNames();
   auto take = [&](const std::string& key, at::Tensor& into) -> Status {
     auto it = state.find(key);
     if (it == state.end())
@@ -202,6 +222,7 @@ Status Optimizer::restore(const TensorMap& state, const std::string& source) {
     return Status::ok();
   };
   for (auto& s : slots_) {
+    const auto& names = stateNames(s);
     RETURN_IF_ERROR(take(s.name + "." + names[0], s.first));
     if (names.size() > 1) RETURN_IF_ERROR(take(s.name + "." + names[1], s.second));
   }

@@ -20,7 +20,7 @@ void HostStepPipeline::add(size_t slot, const at::Tensor& deviceGrad, const at::
   }
 }
 
-void HostStepPipeline::run(Optimizer& optimizer, double lr) {
+void HostStepPipeline::run(Optimizer& optimizer, const train::LearningRates& lr) {
   at::NoGradGuard noGrad;
   const std::vector<HostStepPiece> pieces = std::move(pieces_);
   pieces_.clear();

@@ -38,7 +38,7 @@ class HostStepPipeline {
   // Adds the elements [0, n) of the optimizer's slot `slot`, cut into pieces.
   void add(size_t slot, const at::Tensor& deviceGrad, const at::Tensor& deviceOut);
   // One optimizer step over every piece added since the last run (which it then forgets).
-  void run(Optimizer& optimizer, double lr);
+  void run(Optimizer& optimizer, const train::LearningRates& lr);
 
  private:
   int64_t pieceNumel_;

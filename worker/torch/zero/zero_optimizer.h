@@ -7,6 +7,7 @@
 #include "common/status.h"
 #include "planner/deepspeed_config.h"
 #include "planner/plan.h"
+#include "worker/optim/lr_schedule.h"
 #include "worker/torch/checkpoint/safetensors.h"
 
 namespace loom::worker {
@@ -35,8 +36,10 @@ class ZeroEngine {
   // the scaled gradient: step() divides as the optimizer reads it.
   virtual StatusOr<double> reduce(double lossScale) = 0;
   // Runs the optimizer on this rank's part with `lr`, on the gradient divided by the loss scale and
-  // multiplied by `clipCoefficient` (<= 1), and brings every rank's model up to date.
-  virtual Status step(double lr, double clipCoefficient) = 0;
+  // multiplied by `clipCoefficient` (<= 1), and brings every rank's model up to date. Under Muon,
+  // reduce() has already turned its matrices' gradients into their updates (optim/muon.h), so the
+  // norm it returns covers those, as DeepSpeed's does.
+  virtual Status step(const train::LearningRates& lr, double clipCoefficient) = 0;
   // This rank's optimizer state and fp32 masters (what its checkpoint file holds).
   virtual TensorMap state() const = 0;
   virtual Status restore(const TensorMap& state, const std::string& source) = 0;

@@ -6,6 +6,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "worker/torch/model/decoder_model.h"
+#include "worker/torch/optim/muon.h"
 #include "worker/torch/optim/optimizer.h"
 #include "worker/torch/zero/zero_buffers.h"
 
@@ -16,7 +17,8 @@ using backends::ReduceOp;
 
 class ZeroStage0 final : public ZeroEngine {
  public:
-  ZeroStage0(const planner::DeepSpeedConfig& config, DecoderModel& model, backends::Communicator* comm)
+  ZeroStage0(const planner::DeepSpeedConfig& config, const planner::Plan& plan, DecoderModel& model,
+             backends::Communicator* comm)
       : comm_(comm), model_(model), params_(trainableOnly(model.parameters())),
         normWeights_(trainableNormWeights(model)) {
     at::NoGradGuard noGrad;
@@ -33,7 +35,28 @@ class ZeroStage0 final : public ZeroEngine {
     }
     for (size_t i = 0; i < params_.size(); ++i)
       masters.emplace_back(params_[i].first, masterFlat_.defined() ? masterViews_[i] : params_[i].second);
-    optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters));
+    // Every rank holds every matrix whole: each orthogonalizes them all, as DeepSpeed does here.
+    std::vector<bool> muon;
+    std::vector<MuonMatrix> matrices;
+    std::vector<MuonPiece> pieces;
+    for (size_t i = 0, k = 0; i < model.parameters().size(); ++i) {
+      if (!model.parameters()[i].second.requires_grad()) continue;
+      const planner::ParameterSpec& spec = plan.parameters[i];
+      muon.push_back(spec.muon);
+      if (spec.muon) {
+        pieces.push_back({.matrix = static_cast<int>(matrices.size()), .grad = gradViews_[k].view({-1}), .momentum = {}});
+        matrices.push_back({.parameter = static_cast<int>(i), .headWidth = spec.muonHeadDim, .heldBy = {}});
+      }
+      ++k;
+    }
+    optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters), muon);
+    if (!matrices.empty()) {
+      for (size_t k = 0, piece = 0; k < muon.size(); ++k) {
+        if (muon[k]) pieces[piece++].momentum = optimizer_->momentum(k);
+      }
+      muon_ = std::make_unique<MuonUpdater>(config.optimizer.muon, model, std::move(matrices), std::move(pieces), comm,
+                                            config.precision == planner::Precision::kFp16);
+    }
   }
 
   // The first micro-batch copies its gradients into the buffer rather than adding them to zeros:
@@ -61,6 +84,7 @@ class ZeroStage0 final : public ZeroEngine {
   StatusOr<double> reduce(double lossScale) override {
     at::NoGradGuard noGrad;
     if (comm_) RETURN_IF_ERROR(comm_->allReduce(gradFlat_, ReduceOp::kAvg)->wait().withContext("gradient all-reduce"));
+    if (muon_) RETURN_IF_ERROR(muon_->update(lossScale));
     lossScale_ = lossScale;
     backends::Communicator& tp = model_.tensorParallel();
     if (tp.size() == 1) return at::linalg_vector_norm(gradFlat_, 2).item<double>() / lossScale;
@@ -70,8 +94,9 @@ class ZeroStage0 final : public ZeroEngine {
     return std::sqrt(squares.item<double>()) / lossScale;
   }
 
-  Status step(double lr, double clipCoefficient) override {
+  Status step(const train::LearningRates& lr, double clipCoefficient) override {
     at::NoGradGuard noGrad;
+    if (muon_) muon_->commit();
     optimizer_->step(lr, gradViews_, lossScale_ / clipCoefficient);
     if (masterFlat_.defined()) {
       std::vector<at::Tensor> params;
@@ -103,7 +128,7 @@ class ZeroStage0 final : public ZeroEngine {
     for (const auto& [name, p] : model_.parameters()) m.parameterBytes += bytesOf(p);
     m.parameterBytes += bytesOf(masterFlat_);
     m.gradientBytes = bytesOf(gradFlat_);
-    m.optimizerStateBytes = stateBytes(*optimizer_);
+    m.optimizerStateBytes = stateBytes(*optimizer_) + (muon_ ? muon_->stagingBytes() : 0);
     return m;
   }
 
@@ -119,13 +144,14 @@ class ZeroStage0 final : public ZeroEngine {
   double lossScale_ = 1.0;        // the step's, from reduce()
   std::vector<at::Tensor> gradViews_, masterViews_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<MuonUpdater> muon_;  // Muon: its matrices' Newton-Schulz
 };
 
 }  // namespace
 
-std::unique_ptr<ZeroEngine> makeZeroStage0(const planner::DeepSpeedConfig& config, DecoderModel& model,
-                                           backends::Communicator* comm) {
-  return std::make_unique<ZeroStage0>(config, model, comm);
+std::unique_ptr<ZeroEngine> makeZeroStage0(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
+                                           DecoderModel& model, backends::Communicator* comm) {
+  return std::make_unique<ZeroStage0>(config, plan, model, comm);
 }
 
 }  // namespace loom::worker

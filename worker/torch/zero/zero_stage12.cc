@@ -10,6 +10,7 @@
 #include "worker/torch/zero/block_hooks.h"
 #include "worker/torch/model/decoder_model.h"
 #include "worker/torch/zero/host_step.h"
+#include "worker/torch/optim/muon.h"
 #include "worker/torch/optim/optimizer.h"
 #include "worker/torch/zero/zero_buffers.h"
 
@@ -21,13 +22,13 @@ using backends::ReduceOp;
 
 class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBackwardHooks {
  public:
-  ZeroStage12(const planner::DeepSpeedConfig& config, const planner::ZeroPlan& plan, DecoderModel& model,
+  ZeroStage12(const planner::DeepSpeedConfig& config, const planner::Plan& plan, DecoderModel& model,
               backends::Communicator* comm);
 
   void zeroGradients() override;
   Status accumulate() override;
   StatusOr<double> reduce(double lossScale) override;
-  Status step(double lr, double clipCoefficient) override;
+  Status step(const train::LearningRates& lr, double clipCoefficient) override;
   // "partition.exp_avg", ..., "master.partition": this rank's parts of every block, end to end.
   TensorMap state() const override;
   Status restore(const TensorMap& state, const std::string& source) override;
@@ -56,6 +57,9 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   // The block's gradients, fp32, padded: in `blockScratch_` when `reused` (its reduce-scatter
   // ends before the next block's gradients come), else in a tensor of their own.
   at::Tensor blockGradient(const Block& block, bool reused);
+  // Muon: one optimizer slot per parameter piece of the partition (a Muon matrix's piece keeps a
+  // momentum, the rest Adam's moments), and the updater of its matrices.
+  void setUpMuon(const planner::Plan& plan, DecoderModel& model);
 
   const planner::DeepSpeedConfig& config_;
   int stage_;
@@ -78,12 +82,16 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   at::Tensor updatedPart_;  // this rank's updated part in the model's dtype, all-gathered each step
   at::Tensor blockScratch_;  // stage 2: the block gradient being reduce-scattered (see blockGradient)
   std::unique_ptr<HostStepPipeline> hostStep_;  // offload_optimizer.device cpu
+  // The optimizer's slots as [offset, offset + length) of the partition: the whole partition,
+  // or under Muon one per parameter piece.
+  std::vector<std::pair<int64_t, int64_t>> slots_;
+  std::unique_ptr<MuonUpdater> muon_;
   double lossScale_ = 1.0;            // the step's, from reduce()
   std::vector<Pending> pending_;
   std::unique_ptr<Optimizer> optimizer_;
 };
 
-ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, const planner::ZeroPlan& plan, DecoderModel& model,
+ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, const planner::Plan& fullPlan, DecoderModel& model,
                          backends::Communicator* comm)
     : config_(config), stage_(config.zero.stage), comm_(comm), model_(model),
       f32_(at::TensorOptions().dtype(at::kFloat).device(model.device())),
@@ -92,6 +100,7 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, const planner::
                                                                           config.zero.offloadPinMemory)
                    : f32_) {
   at::NoGradGuard noGrad;
+  const planner::ZeroPlan& plan = fullPlan.zero;
   dp_ = comm ? comm->size() : 1;
   rank_ = comm ? comm->rank() : 0;
   blockOfModelBlock_.assign(model.numBlocks(), -1);
@@ -132,9 +141,55 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, const planner::
   } else {
     model.setBlockRunner(this);
   }
-  optimizer_ = std::make_unique<Optimizer>(config.optimizer,
-                                           std::vector<std::pair<std::string, at::Tensor>>{{"partition", masterPartition_}});
+  if (config.optimizer.type == planner::OptimizerType::kMuon) {
+    setUpMuon(fullPlan, model);
+  } else {
+    slots_ = {{0, partitionNumel_}};
+    optimizer_ = std::make_unique<Optimizer>(
+        config.optimizer, std::vector<std::pair<std::string, at::Tensor>>{{"partition", masterPartition_}});
+  }
   if (config.zero.offloadOptimizer == "cpu") hostStep_ = std::make_unique<HostStepPipeline>(config.zero.subGroupSize, config.zero.offloadPinMemory);
+}
+
+void ZeroStage12::setUpMuon(const planner::Plan& plan, DecoderModel& model) {
+  const auto& buffers = plan.zero.buffers;
+  std::vector<std::pair<std::string, at::Tensor>> masters;
+  std::vector<bool> muon;
+  std::vector<MuonMatrix> matrices;
+  std::vector<MuonPiece> pieces;
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    const Block& block = blocks_[b];
+    const std::vector<int>& members = buffers[b].members[0];
+    // Each Muon matrix of the block, with the elements every rank's partition holds of it.
+    std::vector<int> matrixOf(members.size(), -1);
+    for (size_t j = 0; j < members.size(); ++j) {
+      const planner::ParameterSpec& spec = plan.parameters[members[j]];
+      if (!spec.muon) continue;
+      MuonMatrix m{.parameter = members[j], .headWidth = spec.muonHeadDim, .heldBy = std::vector<int64_t>(dp_, 0)};
+      for (int r = 0; r < dp_; ++r) {
+        for (const auto& f : block.layout.fragments[r]) {
+          if (f.parameter == static_cast<int>(j)) m.heldBy[r] += f.length;
+        }
+      }
+      matrixOf[j] = static_cast<int>(matrices.size());
+      matrices.push_back(std::move(m));
+    }
+    for (const auto& f : block.layout.fragments[rank_]) {
+      const int64_t begin = block.partOffset + f.partitionOffset;
+      slots_.emplace_back(begin, f.length);
+      masters.emplace_back(block.params[f.parameter].first, masterPartition_.slice(0, begin, begin + f.length));
+      muon.push_back(matrixOf[f.parameter] >= 0);
+      if (muon.back())
+        pieces.push_back({.matrix = matrixOf[f.parameter], .grad = gradPartition_.slice(0, begin, begin + f.length),
+                          .momentum = {}});
+    }
+  }
+  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, std::move(masters), muon);
+  for (size_t k = 0, piece = 0; k < muon.size(); ++k) {
+    if (muon[k]) pieces[piece++].momentum = optimizer_->momentum(k);
+  }
+  muon_ = std::make_unique<MuonUpdater>(config_.optimizer.muon, model, std::move(matrices), std::move(pieces), comm_,
+                                        config_.precision == planner::Precision::kFp16);
 }
 
 at::Tensor ZeroStage12::run(DecoderModel& model, int index, const at::Tensor& input) {
@@ -252,6 +307,7 @@ StatusOr<double> ZeroStage12::reduce(double lossScale) {
                                   /*wait=*/false));
     RETURN_IF_ERROR(finishPending());
   }
+  if (muon_) RETURN_IF_ERROR(muon_->update(lossScale));
   lossScale_ = lossScale;
   backends::Communicator& tp = model_.tensorParallel();
   at::Tensor squares;
@@ -276,8 +332,9 @@ StatusOr<double> ZeroStage12::reduce(double lossScale) {
   return std::sqrt(squares.item<double>()) / lossScale;
 }
 
-Status ZeroStage12::step(double lr, double clipCoefficient) {
+Status ZeroStage12::step(const train::LearningRates& lr, double clipCoefficient) {
   at::NoGradGuard noGrad;
+  if (muon_) muon_->commit();
   const double divisor = lossScale_ / clipCoefficient;
   // Every rank's updated part, in the model's dtype, to every rank in one all-gather; then each
   // block's parameters from the dp parts of that block.
@@ -287,10 +344,15 @@ Status ZeroStage12::step(double lr, double clipCoefficient) {
   if (hostStep_) {
     // Offloaded: the step runs on the host, the gradient scaled on the device first (cheap there).
     if (divisor != 1.0) gradPartition_.div_(divisor);
-    hostStep_->add(0, gradPartition_, mine);
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const auto [begin, length] = slots_[i];
+      hostStep_->add(i, gradPartition_.slice(0, begin, begin + length), mine.slice(0, begin, begin + length));
+    }
     hostStep_->run(*optimizer_, lr);
   } else {
-    optimizer_->step(lr, {gradPartition_}, divisor);
+    std::vector<at::Tensor> grads;
+    for (const auto& [begin, length] : slots_) grads.push_back(gradPartition_.slice(0, begin, begin + length));
+    optimizer_->step(lr, grads, divisor);
     mine.copy_(masterPartition_);
   }
   at::Tensor all = at::empty({dp_ * partitionNumel_}, f32_.dtype(dtype));
@@ -325,7 +387,7 @@ ZeroMemory ZeroStage12::memory() const {
   for (const auto& [name, p] : model_.parameters()) m.parameterBytes += bytesOf(p);
   m.parameterBytes += bytesOf(masterPartition_);
   m.gradientBytes = bytesOf(gradFlat_) + bytesOf(gradPartition_);
-  m.optimizerStateBytes = stateBytes(*optimizer_);
+  m.optimizerStateBytes = stateBytes(*optimizer_) + (muon_ ? muon_->stagingBytes() : 0);
   return m;
 }
 
@@ -333,7 +395,7 @@ StatusOr<at::Tensor> ZeroStage12::weightPiece(int parameter) { return model_.par
 
 }  // namespace
 
-std::unique_ptr<ZeroEngine> makeZeroStage12(const planner::DeepSpeedConfig& config, const planner::ZeroPlan& plan,
+std::unique_ptr<ZeroEngine> makeZeroStage12(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
                                             DecoderModel& model, backends::Communicator* comm) {
   return std::make_unique<ZeroStage12>(config, plan, model, comm);
 }

@@ -18,7 +18,7 @@ namespace loom::worker {
 //   block's backward is done (overlapping the backward of the blocks below it when
 //   overlap_comm), in reduce_bucket_size pieces; only the rank's part is kept across
 //   micro-batches.
-std::unique_ptr<ZeroEngine> makeZeroStage12(const planner::DeepSpeedConfig& config, const planner::ZeroPlan& plan,
+std::unique_ptr<ZeroEngine> makeZeroStage12(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
                                             DecoderModel& model, backends::Communicator* comm);
 
 }  // namespace loom::worker

@@ -13,6 +13,7 @@
 #include "worker/torch/zero/block_hooks.h"
 #include "worker/torch/model/decoder_model.h"
 #include "worker/torch/zero/host_step.h"
+#include "worker/torch/optim/muon.h"
 #include "worker/torch/optim/optimizer.h"
 #include "worker/torch/zero/zero_buffers.h"
 
@@ -34,7 +35,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
   // carry no gradient) after it.
   Status accumulate() override;
   StatusOr<double> reduce(double lossScale) override;
-  Status step(double lr, double clipCoefficient) override;
+  Status step(const train::LearningRates& lr, double clipCoefficient) override;
   TensorMap state() const override;
   Status restore(const TensorMap& state, const std::string& source) override;
   ZeroMemory memory() const override;
@@ -88,6 +89,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
   at::TensorOptions f32_, modelOptions_;  // fp32, and the model's dtype, on the model's device
   std::vector<Param> params_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<MuonUpdater> muon_;  // Muon: its matrices' Newton-Schulz
   double lossScale_ = 1.0;  // the step's, from reduce()
   std::unique_ptr<HostStepPipeline> hostStep_;  // offload_optimizer.device cpu
   std::map<int, Gather> gathers_;  // by block
@@ -155,7 +157,39 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, const planner::Pl
     }
     params_.push_back(std::move(p));
   }
-  optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters));
+  // Muon: a partitioned matrix's parts are its rows' elements in rank order (the padding of the
+  // last part is nobody's); a persistent one is whole on every rank.
+  std::vector<bool> muon;
+  std::vector<MuonMatrix> matrices;
+  std::vector<MuonPiece> pieces;
+  std::vector<size_t> pieceSlots;
+  for (size_t i = 0, slot = 0; i < count; ++i) {
+    const Param& p = params_[i];
+    if (!p.trainable) continue;
+    const planner::ParameterSpec& spec = plan.parameters[i];
+    muon.push_back(spec.muon);
+    if (spec.muon) {
+      MuonMatrix m{.parameter = static_cast<int>(i), .headWidth = spec.muonHeadDim, .heldBy = {}};
+      int64_t mine = p.numel;
+      if (!p.persistent) {
+        for (int r = 0; r < dp_; ++r) m.heldBy.push_back(std::clamp<int64_t>(p.numel - r * p.part, 0, p.part));
+        mine = m.heldBy[rank_];
+      }
+      if (mine > 0) {
+        pieces.push_back({.matrix = static_cast<int>(matrices.size()), .grad = p.grad.narrow(0, 0, mine), .momentum = {}});
+        pieceSlots.push_back(slot);
+      }
+      matrices.push_back(std::move(m));
+    }
+    ++slot;
+  }
+  optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters), muon);
+  if (!matrices.empty()) {
+    for (size_t k = 0; k < pieces.size(); ++k)
+      pieces[k].momentum = optimizer_->momentum(pieceSlots[k]).narrow(0, 0, pieces[k].grad.numel());
+    muon_ = std::make_unique<MuonUpdater>(config.optimizer.muon, model, std::move(matrices), std::move(pieces), comm,
+                                          config.precision == planner::Precision::kFp16);
+  }
   if (config.zero.offloadOptimizer == "cpu") hostStep_ = std::make_unique<HostStepPipeline>(config.zero.subGroupSize, config.zero.offloadPinMemory);
   model.setBlockRunner(this);
   model.setLinear(parameterLinear);
@@ -319,6 +353,7 @@ void ZeroStage3::zeroGradients() {
 
 StatusOr<double> ZeroStage3::reduce(double lossScale) {
   at::NoGradGuard noGrad;
+  if (muon_) RETURN_IF_ERROR(muon_->update(lossScale));
   lossScale_ = lossScale;
   // Persistent parameters are whole and the same on every rank of the data-parallel group: counted
   // once, not summed over it. Over the tensor-parallel group, each distinct piece counts once.
@@ -338,8 +373,9 @@ StatusOr<double> ZeroStage3::reduce(double lossScale) {
   return std::sqrt(total.item<double>()) / lossScale;
 }
 
-Status ZeroStage3::step(double lr, double clipCoefficient) {
+Status ZeroStage3::step(const train::LearningRates& lr, double clipCoefficient) {
   at::NoGradGuard noGrad;
+  if (muon_) muon_->commit();
   const double divisor = lossScale_ / clipCoefficient;
   // Where each trainable part's update goes: the whole parameter when persistent, else this
   // rank's part (gathered from the parts when a block runs).
@@ -413,6 +449,7 @@ ZeroMemory ZeroStage3::memory() const {
   for (const auto& [name, t] : optimizer_->state()) {
     if (name != "step") m.optimizerStateBytes += t.numel() * t.element_size();
   }
+  if (muon_) m.optimizerStateBytes += muon_->stagingBytes();
   return m;
 }
 

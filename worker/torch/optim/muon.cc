@@ -1,0 +1,146 @@
+#include "worker/torch/optim/muon.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "worker/torch/model/decoder_model.h"
+#include "worker/torch/optim/newton_schulz.h"
+#include "worker/torch/parallel/whole_weights.h"
+
+namespace loom::worker {
+
+at::Tensor advanceMomentum(at::Tensor& g, const at::Tensor& momentum, double beta) {
+  at::Tensor next = at::where(at::isfinite(g).all(), momentum.lerp(g, 1.0 - beta), momentum);
+  g.lerp_(next, beta);
+  return next;
+}
+
+MuonUpdater::MuonUpdater(const planner::MuonConfig& config, const DecoderModel& model, std::vector<MuonMatrix> matrices,
+                         std::vector<MuonPiece> pieces, backends::Communicator* dp, bool stageMomentum)
+    : config_(config), model_(model), matrices_(std::move(matrices)), pieces_(std::move(pieces)),
+      pieceOf_(matrices_.size(), -1), dp_(dp && dp->size() > 1 ? dp : nullptr) {
+  for (size_t i = 0; i < pieces_.size(); ++i) pieceOf_[pieces_[i].matrix] = static_cast<int>(i);
+  if (stageMomentum) {
+    for (const MuonPiece& p : pieces_) staged_.push_back(at::empty_like(p.momentum));
+  }
+  // The matrices cut over the group, largest first, dealt round-robin: round k gives rank r the
+  // (k * dp + r)-th. Every rank computes the same deal from the same list.
+  if (!dp_) return;
+  std::vector<int> cut;
+  for (size_t m = 0; m < matrices_.size(); ++m) {
+    if (!matrices_[m].heldBy.empty()) cut.push_back(static_cast<int>(m));
+  }
+  auto numel = [&](int m) {
+    const auto& held = matrices_[m].heldBy;
+    return std::accumulate(held.begin(), held.end(), int64_t{0});
+  };
+  std::stable_sort(cut.begin(), cut.end(), [&](int a, int b) { return numel(a) > numel(b); });
+  const size_t ranks = static_cast<size_t>(dp_->size());
+  for (size_t k = 0; k < cut.size(); k += ranks) {
+    std::vector<int> round(ranks, -1);
+    for (size_t r = 0; r < ranks && k + r < cut.size(); ++r) round[r] = cut[k + r];
+    rounds_.push_back(std::move(round));
+  }
+}
+
+int64_t MuonUpdater::stagingBytes() const {
+  int64_t bytes = 0;
+  for (const at::Tensor& t : staged_) bytes += t.numel() * t.element_size();
+  return bytes;
+}
+
+Status MuonUpdater::update(double lossScale) {
+  at::NoGradGuard noGrad;
+  const double beta = config_.momentum;
+  blends_.assign(pieces_.size(), at::Tensor());
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    MuonPiece& p = pieces_[i];
+    // Unscaled first, so the momentum holds true gradients whatever the loss scale does.
+    at::Tensor g = lossScale == 1.0 ? p.grad : p.grad / lossScale;
+    const bool away = p.momentum.device() != g.device();
+    at::Tensor momentum = away ? p.momentum.to(g.device()) : p.momentum;
+    at::Tensor next = advanceMomentum(g, momentum, beta);
+    (staged_.empty() ? p.momentum : staged_[i]).copy_(next);
+    blends_[i] = g;
+  }
+  RETURN_IF_ERROR(updateHeld());
+  RETURN_IF_ERROR(updateDistributed());
+  if (lossScale != 1.0) {
+    for (MuonPiece& p : pieces_) p.grad.mul_(lossScale);
+  }
+  blends_.clear();
+  return Status::ok();
+}
+
+void MuonUpdater::commit() {
+  at::NoGradGuard noGrad;
+  for (size_t i = 0; i < staged_.size(); ++i) pieces_[i].momentum.copy_(staged_[i]);
+}
+
+StatusOr<at::Tensor> MuonUpdater::orthogonalized(int m, const at::Tensor& shard) {
+  const MuonMatrix& matrix = matrices_[m];
+  const ShardLayout& layout = model_.shards().layouts[matrix.parameter];
+  const at::Tensor blend = shard.view(layout.local);
+  // A column split of whole heads under per-head Muon: this rank's heads are a batch of their own.
+  const bool headsWhole = matrix.headWidth > 0 && layout.dim == 0 && layout.subParams.empty();
+  if (!layout.sharded() || model_.tensorParallel().size() == 1 || headsWhole)
+    return orthogonalize(blend, config_.nsMethod, matrix.headWidth).reshape({-1});
+  ASSIGN_OR_RETURN(at::Tensor whole, wholeParameter(model_, matrix.parameter, blend));
+  return takeShard(orthogonalize(whole, config_.nsMethod, matrix.headWidth), layout).reshape({-1});
+}
+
+Status MuonUpdater::updateHeld() {
+  for (size_t m = 0; m < matrices_.size(); ++m) {
+    if (!matrices_[m].heldBy.empty() && dp_) continue;
+    const int i = pieceOf_[m];
+    ASSIGN_OR_RETURN(at::Tensor u, orthogonalized(static_cast<int>(m), blends_[i]));
+    pieces_[i].grad.copy_(u);
+  }
+  return Status::ok();
+}
+
+Status MuonUpdater::updateDistributed() {
+  const int ranks = dp_ ? dp_->size() : 1, me = dp_ ? dp_->rank() : 0;
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(model_.device());
+  for (const std::vector<int>& round : rounds_) {
+    // Out: this rank's piece of the matrix each rank owns this round. In: the pieces of the one it owns.
+    std::vector<int64_t> sendSplits(ranks, 0), recvSplits(ranks, 0);
+    std::vector<at::Tensor> sends;
+    for (int r = 0; r < ranks; ++r) {
+      const int m = round[r];
+      if (m < 0 || pieceOf_[m] < 0) continue;
+      sendSplits[r] = blends_[pieceOf_[m]].numel();
+      sends.push_back(blends_[pieceOf_[m]]);
+    }
+    const int owned = round[me];
+    if (owned >= 0) recvSplits = matrices_[owned].heldBy;
+    const int64_t recvTotal = std::accumulate(recvSplits.begin(), recvSplits.end(), int64_t{0});
+    at::Tensor sendBuffer = sends.empty() ? at::empty({0}, options) : at::cat(sends);
+    at::Tensor whole = at::empty({recvTotal}, options);
+    RETURN_IF_ERROR(dp_->allToAllV(whole, sendBuffer, recvSplits, sendSplits)
+                        ->wait()
+                        .withContext("Muon: gathering matrices for Newton-Schulz"));
+    at::Tensor update = at::empty({recvTotal}, options);
+    if (owned >= 0) {
+      ASSIGN_OR_RETURN(update, orthogonalized(owned, whole));
+    }
+    // Back: each rank's piece of the update of the matrix this rank owns.
+    at::Tensor pieces = at::empty({sendBuffer.numel()}, options);
+    RETURN_IF_ERROR(dp_->allToAllV(pieces, update, sendSplits, recvSplits)
+                        ->wait()
+                        .withContext("Muon: returning Newton-Schulz updates"));
+    int64_t offset = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const int m = round[r];
+      if (m < 0 || pieceOf_[m] < 0) continue;
+      pieces_[pieceOf_[m]].grad.copy_(pieces.slice(0, offset, offset + sendSplits[r]));
+      offset += sendSplits[r];
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace loom::worker
