@@ -175,6 +175,62 @@ def layouts(bin_dir, work, data, model_dir):
     compare("4 ranks zero3 stopped and resumed", log, final_weights(resumed), second_half, reference_weights)
 
 
+def tensor_parallel(bin_dir, work, data, model_dir):
+    for per_head in (True, False):
+        label = "per-head" if per_head else "whole-matrix"
+        ds = muon_config("gram", per_head, micro=2, ga=4, world=1)
+        reference = os.path.join(work, f"tp1-{label}")
+        log = loom_run(bin_dir, train_spec(f"tp1-{label}", model_dir, data, 1, ds, reference), work, f"tp1-{label}")
+        reference_steps, reference_weights = step_lines(log), final_weights(reference)
+        runs = {"tp2": (2, muon_config("gram", per_head, micro=2, ga=4, world=1)),
+                "tp2-dp2-zero1": (4, muon_config("gram", per_head, {"stage": 1}, micro=2, ga=2, world=2))}
+        for run, (ranks, ds) in runs.items():
+            ds["tensor_parallel"] = {"autotp_size": 2}
+            name = f"{run}-{label}"
+            checkpoints = os.path.join(work, name)
+            log = loom_run(bin_dir, train_spec(name, model_dir, data, ranks, ds, checkpoints), work, name)
+            compare(f"{name} vs 1 rank", log, final_weights(checkpoints), reference_steps, reference_weights)
+
+
+def fp16(bin_dir, work, data, model_dir):
+    """The Muon update is unscaled before Newton-Schulz and keeps its size under the loss scale:
+    the weights move as they do in fp32. (Were the update divided by the scale like a gradient it
+    would be 2^16 times too small, and the weights would not move at all.)"""
+    initial = load_file(os.path.join(model_dir, "model.safetensors"))
+    runs = {}
+    for name, extra in {"fp32": {}, "fp16": {"fp16": {"enabled": True, "loss_scale": 65536}}}.items():
+        checkpoints = os.path.join(work, "precision-" + name)
+        log = loom_run(bin_dir, train_spec("precision-" + name, model_dir, data, 2,
+                                           muon_config(zero={"stage": 2}, **extra), checkpoints), work, name)
+        runs[name] = (loom_losses(log), final_weights(checkpoints))
+    (losses32, weights32), (losses16, weights16) = runs["fp32"], runs["fp16"]
+    worst = max(relative(losses16.get(s, 0), l) for s, l in losses32.items())
+    check(len(losses16) == STEPS and worst <= 1e-3, f"fp16 loss scale 2^16: losses vs fp32, worst relative {worst:.2e}")
+    for key in ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"):
+        moved32 = weights32[key] - initial[key]
+        moved16 = weights16[key].float() - initial[key]
+        error = ((moved16 - moved32).norm() / moved32.norm()).item()
+        check(error <= 5e-2, f"fp16 loss scale 2^16: {key} moved as in fp32 (relative difference {error:.2e})")
+
+
+def refusals(bin_dir, work, data, model_dir):
+    frozen = train_spec("frozen", model_dir, data, 1, muon_config("gram", True, world=1), os.path.join(work, "x"))
+    frozen["train"]["frozen_parameters"] = [r".*self_attn\.[qkv]_proj\..*"]
+    unknown = train_spec("unknown", model_dir, data, 1, muon_config(world=1), os.path.join(work, "x"))
+    unknown["deepspeed"]["optimizer"]["params"]["nesterov"] = False
+    method = train_spec("method", model_dir, data, 1, muon_config("polar", world=1), os.path.join(work, "x"))
+    cases = {"unknown key": (unknown, "deepspeed.optimizer.params.nesterov: unknown key"),
+             "ns_method": (method, "deepspeed.optimizer.params.ns_method: \"polar\" is not a Newton-Schulz method"),
+             "per_head_muon": (frozen, "deepspeed.optimizer.params.per_head_muon: the llama model has no trainable "
+                                       "attention projection")}
+    for name, (spec, expected) in cases.items():
+        path = os.path.join(work, f"refused-{name.replace(' ', '-')}.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        r = subprocess.run([os.path.join(bin_dir, "loomctl"), "validate", path], capture_output=True, text=True)
+        check(r.returncode != 0 and expected in r.stderr, f"refused at submit ({name}): {r.stderr.strip()[:200]}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin", required=True)
@@ -190,8 +246,14 @@ def main():
         if a.only in (None, "deepspeed"):
             muon_update_bits(bin_dir, work)
             deepspeed_oracle(bin_dir, work, data, model_dir)
+        if a.only in (None, "refusals"):
+            refusals(bin_dir, work, data, model_dir)
         if a.only in (None, "layouts"):
             layouts(bin_dir, work, data, model_dir)
+        if a.only in (None, "tensor"):
+            tensor_parallel(bin_dir, work, data, model_dir)
+        if a.only in (None, "fp16"):
+            fp16(bin_dir, work, data, model_dir)
     if parity_test.failures:
         raise SystemExit(f"{len(parity_test.failures)} checks failed")
 

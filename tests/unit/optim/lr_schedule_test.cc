@@ -7,6 +7,7 @@
 using loom::planner::SchedulerConfig;
 using loom::planner::SchedulerType;
 using loom::train::learningRate;
+using loom::train::learningRates;
 
 // Expected values are DeepSpeed's formulas (runtime/lr_schedules.py) evaluated by hand.
 // Expected values: DeepSpeed's formulas, one iteration behind the optimizer step (the scheduler
@@ -54,4 +55,16 @@ TEST_CASE("WarmupCosineLR: ratio warmup, cosine to cos_min_ratio, then held", "[
 TEST_CASE("no scheduler: the optimizer's lr", "[train]") {
   CHECK(learningRate(SchedulerConfig{}, 3e-4, 0) == 3e-4);
   CHECK(learningRate(SchedulerConfig{}, 3e-4, 99) == 3e-4);
+}
+
+TEST_CASE("warmup_max_lr unset: each optimizer half rises to its own lr, as DeepSpeed's param groups do",
+          "[optim][lr][muon]") {
+  SchedulerConfig s{.type = SchedulerType::kWarmupLR, .warmupMinLr = 0.0, .warmupNumSteps = 4, .warmupLinear = true};
+  loom::planner::OptimizerConfig muon{.type = loom::planner::OptimizerType::kMuon, .lr = 3e-3};
+  muon.muon.lr = 0.02;
+  const auto start = learningRates(s, muon, 1), warm = learningRates(s, muon, 10);
+  CHECK((start.lr == 0 && start.muonLr == 0));
+  CHECK((warm.lr == Approx(3e-3) && warm.muonLr == Approx(0.02)));
+  s.warmupMaxLr = 1e-3;  // given: every half rises to it (DeepSpeed formats one value for all groups)
+  CHECK((learningRates(s, muon, 10).lr == Approx(1e-3) && learningRates(s, muon, 10).muonLr == Approx(1e-3)));
 }

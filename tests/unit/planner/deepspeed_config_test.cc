@@ -75,7 +75,7 @@ TEST_CASE("deepspeed: optimizers take DeepSpeed's names and defaults", "[planner
   CHECK(errorOf(R"({"train_batch_size": 2, "optimizer": {"type": "AdamW", "params": {"amsgrad": true}}})") ==
         "deepspeed.optimizer.params.amsgrad: true is not supported (as in DeepSpeed)");
   CHECK(errorOf(R"({"train_batch_size": 2, "optimizer": {"type": "OneBitAdam"}})") ==
-        "deepspeed.optimizer.type: \"OneBitAdam\" is not supported (supported: Adam, AdamW, Lion, Adagrad)");
+        "deepspeed.optimizer.type: \"OneBitAdam\" is not supported (supported: Adam, AdamW, Lion, Adagrad, Muon)");
   CHECK(errorOf(R"({"train_batch_size": 2, "optimizer": {"type": "Lion", "params": {"eps": 1e-8}}})") ==
         "deepspeed.optimizer.params.eps: unknown key");
   CHECK(errorOf(R"({"train_batch_size": 2, "optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}})") ==
@@ -274,4 +274,34 @@ TEST_CASE("specs: parallelism the workers do not run yet is refused to run - acc
   cpu["resources"]["device_memory_gb"] = 0;
   CHECK(parseJobSpec(cpu.dump()).status().message() ==
         "resources.device_memory_gb: must be between 0.001 and 1000000, got 0");
+}
+
+TEST_CASE("Muon: DeepSpeed's keys and each half's defaults", "[planner][config][muon]") {
+  const auto defaults = parsed(R"({"train_batch_size": 4, "optimizer": {"type": "Muon"}})");
+  const auto& o = defaults.optimizer;
+  CHECK(o.type == OptimizerType::kMuon);
+  // MuonWithAuxAdam: Muon lr 0.02, momentum 0.95, gram; its Adam lr 3e-4, betas (0.9, 0.95), eps 1e-10.
+  CHECK((o.muon.lr == 0.02 && o.muon.momentum == 0.95 && o.muon.nsMethod == loom::planner::NsMethod::kGram));
+  CHECK((o.lr == 3e-4 && o.beta1 == 0.9 && o.beta2 == 0.95 && o.eps == 1e-10 && o.weightDecay == 0));
+  CHECK_FALSE(o.muon.perHead);
+  CHECK(o.auxiliary().type == OptimizerType::kAdamW);
+
+  // The shared lr sets both halves; muon_lr and adam_lr set their own; weight_decay is shared.
+  const auto shared = parsed(R"({"train_batch_size": 4, "optimizer": {"type": "Muon", "params":
+      {"lr": 0.01, "weight_decay": 0.1, "adam_lr": 1e-3, "ns_method": "standard", "per_head_muon": true,
+       "momentum": 0.9, "betas": [0.8, 0.9], "eps": 1e-8, "adam_w_mode": false, "torch_adam": true}}})");
+  CHECK((shared.optimizer.muon.lr == 0.01 && shared.optimizer.lr == 1e-3));
+  CHECK((shared.optimizer.muon.weightDecay == 0.1 && shared.optimizer.weightDecay == 0.1));
+  CHECK((shared.optimizer.muon.nsMethod == loom::planner::NsMethod::kStandard && shared.optimizer.muon.perHead));
+  CHECK(shared.optimizer.auxiliary().type == OptimizerType::kAdam);  // adam_w_mode false: L2 decay
+  auto again = parseDeepSpeedConfig(shared.toJson(), 2, true);
+  REQUIRE(again.isOk());
+  CHECK(again->toJson() == shared.toJson());
+
+  CHECK(errorOf(R"({"train_batch_size": 4, "optimizer": {"type": "Muon", "params": {"nesterov": true}}})") ==
+        "deepspeed.optimizer.params.nesterov: unknown key");
+  CHECK(errorOf(R"({"train_batch_size": 4, "optimizer": {"type": "Muon", "params": {"ns_method": "svd"}}})") ==
+        "deepspeed.optimizer.params.ns_method: \"svd\" is not a Newton-Schulz method (gram or standard)");
+  CHECK(errorOf(R"({"train_batch_size": 4, "optimizer": {"type": "Muon", "params": {"momentum": 1.0}}})") ==
+        "deepspeed.optimizer.params.momentum: must be in [0, 1), got 1");
 }

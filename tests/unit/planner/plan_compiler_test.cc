@@ -529,3 +529,54 @@ TEST_CASE("plan rejections: train.frozen_parameters that hold nothing or everyth
   CHECK(bad.status().message().rfind("train.frozen_parameters[0]: \"model.layers.(0\" is not a regular expression", 0) ==
         0);
 }
+
+TEST_CASE("Muon: matrices marked, per-head widths on each rank's shard, memory from the optimizer rules",
+          "[planner][plan][muon]") {
+  const json muon{{"optimizer", {{"type", "Muon"}, {"params", {{"lr", 0.02}, {"per_head_muon", true}}}}},
+                  {"tensor_parallel", {{"autotp_size", 8}}},
+                  {"zero_optimization", {{"stage", 3}}}};
+  const Plan plan = compiled("llama3_8b.json", trainSpec(64, deepspeed(muon), 8192));
+  const std::string l = "model.layers.3.";
+  // q: 32 heads of 128 (4 whole heads on each rank's 512 rows); k, v: 8 KV heads of 128.
+  const auto& q = parameter(plan, l + "self_attn.q_proj.weight");
+  CHECK((q.muon && q.muonHeadDim == 128 && q.localShape[0] / q.muonHeadDim == 4));
+  CHECK((parameter(plan, l + "self_attn.k_proj.weight").muon && parameter(plan, l + "self_attn.v_proj.weight").muonHeadDim == 128));
+  // The output projection's heads are on its input dimension: Muon, as one matrix.
+  CHECK((parameter(plan, l + "self_attn.o_proj.weight").muon && parameter(plan, l + "self_attn.o_proj.weight").muonHeadDim == 0));
+  CHECK((parameter(plan, l + "mlp.down_proj.weight").muon && parameter(plan, l + "mlp.down_proj.weight").muonHeadDim == 0));
+  // The embedding, the head and every vector go to the auxiliary Adam.
+  CHECK_FALSE(parameter(plan, "model.embed_tokens.weight").muon);
+  CHECK_FALSE(parameter(plan, "lm_head.weight").muon);
+  CHECK_FALSE(parameter(plan, l + "input_layernorm.weight").muon);
+
+  // Memory: fp32 masters (4 B) plus one momentum on the 6,979,321,856 matrix elements and Adam's
+  // two moments on the other 1,050,939,392, against AdamW's 4 + 8 on all 8,030,261,248.
+  const Plan adam = compiled("llama3_8b.json", trainSpec(64, deepspeed({{"tensor_parallel", {{"autotp_size", 8}}},
+                                                                        {"zero_optimization", {{"stage", 3}}}}),
+                                                          8192));
+  const double states = 1.0 + 1'050'939'392.0 / 8'030'261'248.0;
+  CHECK(static_cast<double>(plan.memory.optimizer) / static_cast<double>(adam.memory.optimizer) ==
+        Approx((4.0 + 4.0 * states) / 12.0).epsilon(1e-6));
+}
+
+TEST_CASE("Muon: latent attention's per-head widths; an opt-in that tags nothing is refused", "[planner][plan][muon]") {
+  const json muon{{"optimizer", {{"type", "Muon"}, {"params", {{"per_head_muon", true}}}}},
+                  {"expert_parallel", {{"enabled", true}, {"autoep_size", 64}}},
+                  {"zero_optimization", {{"stage", 3}}}};
+  const Plan plan = compiled("deepseek_v3.json", trainSpec(256, deepspeed(muon), 2048, {{"device_memory_gb", 141}}));
+  // q_b_proj: 128 heads of 128 + 64 (nope + rope); kv_b_proj: 128 heads of 128 + 128 (nope + v).
+  CHECK(parameter(plan, "model.layers.5.self_attn.q_b_proj.weight").muonHeadDim == 192);
+  CHECK(parameter(plan, "model.layers.5.self_attn.kv_b_proj.weight").muonHeadDim == 256);
+  // The latent down-projections mix latents and rope: whole matrices.
+  const auto& latent = parameter(plan, "model.layers.5.self_attn.kv_a_proj_with_mqa.weight");
+  CHECK((latent.muon && latent.muonHeadDim == 0));
+
+  json frozen = trainSpec(8, deepspeed({{"optimizer", {{"type", "Muon"}, {"params", {{"per_head_muon", true}}}}},
+                                        {"zero_optimization", {{"stage", 3}}}}));
+  frozen["train"]["frozen_parameters"] = {".*self_attn\\.[qkv]_proj.*"};
+  auto refused = compile("llama3_8b.json", frozen);
+  REQUIRE_FALSE(refused.isOk());
+  INFO(refused.status().message());
+  CHECK(refused.status().message().find("deepspeed.optimizer.params.per_head_muon: the llama model has no trainable "
+                                        "attention projection") != std::string::npos);
+}
