@@ -5,11 +5,13 @@
 # tokens/s, Muon's cost over AdamW, and the Newton-Schulz time of each method (Muon's step time
 # less AdamW's), whose ratio is Gram's gain over the standard iteration.
 # Usage (from the repository root, with Loom's binaries in BIN and their libraries on
-# LD_LIBRARY_PATH): bench/gpu/muon.sh BIN OUT [MICRO] [GA]
+# LD_LIBRARY_PATH): bench/gpu/muon.sh BIN OUT [MICRO] [GA] [PLUGIN]
 # GA (1): gradient accumulation steps; Muon runs once per optimizer step, so its share falls as
-# the step grows.
+# the step grows. PLUGIN: the CUDA kernel plugin for the model's fused kernels (kernels.plugins).
 set -euo pipefail
-bin=$1 out=$2 micro=${3:-8} ga=${4:-1} seq=2048 steps=10
+bin=$1 out=$2 micro=${3:-8} ga=${4:-1} plugin=${5:-} seq=2048 steps=10
+kernels=""
+[ -n "$plugin" ] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 python3 - "$out/random.tokens" <<'PY'
@@ -25,7 +27,7 @@ for stage in 0 3; do
     [ "$optimizer" != adamw ] && params="{\"type\": \"Muon\", \"params\": {\"lr\": 0.02, \"adam_lr\": 1e-4, \"ns_method\": \"$optimizer\"}}"
     run=z$stage-$optimizer
     cat > "$out/loom-$run.json" <<JSON
-{"name": "bench-muon-$run", "kind": "train", "resources": {"ranks": 1, "device": "cuda", "device_memory_gb": 139},
+{"name": "bench-muon-$run", "kind": "train", "resources": {"ranks": 1, "device": "cuda", "device_memory_gb": 139}, $kernels
  "model": {"config": "$here/llama-1b-config.json", "init_seed": 1},
  "data": {"train": "$out/random.tokens", "seq_len": $seq, "seed": 1},
  "train": {"steps": $steps},
@@ -38,10 +40,11 @@ JSON
     cp "$out"/state-$run/jobs/*/attempt-1/rank-0.log "$out/loom-$run-rank0.log" 2>/dev/null || true
   done
 done
-python3 - "$out" "$micro" "$ga" "$seq" <<'PY'
+python3 - "$out" "$micro" "$ga" "$seq" "$plugin" <<'PY'
 import re, statistics, sys
 out, micro, ga, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-print(f"micro batch {micro} x {ga} accumulation steps x {seq} tokens per optimizer step")
+print(f"micro batch {micro} x {ga} accumulation steps x {seq} tokens per optimizer step"
+      + (", CUDA kernel plugin" if len(sys.argv) > 5 and sys.argv[5] else ""))
 print("| ZeRO | optimizer | step ms | tokens/s | vs AdamW | Newton-Schulz ms |")
 print("|---|---|---|---|---|---|")
 for stage in (0, 3):

@@ -68,6 +68,13 @@ class MuonUpdater {
   Status updateDistributed();
   // The update of matrix `m` from its whole blended shard (this rank's tensor-parallel shard).
   StatusOr<at::Tensor> orthogonalized(int m, const at::Tensor& shard);
+  // Whether matrix `m` needs its tensor-parallel shards gathered for Newton-Schulz (a split that
+  // is not a column split of whole heads under per-head Muon): it then goes alone.
+  bool orthogonalizedAlone(int m) const;
+
+  // The most elements of one batch of same-shaped matrices (fp32: 1 GiB, with the iteration's
+  // half-precision copies beside it).
+  static constexpr int64_t kBatchElements = int64_t(1) << 28;
 
   planner::MuonConfig config_;
   const DecoderModel& model_;

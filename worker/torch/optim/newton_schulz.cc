@@ -25,12 +25,24 @@ at::Tensor frobeniusNormalized(const at::Tensor& x) {
   return x / (at::linalg_vector_norm(x, 2, at::IntArrayRef{-2, -1}, /*keepdim=*/true) + 1e-7);
 }
 
+// beta * c + alpha * (a @ b): DeepSpeed's `beta * C + alpha * A @ B` as it writes it (alpha 1:
+// `beta * C + A @ B`), or one GEMM with the sum in its epilogue.
+at::Tensor productSum(const at::Tensor& c, double beta, const at::Tensor& a, const at::Tensor& b, double alpha,
+                      NsKernels kernels) {
+  if (kernels == NsKernels::kDeepSpeedOrder)
+    return c * beta + at::matmul(alpha == 1.0 ? a : a * alpha, b);
+  if (a.dim() == 2) return at::addmm(c, a, b, beta, alpha);
+  // Leading dimensions flattened into one batch for baddbmm.
+  auto batched = [](const at::Tensor& t) { return t.reshape({-1, t.size(-2), t.size(-1)}); };
+  return at::baddbmm(batched(c), batched(a), batched(b), beta, alpha).view(c.sizes());
+}
+
 // X <- a X + (b A + c A A) X with A = X X^T, `steps` times.
-at::Tensor quinticIterations(at::Tensor x, int steps) {
+at::Tensor quinticIterations(at::Tensor x, int steps, NsKernels kernels) {
   for (int i = 0; i < steps; ++i) {
     at::Tensor a = at::matmul(x, x.mT());
-    at::Tensor b = a * kB + at::matmul(a * kC, a);
-    x = x * kA + at::matmul(b, x);
+    at::Tensor b = productSum(a, kB, a, a, kC, kernels);
+    x = productSum(x, kA, b, x, 1.0, kernels);
   }
   return x;
 }
@@ -41,6 +53,10 @@ double aspectRatioScale(int64_t rows, int64_t cols) {
 
 }  // namespace
 
+NsKernels newtonSchulzKernels(const at::Device& device) {
+  return device.is_cuda() ? NsKernels::kFused : NsKernels::kDeepSpeedOrder;
+}
+
 at::ScalarType newtonSchulzDtype(planner::NsMethod method, const at::Device& device) {
   if (method == planner::NsMethod::kGram) {
     // Every GPU CUDA 13 runs on (compute capability 7.5 on) has fp16 matmuls.
@@ -50,15 +66,15 @@ at::ScalarType newtonSchulzDtype(planner::NsMethod method, const at::Device& dev
   return at::kBFloat16;  // every CUDA device since Ampere and every CPU here (DeepSpeed's CPU accelerator says so)
 }
 
-at::Tensor newtonSchulzStandard(const at::Tensor& g, int steps) {
+at::Tensor newtonSchulzStandard(const at::Tensor& g, NsKernels kernels, int steps) {
   const bool tall = g.size(-2) > g.size(-1);
   at::Tensor x = g.to(newtonSchulzDtype(planner::NsMethod::kStandard, g.device()));
   if (tall) x = x.mT();
-  x = quinticIterations(frobeniusNormalized(x), steps);
+  x = quinticIterations(frobeniusNormalized(x), steps, kernels);
   return tall ? x.mT() : x;
 }
 
-at::Tensor newtonSchulzGram(const at::Tensor& g, int steps) {
+at::Tensor newtonSchulzGram(const at::Tensor& g, NsKernels kernels, int steps) {
   const bool tall = g.size(-2) > g.size(-1);
   // Normalised in a dtype the input cannot have overflowed: fp16 stops at 65504.
   at::Tensor x = g.to(g.scalar_type() == at::kHalf ? at::kFloat : g.scalar_type());
@@ -66,7 +82,7 @@ at::Tensor newtonSchulzGram(const at::Tensor& g, int steps) {
   const int64_t n = x.size(-2), m = x.size(-1);
   x = frobeniusNormalized(x).to(newtonSchulzDtype(planner::NsMethod::kGram, g.device()));
   if (m <= n) {  // square: no FLOPs to save
-    x = quinticIterations(x, steps);
+    x = quinticIterations(x, steps, kernels);
     return tall ? x.mT() : x;
   }
   constexpr int kRestartAt = 2;
@@ -78,31 +94,40 @@ at::Tensor newtonSchulzGram(const at::Tensor& g, int steps) {
       r = at::matmul(x, x.mT());
       q.reset();
     }
-    at::Tensor z = r * kB + at::matmul(r * kC, r);
+    at::Tensor z = productSum(r, kB, r, r, kC, kernels);
     if (!q) {
       q = z.clone();
       q->diagonal(0, -2, -1).add_(kA);
     } else {
-      q = *q * kA + at::matmul(z, *q);
+      q = productSum(*q, kA, z, *q, 1.0, kernels);
     }
     if (i < steps - 1 && i + 1 != kRestartAt) {
-      at::Tensor rz = r * kA + at::matmul(z, r);
-      r = rz * kA + at::matmul(z, rz);
+      at::Tensor rz = productSum(r, kA, z, r, 1.0, kernels);
+      r = productSum(rz, kA, z, rz, 1.0, kernels);
     }
   }
   return tall ? at::matmul(x.mT(), q->mT()) : at::matmul(*q, x);
 }
 
 at::Tensor orthogonalize(const at::Tensor& update, planner::NsMethod method, int64_t headWidth) {
-  TORCH_CHECK(update.dim() == 2, "Muon orthogonalizes matrices, got a tensor of shape ", update.sizes());
+  return orthogonalize(update, method, headWidth, newtonSchulzKernels(update.device()));
+}
+
+at::Tensor orthogonalize(const at::Tensor& update, planner::NsMethod method, int64_t headWidth, NsKernels kernels) {
+  TORCH_CHECK(update.dim() == 2 || update.dim() == 3, "Muon orthogonalizes matrices, got a tensor of shape ",
+              update.sizes());
   auto iterate = [&](const at::Tensor& g) {
-    return method == planner::NsMethod::kGram ? newtonSchulzGram(g) : newtonSchulzStandard(g);
+    return method == planner::NsMethod::kGram ? newtonSchulzGram(g, kernels) : newtonSchulzStandard(g, kernels);
   };
-  const int64_t rows = update.size(0), cols = update.size(1);
+  const int64_t rows = update.size(-2), cols = update.size(-1);
   if (headWidth > 0) {
     TORCH_CHECK(rows % headWidth == 0, "per-head Muon: ", rows, " rows do not split into heads of ", headWidth);
-    at::Tensor perHead = iterate(update.view({rows / headWidth, headWidth, cols})) * aspectRatioScale(headWidth, cols);
-    return perHead.reshape({rows, cols}).to(update.scalar_type());
+    std::vector<int64_t> heads = update.sizes().vec();
+    heads.back() = headWidth;
+    heads.push_back(cols);
+    heads[heads.size() - 3] = rows / headWidth;
+    at::Tensor perHead = iterate(update.view(heads)) * aspectRatioScale(headWidth, cols);
+    return perHead.reshape(update.sizes()).to(update.scalar_type());
   }
   // Out of place: Tensor::mul_(Scalar) rounds the scalar to bf16 first, where DeepSpeed's
   // `update *= scale` multiplies in fp32.
