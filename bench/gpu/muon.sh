@@ -14,13 +14,7 @@ kernels=""
 [ -n "$plugin" ] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
-python3 - "$out/random.tokens" <<'PY'
-import sys
-sys.path.insert(0, "tests/oracles")
-import numpy as np
-from token_file import write_token_file
-write_token_file(sys.argv[1], np.random.default_rng(0).integers(0, 128256, 40 * 8 * 2049), 128256, "uint32")
-PY
+python3 "$here/random_tokens.py" "$out/random.tokens" 320
 for stage in 0 3; do
   for optimizer in adamw gram standard; do
     params='{"type": "AdamW", "params": {"lr": 1e-4}}'

@@ -14,13 +14,7 @@ set -euo pipefail
 bin=$1 out=$2 micro=${3:-8} plugin=${4:-} seq=2048 steps=12
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
-python3 - "$out/random.tokens" <<'PY'
-import sys
-sys.path.insert(0, "tests/oracles")
-import numpy as np
-from token_file import write_token_file
-write_token_file(sys.argv[1], np.random.default_rng(0).integers(0, 128256, 40 * 8 * 2049), 128256, "uint32")
-PY
+python3 "$here/random_tokens.py" "$out/random.tokens" 320
 python3 "$here/hf_reference.py" --config "$here/llama-1b-config.json" --seq $seq --micro "$micro" --steps $steps \
   --profile > "$out/reference.jsonl" 2> "$out/reference.err" || echo "reference failed: see reference.err"
 # DeepSpeed itself, where it imports (scripts/gpu/fetch-wheels brings it and its pure-Python

@@ -97,6 +97,9 @@ std::string describeLayers(const Plan& plan) {
     if (p.expert >= 0)
       note = fmt::format("{} of {} experts per rank (ep {})", experts.size() / plan.mesh.ep, experts.size(),
                          plan.mesh.ep);
+    if (p.muon)  // the optimizer's rule for it (planner/optimizer_rules.h)
+      note += (note.empty() ? "" : "; ") +
+              (p.muonHeadDim > 0 ? fmt::format("Muon, head by head ({} rows each)", p.muonHeadDim) : std::string("Muon"));
     out += fmt::format("  {:<20} {:>6}  {:<14} {:<18} {:<18} {}\n", kind, k.count, splitText(p), shapeText(p.shape),
                        shapeText(p.localShape), note);
   }

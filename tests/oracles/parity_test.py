@@ -80,6 +80,15 @@ def loom_run(bin_dir, spec, work, name, expect_failure=False):
     return log
 
 
+def refused_at_submit(bin_dir, work, name, spec, expected):
+    """`loomctl validate` refuses `spec`, and its error contains `expected`."""
+    path = os.path.join(work, f"refused-{name.replace(' ', '-')}.json")
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    r = subprocess.run([os.path.join(bin_dir, "loomctl"), "validate", path], capture_output=True, text=True)
+    check(r.returncode != 0 and expected in r.stderr, f"refused at submit ({name}): {r.stderr.strip()[:200]}")
+
+
 def save_model(family, out, tie=False, llama3=False, seed=1, sharded=False):
     torch.manual_seed(seed)
     config = make_config(family, 300, tie, llama3)

@@ -35,7 +35,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 import parity_test  # noqa: E402
 from make_tiny_model import make_config  # noqa: E402
-from parity_test import check, loom_losses, loom_run, memory_line, step_lines  # noqa: E402
+from parity_test import check, refused_at_submit, loom_losses, loom_run, memory_line, step_lines  # noqa: E402
 from token_file import sample, write_token_file  # noqa: E402
 
 SEQ, STEPS, VOCAB = 24, 20, 300
@@ -206,11 +206,7 @@ def refusals(bin_dir, work, data):
     cases["layer-spec"][0]["deepspeed"]["tensor_parallel"]["partition_config"] = {
         "layer_specs": [{"patterns": [".*o_proj\\.weight$"], "partition_type": "column"}]}
     for name, (spec, expected) in cases.items():
-        path = os.path.join(work, f"refused-{name}.json")
-        with open(path, "w") as f:
-            json.dump(spec, f)
-        r = subprocess.run([os.path.join(bin_dir, "loomctl"), "validate", path], capture_output=True, text=True)
-        check(r.returncode != 0 and expected in r.stderr, f"refused at submit ({name}): {r.stderr.strip()[:160]}")
+        refused_at_submit(bin_dir, work, name, spec, expected)
 
 
 def main():

@@ -1,0 +1,14 @@
+"""The GPU benchmarks' data: SAMPLES samples of 2048 + 1 random token ids over Llama 3's vocabulary
+(128,256), in Loom's token-file format.
+
+  python3 bench/gpu/random_tokens.py OUT.tokens SAMPLES
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "oracles"))
+
+import numpy as np  # noqa: E402
+from token_file import write_token_file  # noqa: E402
+
+write_token_file(sys.argv[1], np.random.default_rng(0).integers(0, 128256, int(sys.argv[2]) * 2049), 128256, "uint32")
