@@ -19,8 +19,8 @@
    stopped half way resumes from its checkpoint (which carries the momentum) to the same end.
 3. Tensor parallelism: tp2 with per_head_muon (each rank's whole heads on their own) and tp2
    without it (every split matrix gathered for Newton-Schulz) equal their 1-rank jobs.
-4. fp16 with a static loss scale of 2^16 moves the weights as fp32 does (the Muon update keeps
-   its size under the scale), within fp16's tolerance; a dynamic scale starting at 2^22 skips its
+4. fp16 with a static loss scale of 2^16 (ZeRO 0 and 2) and bf16 (ZeRO 0) move the weights as
+   fp32 does (the Muon update keeps its size under the scale), within their precision; a dynamic scale starting at 2^22 skips its
    overflowing steps and trains on with finite norms and weights (their momentum is dropped).
 5. Refusals at submit: an unknown optimizer key, an unknown ns_method, per_head_muon with no
    attention projection left to train.
@@ -227,20 +227,27 @@ def fp16(bin_dir, work, data, model_dir):
     the weights move as they do in fp32. (Were the update divided by the scale like a gradient it
     would be 2^16 times too small, and the weights would not move at all.)"""
     initial = load_file(os.path.join(model_dir, "model.safetensors"))
+    # ZeRO 0, where DeepSpeed's flat fp16 optimizer would take Muon's matrices for already
+    # orthogonalized ones (plain SGD), and ZeRO 2.
     runs = {}
-    for name, extra in {"fp32": {}, "fp16": {"fp16": {"enabled": True, "loss_scale": 65536}}}.items():
+    for name, (zero, extra) in {"fp32": (0, {}), "fp16-zero0": (0, {"fp16": {"enabled": True, "loss_scale": 65536}}),
+                                "fp16-zero2": (2, {"fp16": {"enabled": True, "loss_scale": 65536}}),
+                                "bf16-zero0": (0, {"bf16": {"enabled": True}})}.items():
         checkpoints = os.path.join(work, "precision-" + name)
         log = loom_run(bin_dir, train_spec("precision-" + name, model_dir, data, 2,
-                                           muon_config(zero={"stage": 2}, **extra), checkpoints), work, name)
+                                           muon_config(zero={"stage": zero}, **extra), checkpoints), work, name)
         runs[name] = (loom_losses(log), final_weights(checkpoints))
-    (losses32, weights32), (losses16, weights16) = runs["fp32"], runs["fp16"]
-    worst = max(relative(losses16.get(s, 0), l) for s, l in losses32.items())
-    check(len(losses16) == STEPS and worst <= 1e-3, f"fp16 loss scale 2^16: losses vs fp32, worst relative {worst:.2e}")
-    for key in ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"):
-        moved32 = weights32[key] - initial[key]
-        moved16 = weights16[key].float() - initial[key]
-        error = ((moved16 - moved32).norm() / moved32.norm()).item()
-        check(error <= 5e-2, f"fp16 loss scale 2^16: {key} moved as in fp32 (relative difference {error:.2e})")
+    losses32, weights32 = runs["fp32"]
+    for name in ("fp16-zero0", "fp16-zero2", "bf16-zero0"):
+        losses, weights = runs[name]
+        tolerance = 1e-3 if name.startswith("fp16") else 1e-2  # bf16: 8 bits of mantissa in the forward
+        worst = max(relative(losses.get(s, 0), l) for s, l in losses32.items())
+        check(len(losses) == STEPS and worst <= tolerance, f"{name}: losses vs fp32, worst relative {worst:.2e}")
+        for key in ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"):
+            moved32 = weights32[key] - initial[key]
+            moved = weights[key].float() - initial[key]
+            error = ((moved - moved32).norm() / moved32.norm()).item()
+            check(error <= 1e-1, f"{name}: {key} moved as in fp32 (relative difference {error:.2e})")
     # A dynamic scale that starts at 2^22 overflows for its first steps: those are skipped, and the
     # momentum they computed is dropped with them (it would carry inf into every later update).
     checkpoints = os.path.join(work, "precision-overflow")
