@@ -13,12 +13,14 @@
    weights 2e-2 there. DeepSpeed runs eagerly (TORCHDYNAMO_DISABLE): its muon_update is
    wrapped in torch.compile, whose fused kernels round differently from the same operations
    run one by one.
-2. Layouts: ZeRO 0, 1, 2, 3 (matrices cut into parts, one dealt to each rank for Newton-Schulz)
-   and 2 with CPU optimizer offload on 4 ranks equal the 1-rank job (1e-5), as does gradient
+2. Layouts: ZeRO 0 and 3 with persistent matrices (whole on every rank: each rank orthogonalizes
+   those dealt to it and broadcasts them), 1, 2, 3 (matrices cut into parts, gathered on the rank
+   dealt each) and 2 with CPU optimizer offload on 4 ranks equal the 1-rank job (1e-5), as does gradient
    accumulation 4 (Newton-Schulz once per step, on the step's whole gradient); a ZeRO-3 job
    stopped half way resumes from its checkpoint (which carries the momentum) to the same end.
 3. Tensor parallelism: tp2 with per_head_muon (each rank's whole heads on their own) and tp2
-   without it (every split matrix gathered for Newton-Schulz) equal their 1-rank jobs.
+   without it (every split matrix gathered for Newton-Schulz), alone and as tp2 x dp2 at ZeRO 0
+   and 1, equal their 1-rank jobs.
 4. fp16 with a static loss scale of 2^16 (ZeRO 0 and 2) and bf16 (ZeRO 0) move the weights as
    fp32 does (the Muon update keeps its size under the scale), within their precision; a dynamic scale starting at 2^22 skips its
    overflowing steps and trains on with finite norms and weights (their momentum is dropped).
@@ -186,6 +188,7 @@ def layouts(bin_dir, work, data, model_dir):
         "zero1": {"stage": 1},
         "zero2": {"stage": 2, "reduce_bucket_size": 3000},
         "zero3": {"stage": 3, "stage3_param_persistence_threshold": 100},
+        "zero3-whole": {"stage": 3},  # every matrix here is under the persistence threshold: whole
         "zero2-offload": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
     }
     for name, zero in cases.items():
@@ -213,6 +216,7 @@ def tensor_parallel(bin_dir, work, data, model_dir):
         log = loom_run(bin_dir, train_spec(f"tp1-{label}", model_dir, data, 1, ds, reference), work, f"tp1-{label}")
         reference_steps, reference_weights = step_lines(log), final_weights(reference)
         runs = {"tp2": (2, muon_config("gram", per_head, micro=2, ga=4, world=1)),
+                "tp2-dp2-zero0": (4, muon_config("gram", per_head, {"stage": 0}, micro=2, ga=2, world=2)),
                 "tp2-dp2-zero1": (4, muon_config("gram", per_head, {"stage": 1}, micro=2, ga=2, world=2))}
         for run, (ranks, ds) in runs.items():
             ds["tensor_parallel"] = {"autotp_size": 2}

@@ -27,24 +27,30 @@ MuonUpdater::MuonUpdater(const planner::MuonConfig& config, const DecoderModel& 
   if (stageMomentum) {
     for (const MuonPiece& p : pieces_) staged_.push_back(at::empty_like(p.momentum));
   }
-  // The matrices cut over the group, largest first, dealt round-robin: round k gives rank r the
-  // (k * dp + r)-th. Every rank computes the same deal from the same list.
+  // Over a data-parallel group each matrix is orthogonalized by one rank: largest first, dealt
+  // round-robin (round k gives rank r the (k * dp + r)-th), those cut over the group apart from
+  // those every rank holds whole. Every rank computes the same deal from the same list.
   if (!dp_) return;
-  std::vector<int> cut;
-  for (size_t m = 0; m < matrices_.size(); ++m) {
-    if (!matrices_[m].heldBy.empty()) cut.push_back(static_cast<int>(m));
-  }
+  std::vector<int> cut, whole;
+  for (size_t m = 0; m < matrices_.size(); ++m) (matrices_[m].heldBy.empty() ? whole : cut).push_back(static_cast<int>(m));
+  rounds_ = deal(cut);
+  wholeRounds_ = deal(whole);
+}
+
+std::vector<std::vector<int>> MuonUpdater::deal(std::vector<int> matrices) const {
   auto numel = [&](int m) {
     const auto& held = matrices_[m].heldBy;
-    return std::accumulate(held.begin(), held.end(), int64_t{0});
+    return held.empty() ? pieces_[pieceOf_[m]].grad.numel() : std::accumulate(held.begin(), held.end(), int64_t{0});
   };
-  std::stable_sort(cut.begin(), cut.end(), [&](int a, int b) { return numel(a) > numel(b); });
+  std::stable_sort(matrices.begin(), matrices.end(), [&](int a, int b) { return numel(a) > numel(b); });
   const size_t ranks = static_cast<size_t>(dp_->size());
-  for (size_t k = 0; k < cut.size(); k += ranks) {
+  std::vector<std::vector<int>> rounds;
+  for (size_t k = 0; k < matrices.size(); k += ranks) {
     std::vector<int> round(ranks, -1);
-    for (size_t r = 0; r < ranks && k + r < cut.size(); ++r) round[r] = cut[k + r];
-    rounds_.push_back(std::move(round));
+    for (size_t r = 0; r < ranks && k + r < matrices.size(); ++r) round[r] = matrices[k + r];
+    rounds.push_back(std::move(round));
   }
+  return rounds;
 }
 
 int64_t MuonUpdater::stagingBytes() const {
@@ -67,7 +73,7 @@ Status MuonUpdater::update(double lossScale) {
     (staged_.empty() ? p.momentum : staged_[i]).copy_(next);
     blends_[i] = g;
   }
-  RETURN_IF_ERROR(updateHeld());
+  RETURN_IF_ERROR(dp_ ? updateWholeDealt() : updateHeld());
   RETURN_IF_ERROR(updateDistributed());
   if (lossScale != 1.0) {
     for (MuonPiece& p : pieces_) p.grad.mul_(lossScale);
@@ -104,7 +110,6 @@ Status MuonUpdater::updateHeld() {
   const bool batched = newtonSchulzKernels(model_.device()) == NsKernels::kFused;
   std::map<std::pair<std::vector<int64_t>, int64_t>, std::vector<int>> sameShape;
   for (size_t m = 0; m < matrices_.size(); ++m) {
-    if (!matrices_[m].heldBy.empty() && dp_) continue;
     const int i = pieceOf_[m];
     if (!batched || orthogonalizedAlone(static_cast<int>(m))) {
       ASSIGN_OR_RETURN(at::Tensor u, orthogonalized(static_cast<int>(m), blends_[i]));
@@ -125,6 +130,24 @@ Status MuonUpdater::updateHeld() {
       at::Tensor updates = orthogonalize(at::stack(blends), config_.nsMethod, headWidth);
       for (size_t k = begin; k < end; ++k) pieces_[pieceOf_[members[k]]].grad.copy_(updates[k - begin].reshape({-1}));
     }
+  }
+  return Status::ok();
+}
+
+Status MuonUpdater::updateWholeDealt() {
+  const int ranks = dp_->size(), me = dp_->rank();
+  for (const std::vector<int>& round : wholeRounds_) {
+    if (round[me] >= 0) {
+      const int i = pieceOf_[round[me]];
+      ASSIGN_OR_RETURN(at::Tensor u, orthogonalized(round[me], blends_[i]));
+      pieces_[i].grad.copy_(u);
+    }
+    // Each owner's update to every rank, in place in their gradients.
+    std::vector<std::shared_ptr<backends::Work>> works;
+    for (int r = 0; r < ranks; ++r) {
+      if (round[r] >= 0) works.push_back(dp_->broadcast(pieces_[pieceOf_[round[r]]].grad, r));
+    }
+    for (auto& w : works) RETURN_IF_ERROR(w->wait().withContext("Muon: sharing Newton-Schulz updates"));
   }
   return Status::ok();
 }

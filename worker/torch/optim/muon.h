@@ -41,9 +41,10 @@ struct MuonPiece {
 // The Newton-Schulz half of a Muon step, run once per optimizer step on the reduced gradient,
 // before the global norm (which DeepSpeed takes over the Muon updates, so that clipping covers
 // them). Nesterov momentum is elementwise and runs on the piece each rank holds, as ZeRO
-// partitions it; Newton-Schulz needs the whole matrix, so the pieces of each matrix travel to one
-// rank of the data-parallel group (matrices dealt out largest first, round-robin, one per rank
-// per round, so a round holds one matrix per rank) and the updates travel back. A matrix that
+// partitions it; Newton-Schulz needs the whole matrix, and one rank of the data-parallel group
+// computes it (matrices dealt out largest first, round-robin, one per rank per round): the pieces
+// of a matrix cut over the group travel to that rank and the update travels back; a matrix every
+// rank holds whole (ZeRO 0, ZeRO-3's persistent ones) is orthogonalized there and broadcast. A matrix that
 // tensor parallelism split is gathered over the tensor-parallel group for Newton-Schulz, unless
 // the split is a column split of whole heads under per_head_muon, where each rank's heads are
 // orthogonalized on their own and that is exact. Newton-Schulz never runs on a slice.
@@ -62,8 +63,11 @@ class MuonUpdater {
   int64_t stagingBytes() const;
 
  private:
-  // Whole-shard updates of the matrices this rank holds all of.
+  // Without a data-parallel group: every matrix, here.
   Status updateHeld();
+  // The matrices every rank of the group holds whole: each rank orthogonalizes those dealt to it
+  // and broadcasts their updates.
+  Status updateWholeDealt();
   // Those cut over the data-parallel group: round by round.
   Status updateDistributed();
   // The update of matrix `m` from its whole blended shard (this rank's tensor-parallel shard).
@@ -81,7 +85,11 @@ class MuonUpdater {
   std::vector<MuonMatrix> matrices_;
   std::vector<MuonPiece> pieces_;
   std::vector<int> pieceOf_;            // matrix -> its piece here, -1 if none
-  std::vector<std::vector<int>> rounds_;  // distributed matrices: round -> the matrix each rank owns (-1: none)
+  // Matrices dealt out largest first, one per rank per round: round -> the matrix each rank
+  // orthogonalizes (-1: none).
+  std::vector<std::vector<int>> deal(std::vector<int> matrices) const;
+  std::vector<std::vector<int>> rounds_;       // those cut over the data-parallel group
+  std::vector<std::vector<int>> wholeRounds_;  // those every rank holds whole
   backends::Communicator* dp_;
   std::vector<at::Tensor> staged_;      // with stageMomentum: each piece's new momentum
   std::vector<at::Tensor> blends_;      // during update(): each piece's Nesterov blend
