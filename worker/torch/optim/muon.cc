@@ -63,15 +63,41 @@ Status MuonUpdater::update(double lossScale) {
   at::NoGradGuard noGrad;
   const double beta = config_.momentum;
   blends_.assign(pieces_.size(), at::Tensor());
+  // Unscaled first, so the momentum holds true gradients whatever the loss scale does.
+  std::vector<at::Tensor> grads, momenta;
+  bool away = false;
   for (size_t i = 0; i < pieces_.size(); ++i) {
     MuonPiece& p = pieces_[i];
-    // Unscaled first, so the momentum holds true gradients whatever the loss scale does.
-    at::Tensor g = lossScale == 1.0 ? p.grad : p.grad / lossScale;
-    const bool away = p.momentum.device() != g.device();
-    at::Tensor momentum = away ? p.momentum.to(g.device()) : p.momentum;
-    at::Tensor next = advanceMomentum(g, momentum, beta);
-    (staged_.empty() ? p.momentum : staged_[i]).copy_(next);
-    blends_[i] = g;
+    blends_[i] = lossScale == 1.0 ? p.grad : p.grad / lossScale;
+    grads.push_back(blends_[i]);
+    momenta.push_back(p.momentum);
+    away |= p.momentum.device() != p.grad.device();
+  }
+  // The common case, every gradient finite (one look, which the step's norm makes anyway): the
+  // momentum and the blend as two multi-tensor passes over all pieces. Else, or with the momentum
+  // on the host, piece by piece with advanceMomentum's guard.
+  bool finite = !away && !grads.empty();
+  if (finite) {
+    std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
+    finite = at::isfinite(at::stack(norms)).all().item<bool>();
+  }
+  if (finite) {
+    if (staged_.empty()) {
+      at::_foreach_lerp_(momenta, grads, 1.0 - beta);
+      at::_foreach_lerp_(grads, momenta, beta);
+    } else {
+      at::_foreach_copy_(staged_, momenta);
+      at::_foreach_lerp_(staged_, grads, 1.0 - beta);
+      at::_foreach_lerp_(grads, staged_, beta);
+    }
+  } else {
+    for (size_t i = 0; i < pieces_.size(); ++i) {
+      MuonPiece& p = pieces_[i];
+      at::Tensor& g = blends_[i];
+      at::Tensor momentum = p.momentum.device() != g.device() ? p.momentum.to(g.device()) : p.momentum;
+      at::Tensor next = advanceMomentum(g, momentum, beta);
+      (staged_.empty() ? p.momentum : staged_[i]).copy_(next);
+    }
   }
   RETURN_IF_ERROR(dp_ ? updateWholeDealt() : updateHeld());
   RETURN_IF_ERROR(updateDistributed());
