@@ -9,6 +9,7 @@
 
 #include "worker/torch/model/decoder_model.h"
 #include "worker/torch/optim/newton_schulz.h"
+#include "worker/torch/optim/optimizer.h"
 #include "worker/torch/parallel/whole_weights.h"
 
 namespace loom::worker {
@@ -17,6 +18,15 @@ at::Tensor advanceMomentum(at::Tensor& g, const at::Tensor& momentum, double bet
   at::Tensor next = at::where(at::isfinite(g).all(), momentum.lerp(g, 1.0 - beta), momentum);
   g.lerp_(next, beta);
   return next;
+}
+
+std::unique_ptr<MuonUpdater> makeMuonUpdater(const planner::DeepSpeedConfig& config, const DecoderModel& model,
+                                             std::vector<MuonMatrix> matrices, std::vector<MuonPiece> pieces,
+                                             const Optimizer& optimizer, backends::Communicator* dp) {
+  if (matrices.empty()) return nullptr;
+  for (MuonPiece& p : pieces) p.momentum = optimizer.momentum(p.slot).narrow(0, 0, p.grad.numel());
+  return std::make_unique<MuonUpdater>(config.optimizer.muon, model, std::move(matrices), std::move(pieces), dp,
+                                       config.precision == planner::Precision::kFp16);
 }
 
 MuonUpdater::MuonUpdater(const planner::MuonConfig& config, const DecoderModel& model, std::vector<MuonMatrix> matrices,

@@ -13,6 +13,7 @@
 namespace loom::worker {
 
 class DecoderModel;
+class Optimizer;
 
 // Muon's momentum on (a piece of) a matrix's gradient `g`, elementwise, as DeepSpeed's
 // muon_update: returns the new momentum, lerp(momentum, g, 1 - beta), or the old one where g is
@@ -35,7 +36,8 @@ struct MuonMatrix {
 struct MuonPiece {
   int matrix = 0;       // in the matrices list
   at::Tensor grad;      // fp32 and flat: in, the reduced gradient times the loss scale; out, the update times it
-  at::Tensor momentum;  // fp32, the same elements (on the host under optimizer offload)
+  size_t slot = 0;      // the optimizer slot whose momentum (its first grad.numel() elements) it keeps
+  at::Tensor momentum;  // set from that slot by makeMuonUpdater (on the host under optimizer offload)
 };
 
 // The Newton-Schulz half of a Muon step, run once per optimizer step on the reduced gradient,
@@ -94,5 +96,11 @@ class MuonUpdater {
   std::vector<at::Tensor> staged_;      // with stageMomentum: each piece's new momentum
   std::vector<at::Tensor> blends_;      // during update(): each piece's Nesterov blend
 };
+
+// The updater of `matrices` for a ZeRO engine: each piece's momentum is its slot's in `optimizer`,
+// staged under fp16. Null when there is no matrix (every optimizer but Muon).
+std::unique_ptr<MuonUpdater> makeMuonUpdater(const planner::DeepSpeedConfig& config, const DecoderModel& model,
+                                             std::vector<MuonMatrix> matrices, std::vector<MuonPiece> pieces,
+                                             const Optimizer& optimizer, backends::Communicator* dp);
 
 }  // namespace loom::worker

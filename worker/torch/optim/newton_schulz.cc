@@ -4,7 +4,6 @@
 #include <optional>
 
 #include <ATen/ATen.h>
-#include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 namespace loom::worker {

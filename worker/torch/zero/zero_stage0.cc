@@ -35,7 +35,7 @@ class ZeroStage0 final : public ZeroEngine {
     }
     for (size_t i = 0; i < params_.size(); ++i)
       masters.emplace_back(params_[i].first, masterFlat_.defined() ? masterViews_[i] : params_[i].second);
-    // Every rank holds every matrix whole: each orthogonalizes them all, as DeepSpeed does here.
+    // Every rank holds every matrix whole (MuonUpdater deals them out for Newton-Schulz).
     std::vector<bool> muon;
     std::vector<MuonMatrix> matrices;
     std::vector<MuonPiece> pieces;
@@ -44,19 +44,14 @@ class ZeroStage0 final : public ZeroEngine {
       const planner::ParameterSpec& spec = plan.parameters[i];
       muon.push_back(spec.muon);
       if (spec.muon) {
-        pieces.push_back({.matrix = static_cast<int>(matrices.size()), .grad = gradViews_[k].view({-1}), .momentum = {}});
+        pieces.push_back({.matrix = static_cast<int>(matrices.size()), .grad = gradViews_[k].view({-1}), .slot = k,
+                          .momentum = {}});
         matrices.push_back({.parameter = static_cast<int>(i), .headWidth = spec.muonHeadDim, .heldBy = {}});
       }
       ++k;
     }
     optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters), muon);
-    if (!matrices.empty()) {
-      for (size_t k = 0, piece = 0; k < muon.size(); ++k) {
-        if (muon[k]) pieces[piece++].momentum = optimizer_->momentum(k);
-      }
-      muon_ = std::make_unique<MuonUpdater>(config.optimizer.muon, model, std::move(matrices), std::move(pieces), comm,
-                                            config.precision == planner::Precision::kFp16);
-    }
+    muon_ = makeMuonUpdater(config, model, std::move(matrices), std::move(pieces), *optimizer_, comm);
   }
 
   // The first micro-batch copies its gradients into the buffer rather than adding them to zeros:

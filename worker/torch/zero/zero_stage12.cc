@@ -29,7 +29,8 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   Status accumulate() override;
   StatusOr<double> reduce(double lossScale) override;
   Status step(const train::LearningRates& lr, double clipCoefficient) override;
-  // "partition.exp_avg", ..., "master.partition": this rank's parts of every block, end to end.
+  // "partition.exp_avg", ..., "master.partition": this rank's parts of every block, end to end
+  // (under Muon its state per parameter piece: "<param>.momentum_buffer", "<param>.exp_avg", ...).
   TensorMap state() const override;
   Status restore(const TensorMap& state, const std::string& source) override;
   ZeroMemory memory() const override;
@@ -181,15 +182,11 @@ void ZeroStage12::setUpMuon(const planner::Plan& plan, DecoderModel& model) {
       muon.push_back(matrixOf[f.parameter] >= 0);
       if (muon.back())
         pieces.push_back({.matrix = matrixOf[f.parameter], .grad = gradPartition_.slice(0, begin, begin + f.length),
-                          .momentum = {}});
+                          .slot = muon.size() - 1, .momentum = {}});
     }
   }
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, std::move(masters), muon);
-  for (size_t k = 0, piece = 0; k < muon.size(); ++k) {
-    if (muon[k]) pieces[piece++].momentum = optimizer_->momentum(k);
-  }
-  muon_ = std::make_unique<MuonUpdater>(config_.optimizer.muon, model, std::move(matrices), std::move(pieces), comm_,
-                                        config_.precision == planner::Precision::kFp16);
+  muon_ = makeMuonUpdater(config_, model, std::move(matrices), std::move(pieces), *optimizer_, comm_);
 }
 
 at::Tensor ZeroStage12::run(DecoderModel& model, int index, const at::Tensor& input) {

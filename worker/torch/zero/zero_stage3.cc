@@ -162,7 +162,6 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, const planner::Pl
   std::vector<bool> muon;
   std::vector<MuonMatrix> matrices;
   std::vector<MuonPiece> pieces;
-  std::vector<size_t> pieceSlots;
   for (size_t i = 0, slot = 0; i < count; ++i) {
     const Param& p = params_[i];
     if (!p.trainable) continue;
@@ -175,21 +174,15 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, const planner::Pl
         for (int r = 0; r < dp_; ++r) m.heldBy.push_back(std::clamp<int64_t>(p.numel - r * p.part, 0, p.part));
         mine = m.heldBy[rank_];
       }
-      if (mine > 0) {
-        pieces.push_back({.matrix = static_cast<int>(matrices.size()), .grad = p.grad.narrow(0, 0, mine), .momentum = {}});
-        pieceSlots.push_back(slot);
-      }
+      if (mine > 0)
+        pieces.push_back({.matrix = static_cast<int>(matrices.size()), .grad = p.grad.narrow(0, 0, mine), .slot = slot,
+                          .momentum = {}});
       matrices.push_back(std::move(m));
     }
     ++slot;
   }
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, std::move(masters), muon);
-  if (!matrices.empty()) {
-    for (size_t k = 0; k < pieces.size(); ++k)
-      pieces[k].momentum = optimizer_->momentum(pieceSlots[k]).narrow(0, 0, pieces[k].grad.numel());
-    muon_ = std::make_unique<MuonUpdater>(config.optimizer.muon, model, std::move(matrices), std::move(pieces), comm,
-                                          config.precision == planner::Precision::kFp16);
-  }
+  muon_ = makeMuonUpdater(config, model, std::move(matrices), std::move(pieces), *optimizer_, comm);
   if (config.zero.offloadOptimizer == "cpu") hostStep_ = std::make_unique<HostStepPipeline>(config.zero.subGroupSize, config.zero.offloadPinMemory);
   model.setBlockRunner(this);
   model.setLinear(parameterLinear);
