@@ -384,13 +384,14 @@ StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world
     static const std::set<std::string> kKnown{
         "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
         "scheduler", "fp16", "bf16", "bfloat16", "gradient_clipping", "steps_per_print", "zero_optimization",
-        "comms_logger", "tensor_parallel", "expert_parallel", "sequence_parallel_size"};
+        "comms_logger", "tensor_parallel", "expert_parallel", "sequence_parallel_size",
+        "seq_parallel_communication_data_type"};
     if (!kKnown.count(it.key()))
       return invalidArgument("deepspeed.{}: not supported by this version (supported: {})", it.key(),
                              "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, "
                              "optimizer, scheduler, fp16, bf16, gradient_clipping, steps_per_print, "
                              "zero_optimization, comms_logger, tensor_parallel, expert_parallel, "
-                             "sequence_parallel_size");
+                             "sequence_parallel_size, seq_parallel_communication_data_type");
   }
   return c;
 }

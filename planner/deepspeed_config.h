@@ -149,6 +149,9 @@ struct DeepSpeedConfig {
   TensorParallelConfig tensorParallel;  // tensor_parallel
   ExpertParallelConfig expertParallel;  // expert_parallel
   int sequenceParallelSize = 1;         // sequence_parallel_size (Ulysses)
+  // seq_parallel_communication_data_type: the dtype gradients are reduced in when sp > 1
+  // (DeepSpeed's default fp32).
+  Precision sequenceCommunicationType = Precision::kFp32;
   int dataParallelSize = 1;             // world / (tp x sp): the batch triple's data-parallel ranks
 
   nlohmann::json toJson() const;

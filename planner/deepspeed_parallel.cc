@@ -200,6 +200,19 @@ Status parseParallelSections(ObjectReader& r, DeepSpeedConfig* c) {
   int64_t sp = 1;
   RETURN_IF_ERROR(r.readInt("sequence_parallel_size", &sp, false, 1, kMaxRanks));
   c->sequenceParallelSize = static_cast<int>(sp);
+  // DeepSpeed's names for it: fp32, fp16, bf16.
+  std::string commType = "fp32";
+  RETURN_IF_ERROR(r.readString("seq_parallel_communication_data_type", &commType, false));
+  if (commType == "fp32") {
+    c->sequenceCommunicationType = Precision::kFp32;
+  } else if (commType == "fp16") {
+    c->sequenceCommunicationType = Precision::kFp16;
+  } else if (commType == "bf16") {
+    c->sequenceCommunicationType = Precision::kBf16;
+  } else {
+    return invalidArgument("deepspeed.seq_parallel_communication_data_type: \"{}\" is not one of fp32, fp16, bf16",
+                           commType);
+  }
   ASSIGN_OR_RETURN(const json* tp, r.readObject("tensor_parallel"));
   if (tp) RETURN_IF_ERROR(parseTensorParallel(*tp, &c->tensorParallel));
   ASSIGN_OR_RETURN(const json* ep, r.readObject("expert_parallel"));
@@ -239,6 +252,9 @@ void parallelSectionsToJson(const DeepSpeedConfig& c, json& out) {
       {"has_shared_experts", orNull(ep.hasSharedExperts)},
   };
   out["sequence_parallel_size"] = c.sequenceParallelSize;
+  out["seq_parallel_communication_data_type"] = c.sequenceCommunicationType == Precision::kFp32   ? "fp32"
+                                                : c.sequenceCommunicationType == Precision::kFp16 ? "fp16"
+                                                                                                  : "bf16";
 }
 
 }  // namespace loom::planner

@@ -128,6 +128,7 @@ Status parseData(const json& object, JobSpec* spec) {
   RETURN_IF_ERROR(r.readString("eval", &spec->data.eval, spec->kind == JobKind::kEval));
   RETURN_IF_ERROR(r.readInt("seq_len", &spec->data.seqLen, true, 1, 1 << 24));
   RETURN_IF_ERROR(r.readInt("seed", &spec->data.seed, false, 0, INT64_MAX));
+  RETURN_IF_ERROR(r.readBool("pack_documents", &spec->data.packDocuments));
   return r.rejectUnknown();
 }
 
@@ -200,9 +201,6 @@ int64_t JobSpec::deviceMemoryBytes() const {
 Status checkRunnable(const JobSpec& spec) {
   const DeepSpeedConfig& ds = spec.deepspeed;
   constexpr const char* kPlanned = "is planned (loomctl plan) but not run by the workers yet";
-  if (ds.sequenceParallelSize > 1)
-    return invalidArgument("deepspeed.sequence_parallel_size: {}: sequence parallelism {}", ds.sequenceParallelSize,
-                           kPlanned);
   // AutoEP replaces the MoE layers (its routing settings change the results), so even one
   // expert-parallel rank is not run.
   if (ds.expertParallel.enabled)
@@ -307,7 +305,7 @@ json JobSpec::toJson() const {
     j["model"] = {{"config", model.config}, {"init_seed", model.initSeed}};
     if (!model.weights.empty()) j["model"]["weights"] = model.weights;
     if (model.lossBlockRows > 0) j["model"]["loss_block_rows"] = model.lossBlockRows;
-    j["data"] = {{"seq_len", data.seqLen}, {"seed", data.seed}};
+    j["data"] = {{"seq_len", data.seqLen}, {"seed", data.seed}, {"pack_documents", data.packDocuments}};
     if (!data.train.empty()) j["data"]["train"] = data.train;
     if (!data.eval.empty()) j["data"]["eval"] = data.eval;
   }

@@ -73,6 +73,10 @@ struct DataSpec {
   std::string eval;
   int64_t seqLen = 0;
   int64_t seed = 1234;  // the sample order
+  // Train on the token file's documents as they are packed in each sample: positions restart at
+  // every document start and attention stays within a document (the last token of a document is
+  // not trained to predict the next document's first).
+  bool packDocuments = false;
 };
 
 // train: how long, how often to evaluate and to checkpoint.

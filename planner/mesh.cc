@@ -22,8 +22,8 @@ StatusOr<Mesh> Mesh::create(int world, int tp, int sp, int ep) {
   if (sp < 1) return invalidArgument("sequence_parallel_size must be at least 1, got {}", sp);
   if (ep < 1) return invalidArgument("expert parallel size must be at least 1, got {}", ep);
   if (world % (tp * sp) != 0)
-    return invalidArgument("{} ranks cannot be split into tensor parallel {} x sequence parallel {}: {} is not a "
-                           "multiple of {}",
+    return invalidArgument("resources.ranks {} cannot be split into deepspeed.tensor_parallel.autotp_size {} x "
+                           "deepspeed.sequence_parallel_size {}: {} is not a multiple of {}",
                            world, tp, sp, world, tp * sp);
   const int dp = world / (tp * sp);
   if ((dp * sp) % ep != 0)

@@ -6,8 +6,27 @@
 
 namespace loom::planner {
 
-StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes, int groupSize) {
-  groupSize = std::max(1, groupSize);
+NodeLocalGroup nodeLocalGroup(const DeepSpeedConfig& ds) {
+  const int tp = ds.tensorParallel.ranks(), sp = ds.sequenceParallelSize;
+  NodeLocalGroup group{.size = tp * sp, .what = {}};
+  if (tp > 1) group.what = fmt::format("deepspeed.tensor_parallel.autotp_size {}", tp);
+  if (sp > 1) group.what += fmt::format("{}deepspeed.sequence_parallel_size {}", tp > 1 ? " x " : "", sp);
+  return group;
+}
+
+Status checkNodeLocalGroupFits(const NodeLocalGroup& group, const std::vector<NodeCapacity>& nodes) {
+  if (group.size <= 1 || nodes.empty()) return Status::ok();
+  int largest = 0;
+  for (const auto& n : nodes) largest = std::max(largest, n.totalSlots);
+  if (largest >= group.size) return Status::ok();
+  return failedPrecondition("{}: each group of {} ranks must lie inside one node, and the largest of the {} attached "
+                            "node{} has {} slot{}",
+                            group.what, group.size, nodes.size(), nodes.size() == 1 ? "" : "s", largest,
+                            largest == 1 ? "" : "s");
+}
+
+StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes, const NodeLocalGroup& group) {
+  const int groupSize = std::max(1, group.size);
   std::sort(nodes.begin(), nodes.end(), [](const NodeCapacity& a, const NodeCapacity& b) {
     return a.freeSlots != b.freeSlots ? a.freeSlots > b.freeSlots : a.nodeId < b.nodeId;
   });
@@ -54,11 +73,9 @@ StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes, int gr
     std::string detail;
     for (const auto& n : nodes) detail += fmt::format("{}{} {}", detail.empty() ? "" : ", ", n.nodeId, n.freeSlots);
     return Status(StatusCode::kResourceExhausted,
-                  fmt::format("waiting for nodes: deepspeed.tensor_parallel.autotp_size {}: each tensor-parallel group "
-                              "of {} ranks must lie inside one node, and the free slots ({}) hold {} of the {} ranks "
-                              "that way",
-                              groupSize,
-                              groupSize, detail, next, ranks));
+                  fmt::format("waiting for nodes: {}: each group of {} ranks must lie inside one node, and the free "
+                              "slots ({}) hold {} of the {} ranks that way",
+                              group.what, groupSize, detail, next, ranks));
   }
   return placement;
 }

@@ -174,6 +174,8 @@ void PlannerCore::createJob(std::string specJson, std::string requestId,
       }
     }
     if (!compiled.isOk()) return done(compiled, false);
+    if (Status fits = checkNodeLocalGroupFits(nodeLocalGroup(spec->deepspeed), nodeCapacity()); !fits.isOk())
+      return done(fits, false);
     JobRecord job;
     job.id = newJobId(spec->name);
     job.requestId = requestId;
@@ -333,17 +335,22 @@ void PlannerCore::releaseAttempt(const JobRecord& job) {
 
 // ---- placement --------------------------------------------------------------------------------
 
+std::vector<NodeCapacity> PlannerCore::nodeCapacity() const {
+  std::vector<NodeCapacity> capacity;
+  for (const auto& [nodeId, node] : nodes_) {
+    if (!node.link) continue;
+    capacity.push_back({.nodeId = nodeId, .freeSlots = node.view.slots - static_cast<int>(node.liveRanks.size()),
+                        .totalSlots = node.view.slots});
+  }
+  return capacity;
+}
+
 void PlannerCore::schedule() {
   for (const auto& id : jobOrder_) {
     JobRecord& job = jobs_.at(id);
     if (job.state != JobState::kPending) continue;
-    std::vector<NodeCapacity> capacity;
-    for (const auto& [nodeId, node] : nodes_) {
-      if (!node.link) continue;
-      capacity.push_back({.nodeId = nodeId, .freeSlots = node.view.slots - static_cast<int>(node.liveRanks.size()),
-                          .totalSlots = node.view.slots});
-    }
-    auto placement = placeGang(job.spec.ranks, capacity, job.spec.deepspeed.tensorParallel.ranks());
+    const std::vector<NodeCapacity> capacity = nodeCapacity();
+    auto placement = placeGang(job.spec.ranks, capacity, nodeLocalGroup(job.spec.deepspeed));
     if (!placement.isOk()) {
       std::string reason = capacity.empty() ? "waiting for a node to attach" : placement.status().message();
       auto effects = JobLifecycle::markWaiting(job, reason, clock_->nowMs());

@@ -13,6 +13,7 @@
 #include "planner/job.h"
 #include "planner/job_lifecycle.h"
 #include "planner/node_link.h"
+#include "planner/placement.h"
 #include "planner/state_store.h"
 
 namespace loom::planner {
@@ -137,6 +138,8 @@ class PlannerCore {
   void stopAttempt(JobRecord& job, const std::string& reason);
   void abandonPendingLaunch(JobRecord& job);
   void releaseAttempt(const JobRecord& job);
+  // Every attached node's free and total slots.
+  std::vector<NodeCapacity> nodeCapacity() const;
   void schedule();
   void launch(JobRecord& job, const Placement& placement);
   void reconcileNode(Node& node, const NodeRegistration& registration);

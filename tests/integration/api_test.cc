@@ -121,9 +121,8 @@ TEST_CASE("CreateJob compiles a train job's plan - GetJobPlan returns it - uncom
                  patched({{"resources", {{"device", "cuda"}, {"device_memory_gb", 0.001}}},
                           {"data", {{"seq_len", 4096}}}}),  // about 9 MiB of activations
                  "resources.device_memory_gb 0.001: estimated");
-  expectRejected(client, patched({{"deepspeed", {{"sequence_parallel_size", 2}}}}),
-                 "deepspeed.sequence_parallel_size: 2: sequence parallelism is planned (loomctl plan) but not run "
-                 "by the workers yet");
+  expectRejected(client, patched({{"deepspeed", {{"sequence_parallel_size", 2}}}, {"data", {{"seq_len", 31}}}}),
+                 "sequence_parallel_size 2: the sequence length 31 is not a multiple of it");
   // Tensor parallelism runs, in AutoTP's default layout; a layer spec that changes it is refused.
   expectRejected(client,
                  patched({{"deepspeed",
@@ -139,6 +138,13 @@ TEST_CASE("CreateJob compiles a train job's plan - GetJobPlan returns it - uncom
   auto tpPlan = client.getJobPlan(tensorParallel->job().id());
   REQUIRE(tpPlan.isOk());
   CHECK((tpPlan->mesh().tp() == 2 && tpPlan->mesh().dp() == 2));
+  // A sequence-parallel group exchanges activations in every layer: it must fit one node, and
+  // the only node has 2 slots.
+  auto acrossNodes = client.createJob(patched({{"deepspeed", {{"sequence_parallel_size", 4}}}}));
+  CHECK(acrossNodes.status().code() == StatusCode::kFailedPrecondition);
+  CHECK(acrossNodes.status().message() ==
+        "deepspeed.sequence_parallel_size 4: each group of 4 ranks must lie inside one node, and the largest of the 1 "
+        "attached node has 2 slots");
   auto list = client.listJobs(v1::ListJobsRequest());
   REQUIRE(list.isOk());
   CHECK(list->jobs_size() == 3);  // the train jobs and the probe

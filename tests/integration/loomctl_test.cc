@@ -204,7 +204,7 @@ TEST_CASE("loomctl plan prints mesh - groups - layers - memory - or the whole pl
 
   Result uneven = loomctl("plan " + file + " --world 12", dir.path());
   CHECK(uneven.exitCode == 2);
-  CHECK(uneven.err.find("12 ranks cannot be split into tensor parallel 8") != std::string::npos);
+  CHECK(uneven.err.find("resources.ranks 12 cannot be split into deepspeed.tensor_parallel.autotp_size 8") != std::string::npos);
   spec["deepspeed"]["tensor_parallel"]["autotp_size"] = 3;
   spec["resources"]["ranks"] = 3;
   Result heads = loomctl("plan " + writeSpec(dir, "tp3.json", spec.dump()), dir.path());

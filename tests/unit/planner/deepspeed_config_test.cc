@@ -205,7 +205,8 @@ TEST_CASE("deepspeed: bad parallel settings are refused by name", "[planner][dee
     return errorOf(std::string(R"({"train_micro_batch_size_per_gpu": 1, )") + keys + ", " + kAdam + "}", world);
   };
   CHECK(error(R"("tensor_parallel": {"autotp_size": 3})") ==
-        "8 ranks cannot be split into tensor parallel 3 x sequence parallel 1: 8 is not a multiple of 3");
+        "resources.ranks 8 cannot be split into deepspeed.tensor_parallel.autotp_size 3 x "
+        "deepspeed.sequence_parallel_size 1: 8 is not a multiple of 3");
   CHECK(error(R"("tensor_parallel": {"autotp_size": 2, "tp_overlap_comm": true})") ==
         "deepspeed.tensor_parallel.tp_overlap_comm: unknown key");
   CHECK(error(R"("tensor_parallel": {"partition_config": {"layer_specs": [{"partition_type": "row"}]}})") ==
@@ -247,12 +248,18 @@ TEST_CASE("specs: parallelism the workers do not run yet is refused to run - acc
       "train": {"steps": 10}, "deepspeed": {"train_micro_batch_size_per_gpu": 1, )" +
            keys + ", " + kAdam + "}}";
   };
-  // Tensor parallelism runs.
+  // Tensor and sequence parallelism run.
   CHECK(parseJobSpec(spec(R"("tensor_parallel": {"autotp_size": 8})")).isOk());
   const std::string sp = spec(R"("sequence_parallel_size": 2)");
-  CHECK(parseJobSpec(sp).status().message() ==
-        "deepspeed.sequence_parallel_size: 2: sequence parallelism is planned (loomctl plan) but not run by the "
-        "workers yet");
+  CHECK(parseJobSpec(sp).isOk());
+  CHECK(parseJobSpec(spec(R"("sequence_parallel_size": 2, "seq_parallel_communication_data_type": "fp64")"))
+            .status()
+            .message() == "deepspeed.seq_parallel_communication_data_type: \"fp64\" is not one of fp32, fp16, bf16");
+  auto bf16Comm = parseJobSpec(spec(R"("sequence_parallel_size": 2, "seq_parallel_communication_data_type": "bf16")"));
+  REQUIRE(bf16Comm.isOk());
+  CHECK(bf16Comm->deepspeed.sequenceCommunicationType == loom::planner::Precision::kBf16);
+  CHECK(bf16Comm->toJson()["deepspeed"]["seq_parallel_communication_data_type"] == "bf16");
+  CHECK(parseJobSpec(sp)->toJson()["deepspeed"]["seq_parallel_communication_data_type"] == "fp32");
   CHECK(parseJobSpec(spec(R"("expert_parallel": {"enabled": true, "autoep_size": 4})")).status().message() ==
         "deepspeed.expert_parallel.enabled: expert parallelism (AutoEP, autoep_size 4) is planned (loomctl plan) but "
         "not run by the workers yet");

@@ -50,7 +50,8 @@ TEST_CASE("mesh: expert groups are runs of the dense-data group - expert-data gr
 
 TEST_CASE("mesh: what does not fit is named", "[planner]") {
   CHECK(Mesh::create(12, 8, 1, 1).status().message() ==
-        "12 ranks cannot be split into tensor parallel 8 x sequence parallel 1: 12 is not a multiple of 8");
+        "resources.ranks 12 cannot be split into deepspeed.tensor_parallel.autotp_size 8 x "
+        "deepspeed.sequence_parallel_size 1: 12 is not a multiple of 8");
   CHECK(Mesh::create(16, 2, 2, 3).status().message() ==
         "expert parallel size 3 must divide data parallel x sequence parallel = 4 x 2 = 8");
   CHECK(Mesh::create(8, 0, 1, 1).status().code() == StatusCode::kInvalidArgument);

@@ -396,7 +396,8 @@ TEST_CASE("plan rejections: each names its reason", "[planner][plan]") {
   const auto tp = [](int n) { return json{{"tensor_parallel", {{"autotp_size", n}}}}; };
   // world != dp x sp x tp
   CHECK(rejection("llama3_8b.json", trainSpec(12, deepspeed(tp(8)))) ==
-        "12 ranks cannot be split into tensor parallel 8 x sequence parallel 1: 12 is not a multiple of 8");
+        "resources.ranks 12 cannot be split into deepspeed.tensor_parallel.autotp_size 8 x "
+        "deepspeed.sequence_parallel_size 1: 12 is not a multiple of 8");
   // heads % tp
   CHECK(rejection("llama3_8b.json", trainSpec(6, deepspeed(tp(3)))) ==
         "tensor parallel 3: num_attention_heads 32 is not a multiple of it");

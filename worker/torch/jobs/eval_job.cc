@@ -20,7 +20,7 @@ class EvalRunner final : public JobRunner {
   Status run() override {
     const planner::JobSpec& spec = rank_.spec;
     const RankMesh& mesh = rank_.mesh;
-    ASSIGN_OR_RETURN(BuiltModel built, buildModel(spec, rank_.plan, rank_.device, mesh.tensor));
+    ASSIGN_OR_RETURN(BuiltModel built, buildModel(spec, rank_.plan, rank_.device, mesh));
     ASSIGN_OR_RETURN(TokenSamples data, TokenSamples::open(spec.data.eval, spec.data.seqLen,
                                                            built.model->config().vocabSize, "data.eval"));
     // The KL's reference: the same config and layout, its own weights.
@@ -28,7 +28,7 @@ class EvalRunner final : public JobRunner {
     if (!spec.eval.klReference.empty()) {
       planner::JobSpec referenceSpec = spec;
       referenceSpec.model.weights = spec.eval.klReference;
-      auto referenceModel = buildModel(referenceSpec, rank_.plan, rank_.device, mesh.tensor);
+      auto referenceModel = buildModel(referenceSpec, rank_.plan, rank_.device, mesh);
       if (!referenceModel.isOk()) return referenceModel.status().withContext("eval.kl_reference");
       reference = std::move(referenceModel->model);
     }
@@ -38,8 +38,9 @@ class EvalRunner final : public JobRunner {
                                              .maxBatches = spec.eval.maxBatches,
                                              .perToken = perToken,
                                              .entropy = spec.eval.entropy,
-                                             .reference = reference.get()},
-                                            *mesh.denseData));
+                                             .reference = reference.get(),
+                                             .packDocuments = spec.data.packDocuments},
+                                            mesh));
     std::map<std::string, double> metrics{{"eval_loss", r.meanLoss}, {"eval_tokens", static_cast<double>(r.tokens)}};
     if (spec.eval.entropy) metrics["eval_entropy"] = r.meanEntropy;
     if (reference) metrics["eval_kl"] = r.meanKl;

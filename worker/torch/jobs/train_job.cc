@@ -49,8 +49,13 @@ class Trainer final : public JobRunner {
   // The model's whole tensors, one at a time, for the checkpoint (checkpoint.h).
   WeightStream weightStream();
   Status resume();
-  // The data-parallel group: gradients are averaged and ZeRO-partitioned over it.
+  // The data-parallel group of the gradients, dp x sp: they are averaged and ZeRO-partitioned
+  // over it.
   backends::Communicator& dp() { return *rank_.mesh.denseData; }
+  // The ranks that share the samples of a batch, dp (each sequence-parallel group takes its
+  // samples together), and the ranks that share each sample's tokens.
+  backends::Communicator& samplesGroup() { return *rank_.mesh.data; }
+  backends::Communicator& sp() { return *rank_.mesh.sequence; }
   int tp() const { return rank_.mesh.tensor->size(); }
   std::map<std::string, double> memoryMetrics() const;
   // Whether each rank's file holds its optimizer state: under ZeRO (its partition) and under
@@ -97,7 +102,7 @@ std::map<std::string, double> Trainer::memoryMetrics() const {
 }
 
 Status Trainer::setUp() {
-  ASSIGN_OR_RETURN(built_, buildModel(spec_, rank_.plan, rank_.device, rank_.mesh.tensor));
+  ASSIGN_OR_RETURN(built_, buildModel(spec_, rank_.plan, rank_.device, rank_.mesh));
   const auto& config = built_.model->config();
   ASSIGN_OR_RETURN(auto train, TokenSamples::open(spec_.data.train, spec_.data.seqLen, config.vocabSize, "data.train"));
   train_.emplace(std::move(train));
@@ -120,7 +125,7 @@ Status Trainer::setUp() {
                 planner::modelFamilyName(config.family), count / 1e6, planner::precisionName(ds_.precision),
                 static_cast<long long>(train_->numSamples()), static_cast<long long>(spec_.data.seqLen),
                 static_cast<long long>(ds_.trainBatchSize), static_cast<long long>(ds_.microBatchSize),
-                static_cast<long long>(ds_.gradientAccumulationSteps), dp().size(),
+                static_cast<long long>(ds_.gradientAccumulationSteps), samplesGroup().size(),
                 planner::optimizerTypeName(ds_.optimizer.type), ds_.zero.stage, rank_.mesh.describe().c_str());
     std::printf("kernels: %s\n", kernelRegistry().describe().c_str());
   }
@@ -186,8 +191,9 @@ Status Trainer::resume() {
 Status Trainer::trainStep() {
   const auto started = Clock::now();
   const int64_t micro = ds_.microBatchSize, gas = ds_.gradientAccumulationSteps, seq = spec_.data.seqLen;
-  const int dpSize = dp().size(), dpRank = dp().rank();
+  const int dpSize = samplesGroup().size(), dpRank = samplesGroup().rank(), spSize = sp().size();
   const double scale = scaler_.scale();
+  const at::Device device = built_.model->device();
   zero_->zeroGradients();
   // Summed on the device: reading each micro-batch's loss would stop the host until the GPU
   // catches up, before it could queue the backward.
@@ -196,19 +202,24 @@ Status Trainer::trainStep() {
     const int64_t start = train::microBatchStart(step_, ds_.trainBatchSize, m, micro, dpRank, dpSize);
     std::vector<int64_t> samples;
     for (int64_t i = 0; i < micro; ++i) samples.push_back(order_->sampleAt(start + i));
-    at::Tensor batch = train_->gather(samples).to(built_.model->device());
-    at::Tensor loss = built_.model->loss(batch.slice(1, 0, seq), batch.slice(1, 1, seq + 1));
+    const TokenBatch batch = train_->batch(samples, spec_.data.packDocuments, sp().rank(), spSize);
+    // This rank's part of the micro-batch's mean loss, weighted by its share of the labels: over
+    // the sequence-parallel group the parts add up to the mean over the whole samples.
+    at::Tensor loss = built_.model->loss(batch.inputs.to(device), batch.labels.to(device), batch.layout.to(device)) *
+                      batch.share();
     lossSum = lossSum.defined() ? lossSum + loss.detach().to(at::kDouble) : loss.detach().to(at::kDouble);
-    // DeepSpeed scales by 1 / gradient_accumulation_steps: the step's gradient is the mean.
-    (loss * (scale / static_cast<double>(gas))).backward();
+    // DeepSpeed scales by 1 / gradient_accumulation_steps: the step's gradient is the mean. The
+    // gradients are averaged over dp x sp, where the parts over sp are to be summed: hence x sp.
+    (loss * (scale * spSize / static_cast<double>(gas))).backward();
     RETURN_IF_ERROR(zero_->accumulate());
   }
   at::NoGradGuard noGrad;
   double loss = lossSum.item<double>() / static_cast<double>(gas);
-  if (dpSize > 1) {
-    at::Tensor lossTensor = at::tensor({loss}, at::kDouble).to(built_.model->device());
-    RETURN_IF_ERROR(dp().allReduce(lossTensor, ReduceOp::kAvg)->wait().withContext("loss all-reduce"));
-    loss = lossTensor.item<double>();
+  if (dp().size() > 1) {
+    // Summed over the sequence-parallel parts, averaged over the data-parallel replicas.
+    at::Tensor lossTensor = at::tensor({loss}, at::kDouble).to(device);
+    RETURN_IF_ERROR(dp().allReduce(lossTensor, ReduceOp::kSum)->wait().withContext("loss all-reduce"));
+    loss = lossTensor.item<double>() / dpSize;
   }
   ASSIGN_OR_RETURN(const double gradNorm, zero_->reduce(scale));
   const bool overflow = ds_.precision == planner::Precision::kFp16 && !std::isfinite(gradNorm);
@@ -277,8 +288,10 @@ Status Trainer::profiledTrainStep() {
 
 Status Trainer::evaluateNow() {
   ASSIGN_OR_RETURN(EvalResult r, evaluate(*built_.model, *eval_,
-                                          {.microBatchSize = ds_.microBatchSize, .maxBatches = spec_.train.evalBatches},
-                                          dp()));
+                                          {.microBatchSize = ds_.microBatchSize,
+                                           .maxBatches = spec_.train.evalBatches,
+                                           .packDocuments = spec_.data.packDocuments},
+                                          rank_.mesh));
   progress_(step_, {{"eval_loss", r.meanLoss}});
   if (ctx_.rank == 0) {
     std::printf("step %lld: eval_loss %.4f over %lld samples\n", static_cast<long long>(step_), r.meanLoss,
@@ -319,6 +332,7 @@ Status Trainer::saveNow() {
                  {"train_batch_size", ds_.trainBatchSize},
                  {"dp_world_size", dp().size()},
                  {"tensor_parallel", tp()},
+                 {"sequence_parallel", sp().size()},
                  {"zero_stage", ds_.zero.stage},
                  {"frozen_parameters", spec_.train.frozenParameters},
                  {"data_seed", spec_.data.seed},

@@ -10,6 +10,7 @@
 #include "backends/self_communicator.h"
 #include "planner/model_parameters.h"
 #include "worker/torch/model/ops.h"
+#include "worker/torch/parallel/sequence_parallel.h"
 #include "worker/torch/parallel/tensor_parallel.h"
 #include "worker/torch/parallel/vocab_parallel.h"
 
@@ -66,6 +67,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const planner::Mode
                            planner::modelFamilyName(config.family));
   const auto enumerated = planner::enumerateParameters(config);
   if (!shards.tp) shards.tp = std::make_shared<backends::SelfCommunicator>("tensor");
+  if (!shards.sp) shards.sp = std::make_shared<backends::SelfCommunicator>("sequence");
   if (shards.layouts.empty()) {
     for (const auto& p : enumerated) shards.layouts.push_back(ShardLayout{.whole = p.shape, .local = p.shape});
   }
@@ -203,9 +205,36 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::rotary(int64_t seqLen) {
   return {cos_, sin_};
 }
 
-namespace {
-
-}  // namespace
+void DecoderModel::prepareBatch(const at::Tensor& tokens, const TokenLayout& layout) {
+  backends::Communicator& sp = *shards_.sp;
+  const int64_t share = tokens.size(1), whole = share * sp.size();
+  auto [cos, sin] = rotary(whole);
+  if (layout.packed()) {
+    const at::Tensor positions = layout.positions.reshape({-1});
+    batchCos_ = cos.index_select(0, positions).view({tokens.size(0), share, cos.size(1)});
+    batchSin_ = sin.index_select(0, positions).view({tokens.size(0), share, sin.size(1)});
+  } else {
+    // A rank's share of the sequence sits at its place in the group.
+    batchCos_ = cos.narrow(0, sp.rank() * share, share);
+    batchSin_ = sin.narrow(0, sp.rank() * share, share);
+  }
+  const int64_t window = config_.slidingWindow;
+  const bool windowed = window > 0 && window < whole;
+  if (!layout.packed() && !windowed) {
+    attentionMask_ = at::Tensor();
+    return;
+  }
+  // Query i sees key j <= i (and with a window, i - window < j), of its own document.
+  const auto options = at::TensorOptions().dtype(at::kLong).device(device_);
+  const at::Tensor i = at::arange(whole, options).unsqueeze(1), j = at::arange(whole, options).unsqueeze(0);
+  at::Tensor allowed = j <= i;
+  if (windowed) allowed = allowed.logical_and(i - j < window);
+  if (layout.packed()) {
+    const at::Tensor& documents = layout.documents;
+    allowed = allowed.unsqueeze(0).logical_and(documents.unsqueeze(2) == documents.unsqueeze(1)).unsqueeze(1);
+  }
+  attentionMask_ = allowed;
+}
 
 at::Tensor DecoderModel::rowParallel(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   backends::Communicator& tp = *shards_.tp;
@@ -215,9 +244,15 @@ at::Tensor DecoderModel::rowParallel(const at::Tensor& x, const at::Tensor& weig
   return bias.defined() ? out + bias : out;
 }
 
-at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& input, const at::Tensor& cos,
-                                        const at::Tensor& sin) {
+at::Tensor DecoderModel::attendWhole(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t b = q.size(0), s = q.size(1), heads = q.size(2), d = q.size(3);
+  at::Tensor out = ops().attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attentionMask_);
+  return out.transpose(1, 2).reshape({b, s, heads * d});
+}
+
+at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& input) {
   backends::Communicator& tp = *shards_.tp;
+  backends::Communicator& sp = *shards_.sp;
   const int64_t b = input.size(0), s = input.size(1), d = config_.headDim;
   const at::Tensor x = copyToTensorParallel(input, tp);
   auto heads = [&](const at::Tensor& w, const at::Tensor& bias, int64_t n) {
@@ -225,14 +260,28 @@ at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& input,
   };
   at::Tensor q = heads(l.q, l.qBias, heads_);
   at::Tensor k = heads(l.k, l.kBias, kvHeads_);
-  at::Tensor v = heads(l.v, l.vBias, kvHeads_).transpose(1, 2);
+  at::Tensor v = heads(l.v, l.vBias, kvHeads_);
   if (config_.qkNorm) {
     q = ops().rmsNorm(q, l.qNorm, config_.rmsNormEps);
     k = ops().rmsNorm(k, l.kNorm, config_.rmsNormEps);
   }
-  auto [qr, kr] = ops().rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin);
-  at::Tensor out = ops().attention(qr, kr, v, config_.slidingWindow);  // [B, H, S, D]
-  return rowParallel(out.transpose(1, 2).reshape({b, s, heads_ * d}), l.o, l.oBias);
+  auto [qr, kr] = ops().rope(q.transpose(1, 2), k.transpose(1, 2), batchCos_, batchSin_);
+  q = qr.transpose(1, 2);
+  k = kr.transpose(1, 2);
+  if (sp.size() == 1) return rowParallel(attendWhole(q, k, v), l.o, l.oBias);
+  // One exchange carries q, k and v: each rank's head group of the three, side by side.
+  const int n = sp.size();
+  k = kvHeadsForSequenceParallel(k, n);
+  v = kvHeadsForSequenceParallel(v, n);
+  const int64_t hq = heads_ / n, hk = k.size(2) / n;
+  const at::Tensor grouped = at::cat({q.reshape({b, s, n, hq, d}), k.reshape({b, s, n, hk, d}),
+                                      v.reshape({b, s, n, hk, d})},
+                                     3);
+  const at::Tensor whole = gatherSequence(grouped, sp);  // [B, S, hq + 2 hk, D]
+  const at::Tensor attended =
+      attendWhole(whole.narrow(2, 0, hq), whole.narrow(2, hq, hk), whole.narrow(2, hq + hk, hk));
+  const at::Tensor mine = scatterSequence(attended.view({b, s * n, hq, d}), sp);  // [B, s, sp, hq, D]
+  return rowParallel(mine.reshape({b, s, heads_ * d}), l.o, l.oBias);
 }
 
 at::Tensor DecoderModel::mlpBlock(const Layer& l, const at::Tensor& input) {
@@ -248,19 +297,19 @@ at::Tensor DecoderModel::block(int index, const at::Tensor& input) {
   if (index == numBlocks() - 1)
     return linear_(copyToTensorParallel(ops().rmsNorm(input, finalNorm_, config_.rmsNormEps), tp), head_, {});
   const Layer& layer = layers_[index - 1];
-  auto [cos, sin] = rotary(input.size(1));
-  at::Tensor h = input + attentionBlock(layer, ops().rmsNorm(input, layer.inputNorm, config_.rmsNormEps), cos, sin);
+  at::Tensor h = input + attentionBlock(layer, ops().rmsNorm(input, layer.inputNorm, config_.rmsNormEps));
   return h + mlpBlock(layer, ops().rmsNorm(h, layer.postNorm, config_.rmsNormEps));
 }
 
-at::Tensor DecoderModel::logits(const at::Tensor& tokens) {
+at::Tensor DecoderModel::logits(const at::Tensor& tokens, const TokenLayout& layout) {
+  prepareBatch(tokens, layout);
   at::Tensor h = tokens;
   for (int i = 0; i < numBlocks(); ++i) h = runner_ ? runner_->run(*this, i, h) : block(i, h);
   return h;
 }
 
-at::Tensor DecoderModel::loss(const at::Tensor& inputs, const at::Tensor& labels) {
-  at::Tensor out = logits(inputs);
+at::Tensor DecoderModel::loss(const at::Tensor& inputs, const at::Tensor& labels, const TokenLayout& layout) {
+  at::Tensor out = logits(inputs, layout);
   return crossEntropy(out.view({-1, out.size(-1)}), labels.reshape({-1}));
 }
 

@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "planner/model_config.h"
 #include "worker/torch/checkpoint/safetensors.h"
+#include "worker/torch/model/token_layout.h"
 #include "worker/torch/parallel/tensor_shards.h"
 
 namespace loom::worker {
@@ -19,9 +20,12 @@ class DecoderModel;
 
 // How this rank's model is cut over its tensor-parallel group: every parameter's layout, in HF
 // order, from the Plan (parallel/tensor_shards.h). With `tp` of size 1 every layout is whole.
+// `sp`, the sequence-parallel group, shares the tokens of each sample (parameters are whole over
+// it); null or of size 1, each rank sees whole samples.
 struct ModelShards {
   std::shared_ptr<backends::Communicator> tp;
   std::vector<ShardLayout> layouts;
+  std::shared_ptr<backends::Communicator> sp;
 };
 
 // Runs the model's blocks when something must happen around each (ZeRO stage 3 gathers a
@@ -47,6 +51,12 @@ class BlockRunner {
 // vocabulary-parallel). Norms are whole; the q/k norms, which each rank applies to its own heads
 // only, get their gradients summed over the group, and so do KV heads shared by several ranks. A
 // tied embedding is one piece serving as embedding and head, with one gradient.
+//
+// Under sequence parallelism (Ulysses) each rank of the sp group takes a contiguous 1/sp of every
+// sample's tokens through the embedding, the MLPs and the head; attention exchanges the sequence
+// shard of all heads for the whole sequence of 1/sp of the heads (parallel/sequence_parallel.h),
+// with RoPE at the tokens' true positions. Packed documents (TokenLayout) restart positions at
+// each document and confine attention to it.
 class DecoderModel {
  public:
   // Parameters are allocated (uninitialised) in `dtype`, in this rank's shapes; call initRandom or
@@ -69,14 +79,17 @@ class DecoderModel {
   const std::vector<std::pair<std::string, at::Tensor>>& parameters() const { return parameters_; }
   const ModelShards& shards() const { return shards_; }
   backends::Communicator& tensorParallel() const { return *shards_.tp; }
+  backends::Communicator& sequenceParallel() const { return *shards_.sp; }
 
-  // tokens [B, S] (int64) -> logits [B, S, V / tp] in the model's dtype: under tensor parallelism,
-  // this rank's columns of the vocabulary (vocabStart() on).
-  at::Tensor logits(const at::Tensor& tokens);
+  // tokens [B, s] (int64) -> logits [B, s, V / tp] in the model's dtype: under tensor parallelism,
+  // this rank's columns of the vocabulary (vocabStart() on). Under sequence parallelism `tokens`
+  // are this rank's share of the samples (s = S / sp), as `layout` describes them.
+  at::Tensor logits(const at::Tensor& tokens, const TokenLayout& layout = {});
   int64_t vocabStart() const { return vocabStart_; }
 
   // The forward pass as a chain of blocks: 0 the embedding (tokens in), 1..L the decoder layers,
-  // L + 1 the final norm and the head (logits out).
+  // L + 1 the final norm and the head (logits out). Blocks run inside logits(), which prepares
+  // the batch's positions and attention mask for them.
   int numBlocks() const { return static_cast<int>(config_.numLayers) + 2; }
   at::Tensor block(int index, const at::Tensor& input);
   // Indices into parameters() of the parameters block `index` uses.
@@ -86,8 +99,9 @@ class DecoderModel {
   // backward keeps the weight parameter itself, not a view of its data).
   using LinearFn = at::Tensor (*)(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
   void setLinear(LinearFn linear) { linear_ = linear; }
-  // Mean cross-entropy of the next-token predictions: inputs and labels [B, S].
-  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& labels);
+  // Mean cross-entropy of the next-token predictions over the labels that are not -100: inputs
+  // and labels [B, s], as logits() takes them.
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& labels, const TokenLayout& layout = {});
   // Over logits as logits() returns them, rows [N, V / tp] and labels [N]: the mean
   // cross-entropy, log p(label), the softmax's entropy and KL(teacher || this) per row, in fp32.
   // They are vocabulary-parallel over the tensor-parallel group, in blocks of rows that never
@@ -112,13 +126,18 @@ class DecoderModel {
   // The named parameter; undefined for optional ones the config leaves out (biases, q/k norms).
   at::Tensor parameter(const std::string& name) const;
   void bindLayers();
-  at::Tensor attentionBlock(const Layer& layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  at::Tensor attentionBlock(const Layer& layer, const at::Tensor& x);
+  // Attention over this rank's heads and the whole sequence: q [B, S, Hq, D], k and v [B, S,
+  // Hkv, D], RoPE applied -> [B, S, Hq * D].
+  at::Tensor attendWhole(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
   at::Tensor mlpBlock(const Layer& layer, const at::Tensor& x);
   // A row-parallel linear layer (o_proj, down_proj): this rank's input features, outputs summed over
   // the tensor-parallel group, the bias added once.
   at::Tensor rowParallel(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
   // cos and sin [S, head_dim] for positions 0..S-1, in the model's dtype (cached per S).
   std::pair<at::Tensor, at::Tensor> rotary(int64_t seqLen);
+  // The batch's RoPE angles and attention mask, for the blocks that follow: tokens [B, s].
+  void prepareBatch(const at::Tensor& tokens, const TokenLayout& layout);
 
   planner::ModelConfig config_;
   at::ScalarType dtype_;
@@ -136,6 +155,10 @@ class DecoderModel {
   at::Tensor inverseFrequencies_;  // [head_dim / 2], fp32
   int64_t rotarySeqLen_ = 0;
   at::Tensor cos_, sin_;
+  // The batch in flight (prepareBatch): cos and sin of its tokens' positions, [s, D] or with
+  // packed documents [B, s, D]; the keys each query may see, [B, 1, S, S] bool (undefined:
+  // causal).
+  at::Tensor batchCos_, batchSin_, attentionMask_;
 };
 
 // RoPE inverse frequencies as HF computes them (fp32), for the config's rope type.

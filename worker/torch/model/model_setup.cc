@@ -73,8 +73,8 @@ Status checkAgainstPlan(const DecoderModel& model, const planner::Plan& plan) {
   return Status::ok();
 }
 
-ModelShards shardsOf(const planner::Plan& plan, std::shared_ptr<backends::Communicator> tp) {
-  ModelShards shards{.tp = std::move(tp), .layouts = {}};
+ModelShards shardsOf(const planner::Plan& plan, const RankMesh& mesh) {
+  ModelShards shards{.tp = mesh.tensor, .layouts = {}, .sp = mesh.sequence};
   for (const auto& p : plan.parameters)
     shards.layouts.push_back(shardLayout(p, shards.tp->rank(), shards.tp->size()));
   return shards;
@@ -90,21 +90,21 @@ void freezeParameters(DecoderModel& model, const planner::TrainSpec& train) {
 }  // namespace
 
 StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, const planner::Plan& plan, at::Device device,
-                                std::shared_ptr<backends::Communicator> tp) {
+                                const RankMesh& mesh) {
   BuiltModel built;
   auto text = files::readFile(spec.model.config);
   if (!text.isOk()) return text.status().withContext("model.config");
   built.configText = *text;
   auto config = planner::parseModelConfig(*text, spec.model.config);
   if (!config.isOk()) return config.status().withContext("model.config");
-  if (tp->size() != plan.mesh.tp)
-    return internalError("plan: tensor parallel {}, but this rank's tensor-parallel group has {} ranks", plan.mesh.tp,
-                         tp->size());
+  if (mesh.tensor->size() != plan.mesh.tp || mesh.sequence->size() != plan.mesh.sp)
+    return internalError("plan: tensor parallel {} x sequence parallel {}, but this rank's groups have {} and {} ranks",
+                         plan.mesh.tp, plan.mesh.sp, mesh.tensor->size(), mesh.sequence->size());
   if (device.is_cuda() && !at::hasCUDA())
     return failedPrecondition("resources.device: cuda, but this rank sees no CUDA device (or libtorch has no CUDA)");
   makeCurrent(device);
   ASSIGN_OR_RETURN(built.model, DecoderModel::create(*config, modelDtype(spec.deepspeed.precision), device,
-                                                     shardsOf(plan, std::move(tp))));
+                                                     shardsOf(plan, mesh)));
   RETURN_IF_ERROR(checkAgainstPlan(*built.model, plan));
   built.model->setLossBlockRows(spec.model.lossBlockRows);
   if (spec.model.weights.empty()) {

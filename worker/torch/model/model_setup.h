@@ -11,6 +11,7 @@
 #include "planner/job_spec.h"
 #include "planner/plan.h"
 #include "worker/torch/model/decoder_model.h"
+#include "worker/torch/parallel/rank_mesh.h"
 
 namespace loom::worker {
 
@@ -23,11 +24,12 @@ struct BuiltModel {
 };
 
 // Reads model.config, builds this rank's part of the decoder in the job's precision as `plan`
-// lays it out over the tensor-parallel group `tp` (each parameter's split and local shape), checks
+// lays it out over the mesh's tensor-parallel group (each parameter's split and local shape) and
+// shares each sample's tokens over its sequence-parallel group, checks
 // every parameter against the Plan (name, whole and local shape, dtype), and loads model.weights
 // or draws the seeded init, keeping this rank's pieces. Errors name the spec field and the file.
 StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, const planner::Plan& plan, at::Device device,
-                                std::shared_ptr<backends::Communicator> tp);
+                                const RankMesh& mesh);
 
 // The device a rank computes on: the CPU, or for resources.device cuda the GPU of its local rank.
 at::Device rankDevice(const planner::JobSpec& spec, int localRank);

@@ -18,26 +18,23 @@ at::Tensor rotateHalf(const at::Tensor& x) {
   return at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
 }
 
-std::pair<at::Tensor, at::Tensor> ropeReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
-                                                const at::Tensor& sin) {
+std::pair<at::Tensor, at::Tensor> ropeReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cosIn,
+                                                const at::Tensor& sinIn) {
+  // Per-sample angles [B, S, D] broadcast over the heads.
+  const at::Tensor cos = cosIn.dim() == 3 ? cosIn.unsqueeze(1) : cosIn;
+  const at::Tensor sin = sinIn.dim() == 3 ? sinIn.unsqueeze(1) : sinIn;
   return {q * cos + rotateHalf(q) * sin, k * cos + rotateHalf(k) * sin};
 }
 
 at::Tensor swigluReference(const at::Tensor& gate, const at::Tensor& up) { return at::silu(gate) * up; }
 
-at::Tensor attentionReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
+at::Tensor attentionReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const at::Tensor& allowed) {
   // Grouped-query attention without copying K and V per query head (enable_gqa).
   const bool gqa = q.size(1) != k.size(1);
-  const int64_t s = q.size(2);
-  if (window <= 0 || window >= s) {
-    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                            /*scale=*/std::nullopt, gqa);
-  }
-  // Query i sees keys j with i - window < j <= i.
-  at::Tensor i = at::arange(s, at::TensorOptions().device(q.device())).unsqueeze(1);
-  at::Tensor j = at::arange(s, at::TensorOptions().device(q.device())).unsqueeze(0);
-  at::Tensor allowed = (j <= i).logical_and(i - j < window);
-  return at::scaled_dot_product_attention(q, k, v, allowed, 0.0, false, std::nullopt, gqa);
+  const std::optional<at::Tensor> mask = allowed.defined() ? std::optional<at::Tensor>(allowed) : std::nullopt;
+  return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, /*is_causal=*/!mask, /*scale=*/std::nullopt,
+                                          gqa);
 }
 
 at::Tensor crossEntropyReference(const at::Tensor& logits, const at::Tensor& labels) {

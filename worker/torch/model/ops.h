@@ -13,14 +13,16 @@ namespace loom::worker {
 struct OpTable {
   // HF's RMSNorm: normalise in fp32, scale by `weight` in the input's dtype. x [..., d].
   at::Tensor (*rmsNorm)(const at::Tensor& x, const at::Tensor& weight, double eps);
-  // HF's split-half rotary embedding of q [B, H, S, D] and k [B, Hkv, S, D]; cos and sin [S, D].
+  // HF's split-half rotary embedding of q [B, H, S, D] and k [B, Hkv, S, D]; cos and sin [S, D],
+  // or [B, S, D] when each sample has positions of its own.
   std::pair<at::Tensor, at::Tensor> (*rope)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
                                             const at::Tensor& sin);
   // silu(gate) * up.
   at::Tensor (*swiglu)(const at::Tensor& gate, const at::Tensor& up);
-  // Causal attention, q [B, H, S, D], k and v [B, Hkv, S, D] (grouped-query: H % Hkv == 0). A
-  // positive `window` limits each query to the last `window` keys (Mistral). Returns [B, H, S, D].
-  at::Tensor (*attention)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window);
+  // Attention of q [B, H, S, D] over k and v [B, Hkv, S, D] (grouped-query: H % Hkv == 0):
+  // causal, or where `allowed` (bool, broadcastable to [B, H, S, S]) says which keys each query
+  // sees (a window, packed documents). Returns [B, H, S, D].
+  at::Tensor (*attention)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed);
   // Mean cross-entropy of logits [N, V] against labels [N] (computed in fp32; label -100 is ignored).
   at::Tensor (*crossEntropy)(const at::Tensor& logits, const at::Tensor& labels);
   // log p(label) per row of logits [N, V], in fp32: [N].

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "worker/torch/parallel/autograd_communicator.h"
 #include "worker/torch/parallel/throw_if_error.h"
 
 namespace loom::worker {
@@ -11,14 +12,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
-
-// Autograd keeps a function's non-tensor state in IValues: the communicator travels as its address.
-void keepCommunicator(AutogradContext* ctx, backends::Communicator& tp) {
-  ctx->saved_data["tp"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(&tp));
-}
-backends::Communicator& communicatorOf(AutogradContext* ctx) {
-  return *reinterpret_cast<backends::Communicator*>(static_cast<intptr_t>(ctx->saved_data["tp"].toInt()));
-}
 
 at::Tensor summed(const at::Tensor& x, backends::Communicator& tp, const char* what) {
   at::Tensor out = x.contiguous();

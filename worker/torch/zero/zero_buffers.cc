@@ -27,6 +27,16 @@ at::Tensor collectiveBuffer(backends::Communicator* comm, int64_t numel, const a
   return at::empty({numel}, options);
 }
 
+at::ScalarType gradientWireType(const planner::DeepSpeedConfig& config, const DecoderModel& model) {
+  if (model.sequenceParallel().size() == 1) return at::kFloat;
+  switch (config.sequenceCommunicationType) {
+    case planner::Precision::kBf16: return at::kBFloat16;
+    case planner::Precision::kFp16: return at::kHalf;
+    case planner::Precision::kFp32: return at::kFloat;
+  }
+  return at::kFloat;
+}
+
 int64_t bytesOf(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
 
 int64_t stateBytes(const Optimizer& optimizer) {

@@ -29,6 +29,10 @@ int64_t bytesOf(const at::Tensor& t);
 // communicator's allocate() (memory every rank of the host maps, which collectives read and
 // write in place); elsewhere, or without a communicator, an ordinary tensor.
 at::Tensor collectiveBuffer(backends::Communicator* comm, int64_t numel, const at::TensorOptions& options);
+// The dtype gradients are reduced in over the data-parallel group: fp32, or under sequence
+// parallelism deepspeed.seq_parallel_communication_data_type (stages 0 and 3, as DeepSpeed's
+// engine and stage 3 use it; its stages 1 and 2 reduce in fp32 whenever sp > 1, and so do ours).
+at::ScalarType gradientWireType(const planner::DeepSpeedConfig& config, const DecoderModel& model);
 // The bytes of an optimizer's state tensors (its step count aside).
 int64_t stateBytes(const Optimizer& optimizer);
 // How much of a gradient's squared norm this rank counts, so that a sum over the tensor-parallel

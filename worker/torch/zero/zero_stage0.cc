@@ -20,7 +20,7 @@ class ZeroStage0 final : public ZeroEngine {
   ZeroStage0(const planner::DeepSpeedConfig& config, const planner::Plan& plan, DecoderModel& model,
              backends::Communicator* comm)
       : comm_(comm), model_(model), params_(trainableOnly(model.parameters())),
-        normWeights_(trainableNormWeights(model)) {
+        normWeights_(trainableNormWeights(model)), wireType_(gradientWireType(config, model)) {
     at::NoGradGuard noGrad;
     const auto f32 = at::TensorOptions().dtype(at::kFloat).device(model.device());
     int64_t total = 0;
@@ -78,7 +78,7 @@ class ZeroStage0 final : public ZeroEngine {
 
   StatusOr<double> reduce(double lossScale) override {
     at::NoGradGuard noGrad;
-    if (comm_) RETURN_IF_ERROR(comm_->allReduce(gradFlat_, ReduceOp::kAvg)->wait().withContext("gradient all-reduce"));
+    if (comm_) RETURN_IF_ERROR(allReduceGradients());
     if (muon_) RETURN_IF_ERROR(muon_->update(lossScale));
     lossScale_ = lossScale;
     backends::Communicator& tp = model_.tensorParallel();
@@ -130,10 +130,21 @@ class ZeroStage0 final : public ZeroEngine {
   StatusOr<at::Tensor> weightPiece(int parameter) override { return model_.parameters()[parameter].second.detach(); }
 
  private:
+  Status allReduceGradients() {
+    if (wireType_ == at::kFloat)
+      return comm_->allReduce(gradFlat_, ReduceOp::kAvg)->wait().withContext("gradient all-reduce");
+    at::Tensor wire = collectiveBuffer(comm_, gradFlat_.numel(), gradFlat_.options().dtype(wireType_));
+    wire.copy_(gradFlat_);
+    RETURN_IF_ERROR(comm_->allReduce(wire, ReduceOp::kAvg)->wait().withContext("gradient all-reduce"));
+    gradFlat_.copy_(wire);
+    return Status::ok();
+  }
+
   backends::Communicator* comm_;
   const DecoderModel& model_;
   std::vector<std::pair<std::string, at::Tensor>> params_;  // the trainable ones
   std::vector<double> normWeights_;                         // theirs (tensorParallelNormWeight)
+  at::ScalarType wireType_;                                 // gradientWireType
   at::Tensor gradFlat_, masterFlat_;
   bool bufferHoldsStep_ = false;  // gradFlat_ holds this step's first micro-batch already
   double lossScale_ = 1.0;        // the step's, from reduce()

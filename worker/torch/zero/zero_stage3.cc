@@ -87,6 +87,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
   int rank_ = 0;
   at::ScalarType dtype_;
   at::TensorOptions f32_, modelOptions_;  // fp32, and the model's dtype, on the model's device
+  at::ScalarType wireType_;               // gradientWireType
   std::vector<Param> params_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<MuonUpdater> muon_;  // Muon: its matrices' Newton-Schulz
@@ -125,7 +126,8 @@ at::Tensor parameterLinear(const at::Tensor& x, const at::Tensor& weight, const 
 ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, const planner::Plan& plan, DecoderModel& model,
                        backends::Communicator* comm)
     : config_(config), model_(model), comm_(comm), dtype_(model.dtype()),
-      f32_(at::TensorOptions().dtype(at::kFloat).device(model.device())), modelOptions_(f32_.dtype(model.dtype())) {
+      f32_(at::TensorOptions().dtype(at::kFloat).device(model.device())), modelOptions_(f32_.dtype(model.dtype())),
+      wireType_(gradientWireType(config, model)) {
   at::NoGradGuard noGrad;
   dp_ = comm ? comm->size() : 1;
   rank_ = comm ? comm->rank() : 0;
@@ -316,7 +318,8 @@ void ZeroStage3::reduceGradients(int block, bool wait) {
       }
       offset += p.part;
     }
-    Pending p{nullptr, input.view({-1}), at::empty({width}, f32_), ids};
+    const at::TensorOptions wire = f32_.dtype(wireType_);
+    Pending p{nullptr, input.view({-1}).to(wireType_), at::empty({width}, wire), ids};
     if (comm_) {
       p.work = comm_->reduceScatter(p.output, p.input, ReduceOp::kAvg);
     } else {
@@ -330,7 +333,7 @@ void ZeroStage3::reduceGradients(int block, bool wait) {
     Param& p = params_[i];
     if (!p.tensor.grad().defined()) continue;
     if (p.persistent) {
-      at::Tensor g = p.tensor.grad().to(at::kFloat).reshape({-1}).contiguous();
+      at::Tensor g = p.tensor.grad().to(wireType_).reshape({-1}).contiguous();
       if (comm_) throwIfError(comm_->allReduce(g, ReduceOp::kAvg)->wait().withContext("ZeRO-3 gradient all-reduce"));
       p.grad.add_(g);
     }
