@@ -47,7 +47,7 @@ def save_model(family, out, seed, **overrides):
     return model
 
 
-def train_spec(name, model_dir, data, ranks, sp, tp, zero, checkpoints, packed):
+def train_spec(name, model_dir, data, ranks, sp, tp, zero, checkpoints, packed, **deepspeed):
     ds = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
           "steps_per_print": 1,
           "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}},
@@ -57,6 +57,7 @@ def train_spec(name, model_dir, data, ranks, sp, tp, zero, checkpoints, packed):
         ds["sequence_parallel_size"] = sp
     if tp > 1:
         ds["tensor_parallel"] = {"autotp_size": tp}
+    ds.update(deepspeed)
     return {"name": name, "kind": "train", "resources": {"ranks": ranks},
             "model": {"config": model_dir + "/config.json", "weights": model_dir},
             "data": {"train": data, "seq_len": SEQ, "seed": 4, "pack_documents": packed},
@@ -103,6 +104,7 @@ def training(bin_dir, work, data):
             reference_log = loom_run(bin_dir, train_spec(tag + "-1rank", model_dir, data, 1, 1, 1, {"stage": 0},
                                                          reference_dir, packed), work, tag + "-1rank")
             reference_weights = final_weights(reference_dir)
+            logs = {}
             for run, (sp, tp, zero) in case["runs"].items():
                 name = f"{tag}-{run}"
                 checkpoints = os.path.join(work, name)
@@ -110,6 +112,21 @@ def training(bin_dir, work, data):
                                work, name)
                 check(f"sp {sp}" in log, f"{name}: rank 0 reports its mesh ({sp} sequence-parallel ranks)")
                 compare(name, log, final_weights(checkpoints), reference_log, reference_weights)
+                logs[run] = log
+            if model_name == "llama" and not packed:
+                bf16_wire(bin_dir, work, data, model_dir, reference_log, loom_losses(logs["sp2-zero3"]))
+
+
+def bf16_wire(bin_dir, work, data, model_dir, reference_log, fp32_wire_losses):
+    """seq_parallel_communication_data_type bf16: ZeRO 3 reduces the gradients in bf16, so the run
+    departs from the fp32 one by bf16's rounding, and no further."""
+    name = "llama-sp2-zero3-bf16-wire"
+    spec = train_spec(name, model_dir, data, 4, 2, 1, {"stage": 3, "stage3_param_persistence_threshold": 100},
+                      os.path.join(work, name), False, seq_parallel_communication_data_type="bf16")
+    losses, reference = loom_losses(loom_run(bin_dir, spec, work, name)), loom_losses(reference_log)
+    worst = max(abs(losses.get(s, 0) - l) / l for s, l in reference.items())
+    check(len(losses) == STEPS and losses != fp32_wire_losses and 1e-7 < worst <= 1e-2,
+          f"{name}: losses vs 1 rank within bf16's rounding, worst relative difference {worst:.2e}")
 
 
 def documents_of(starts, first, width):
