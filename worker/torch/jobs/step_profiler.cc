@@ -93,7 +93,8 @@ std::string StepProfiler::report(double wallMs) {
     const bool onDevice = event.deviceType() == c10::DeviceType::CUDA;
     if (gpu != onDevice) continue;
     const std::string name = event.name();
-    if (!gpu && name.rfind("aten::", 0) != 0) continue;
+    // On the CPU: ATen's operators and Loom's own named scopes (its collectives inside autograd).
+    if (!gpu && name.rfind("aten::", 0) != 0 && name.rfind("loom::", 0) != 0) continue;
     const double ms = static_cast<double>(event.durationNs()) / 1e6;
     byKernel[name] += ms;
     if (gpu) {
@@ -122,7 +123,7 @@ std::string StepProfiler::report(double wallMs) {
                        100 * (wallMs - busyMs) / wallMs);
   }
   out += gpu ? "| kernel | GPU ms | of the step |\n|---|---|---|\n"
-             : "| ATen operator (inclusive) | ms | of the step |\n|---|---|---|\n";
+             : "| ATen operator or Loom scope (inclusive) | ms | of the step |\n|---|---|---|\n";
   int shown = 0;
   for (const auto& [name, ms] : byTime(byKernel)) {
     if (++shown > 20) break;

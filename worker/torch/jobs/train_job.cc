@@ -98,7 +98,8 @@ std::map<std::string, double> Trainer::memoryMetrics() const {
   return {{"memory.parameter_bytes", static_cast<double>(m.parameterBytes)},
           {"memory.gradient_bytes", static_cast<double>(m.gradientBytes)},
           {"memory.optimizer_state_bytes", static_cast<double>(m.optimizerStateBytes)},
-          {"memory.peak_rss_bytes", static_cast<double>(peakResidentBytes())}};
+          {"memory.peak_rss_bytes", static_cast<double>(peakResidentBytes())},
+          {"memory.device_peak_bytes", static_cast<double>(devicePeakBytes(built_.model->device()))}};
 }
 
 Status Trainer::setUp() {
@@ -252,9 +253,11 @@ Status Trainer::trainStep() {
   if (step_ == 1 || step_ % ds_.stepsPerPrint == 0) metrics.merge(memoryMetrics());
   if (step_ == 1 && ctx_.rank == 0) {
     const ZeroMemory m = zero_->memory();
-    std::printf("memory per rank (ZeRO stage %d): parameters %s, gradients %s, optimizer state %s, peak RSS %s\n",
+    const int64_t devicePeak = devicePeakBytes(built_.model->device());
+    std::printf("memory per rank (ZeRO stage %d): parameters %s, gradients %s, optimizer state %s, peak RSS %s%s\n",
                 ds_.zero.stage, humanBytes(m.parameterBytes).c_str(), humanBytes(m.gradientBytes).c_str(),
-                humanBytes(m.optimizerStateBytes).c_str(), humanBytes(peakResidentBytes()).c_str());
+                humanBytes(m.optimizerStateBytes).c_str(), humanBytes(peakResidentBytes()).c_str(),
+                devicePeak ? (", device peak " + humanBytes(devicePeak)).c_str() : "");
   }  // an overflowed step has no norm (and JSON has no NaN)
   if (ds_.precision == planner::Precision::kFp16) metrics["loss_scale"] = scaler_.scale();
   progress_(step_, metrics);

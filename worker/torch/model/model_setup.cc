@@ -6,6 +6,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #ifdef LOOM_HAVE_NCCL
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -34,6 +35,17 @@ void makeCurrent(const at::Device& device) {
 #else
   (void)device;
 #endif
+}
+
+int64_t devicePeakBytes(const at::Device& device) {
+#ifdef LOOM_HAVE_NCCL
+  if (device.is_cuda() && at::hasCUDA()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  }
+#endif
+  (void)device;
+  return 0;
 }
 
 void synchronize(const at::Device& device) {

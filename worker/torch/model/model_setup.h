@@ -40,6 +40,10 @@ void makeCurrent(const at::Device& device);
 // it measures the GPU, not how far ahead the host got.
 void synchronize(const at::Device& device);
 
+// The most memory libtorch's allocator has held on `device` since the rank started (its
+// max_memory_allocated); 0 on the CPU.
+int64_t devicePeakBytes(const at::Device& device);
+
 // Threads for libtorch: the machine's cores shared among the ranks on this node.
 void setThreadsForRanks(int localWorldSize);
 

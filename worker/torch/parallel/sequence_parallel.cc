@@ -1,6 +1,7 @@
 #include "worker/torch/parallel/sequence_parallel.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 
 #include "worker/torch/parallel/autograd_communicator.h"
 #include "worker/torch/parallel/throw_if_error.h"
@@ -15,6 +16,8 @@ using torch::autograd::tensor_list;
 // parts [sp, ...] (any strides), part j for rank j -> [sp, ...] contiguous, part i from rank i.
 // Host buffers come from the communicator, so that ranks on one host exchange in shared memory.
 at::Tensor exchange(const at::Tensor& parts, backends::Communicator& sp) {
+  // Named for the step profiler (train.profile_step), which lists it beside the ATen operators.
+  RECORD_FUNCTION("loom::sequence_parallel_all_to_all", std::vector<c10::IValue>());
   auto buffer = [&] {
     return parts.is_cpu() ? sp.allocate(parts.sizes(), parts.scalar_type()) : at::empty(parts.sizes(), parts.options());
   };
