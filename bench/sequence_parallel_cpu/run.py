@@ -8,7 +8,10 @@ short sequence, in one run; and the all-to-all's share of the step.
 Each layout trains a small Llama (hidden 256, 2 layers, 8 heads / 4 KV heads) on a global batch
 of 4 samples through `loomctl run` (real loomd, 4 real ranks, UCX shared memory). Peak RSS is rank
 0's VmHWM after the first step (its `memory per rank` line). What grows with the sequence is the
-difference between the long and the short run's peak; Ulysses' goal is 1/sp of dp's. The step
+difference between the long and the short run's peak; Ulysses' goal is 1/sp of dp's. The ranks
+run with glibc's mmap threshold fixed at 128 KiB (MALLOC_MMAP_THRESHOLD_; --glibc-default leaves
+it dynamic): otherwise glibc raises the threshold as large blocks are freed and keeps later ones
+in its heap, and the peak RSS counts memory the process no longer uses. The step
 time is the median of the steps after the first, the last step excluded: it runs under the
 profiler (train.profile_step), whose table gives the time rank 0 spent in
 `loom::sequence_parallel_all_to_all`. Prints a markdown table.
@@ -34,7 +37,7 @@ CONFIG = {"model_type": "llama", "vocab_size": 260, "hidden_size": 256, "interme
 BATCH = 4
 
 
-def run(bin_dir, work, data, seq, steps, ranks, sp):
+def run(bin_dir, work, data, seq, steps, ranks, sp, env):
     name = f"sp{sp}-dp{ranks // sp}-seq{seq}"
     ds = {"train_batch_size": BATCH, "train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0,
           "steps_per_print": 1, "zero_optimization": {"stage": 0},
@@ -50,7 +53,7 @@ def run(bin_dir, work, data, seq, steps, ranks, sp):
         json.dump(spec, f)
     state = os.path.join(work, name)
     subprocess.run([os.path.join(bin_dir, "loomctl"), "run", path, "--state-dir", state], check=True,
-                   capture_output=True, timeout=3600)
+                   capture_output=True, timeout=3600, env=env)
     log = open(glob.glob(os.path.join(state, "jobs", "*", "attempt-1", "rank-0.log"))[0]).read()
     times = []
     for line in log.splitlines():
@@ -70,7 +73,11 @@ def main():
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=8192)
     p.add_argument("--short-seq-len", type=int, default=1024)
+    p.add_argument("--glibc-default", action="store_true", help="leave glibc's mmap threshold dynamic")
     a = p.parse_args()
+    env = dict(os.environ)
+    if not a.glibc_default:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(128 << 10)
     bin_dir = os.path.abspath(a.bin)
     layouts = [sp for sp in (1, 2, 4) if a.ranks % sp == 0]
     with tempfile.TemporaryDirectory(prefix="loom-sp-bench-") as work:
@@ -79,8 +86,8 @@ def main():
         data = os.path.join(work, "data.tokens")
         subprocess.run([os.path.join(bin_dir, "loomctl"), "data", "prepare", "/usr/share/common-licenses/GPL-3",
                         "/usr/share/common-licenses/GPL-2", "--output", data], check=True, capture_output=True)
-        long_runs = [run(bin_dir, work, data, a.seq_len, a.steps, a.ranks, sp) for sp in layouts]
-        short_runs = [run(bin_dir, work, data, a.short_seq_len, a.steps, a.ranks, sp) for sp in layouts]
+        long_runs = [run(bin_dir, work, data, a.seq_len, a.steps, a.ranks, sp, env) for sp in layouts]
+        short_runs = [run(bin_dir, work, data, a.short_seq_len, a.steps, a.ranks, sp, env) for sp in layouts]
     mib = 1 << 20
     base = long_runs[0]
     base_growth = base["memory"]["peak RSS"] - short_runs[0]["memory"]["peak RSS"]
