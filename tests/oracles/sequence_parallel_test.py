@@ -2,11 +2,13 @@
 (real loomd, 4 real CPU ranks over UCX):
 
 1. Training: 20 fp32 steps of the same global batch on 4 ranks laid out sp2 x dp2 (ZeRO 0 and 3),
-   sp4 and sp2 x tp2, against the same job on 1 rank, without and with packed documents
+   sp4 and sp2 x tp2, and on 8 as sp2 x tp2 x dp2 (ZeRO 1), against the same job on 1 rank,
+   without and with packed documents
    (data.pack_documents): losses within 1e-5 relative at every step (the first within 1e-6),
    gradient norms within 1e-5, final weights (the checkpoint's whole HF tensors) within 1e-5. The
    tiny models' 2 KV heads split over sp2 and are copied to 2 ranks each at sp4 and at sp2 x tp2;
-   qwen3 adds the q/k norms.
+   qwen3 adds the q/k norms. seq_parallel_communication_data_type bf16 (ZeRO 0 and 3) stays within
+   bf16's rounding of them.
 2. Eval: logprobs at sp2 equal transformers' within 1e-5; with packed documents they equal
    transformers run on each document (each piece a sample holds) separately, and the label that
    would cross into the next document is not counted.
@@ -113,20 +115,35 @@ def training(bin_dir, work, data):
                 check(f"sp {sp}" in log, f"{name}: rank 0 reports its mesh ({sp} sequence-parallel ranks)")
                 compare(name, log, final_weights(checkpoints), reference_log, reference_weights)
                 logs[run] = log
-            if model_name == "llama" and not packed:
-                bf16_wire(bin_dir, work, data, model_dir, reference_log, loom_losses(logs["sp2-zero3"]))
+            if model_name != "llama":
+                continue
+            eight_ranks(bin_dir, work, data, packed, reference_log, reference_weights)
+            if not packed:
+                bf16_wire(bin_dir, work, data, model_dir, reference_log,
+                          {0: loom_losses(logs["sp2-zero0"]), 3: loom_losses(logs["sp2-zero3"])})
 
 
 def bf16_wire(bin_dir, work, data, model_dir, reference_log, fp32_wire_losses):
-    """seq_parallel_communication_data_type bf16: ZeRO 3 reduces the gradients in bf16, so the run
-    departs from the fp32 one by bf16's rounding, and no further."""
-    name = "llama-sp2-zero3-bf16-wire"
-    spec = train_spec(name, model_dir, data, 4, 2, 1, {"stage": 3, "stage3_param_persistence_threshold": 100},
-                      os.path.join(work, name), False, seq_parallel_communication_data_type="bf16")
-    losses, reference = loom_losses(loom_run(bin_dir, spec, work, name)), loom_losses(reference_log)
-    worst = max(abs(losses.get(s, 0) - l) / l for s, l in reference.items())
-    check(len(losses) == STEPS and losses != fp32_wire_losses and 1e-7 < worst <= 1e-2,
-          f"{name}: losses vs 1 rank within bf16's rounding, worst relative difference {worst:.2e}")
+    """seq_parallel_communication_data_type bf16: ZeRO 0 and 3 reduce the gradients in bf16, so
+    the runs depart from the fp32 ones by bf16's rounding, and no further."""
+    for stage, zero in ((0, {"stage": 0}), (3, {"stage": 3, "stage3_param_persistence_threshold": 100})):
+        name = f"llama-sp2-zero{stage}-bf16-wire"
+        spec = train_spec(name, model_dir, data, 4, 2, 1, zero, os.path.join(work, name), False,
+                          seq_parallel_communication_data_type="bf16")
+        losses, reference = loom_losses(loom_run(bin_dir, spec, work, name)), loom_losses(reference_log)
+        worst = max(abs(losses.get(s, 0) - l) / l for s, l in reference.items())
+        check(len(losses) == STEPS and losses != fp32_wire_losses[stage] and 1e-7 < worst <= 1e-2,
+              f"{name}: losses vs 1 rank within bf16's rounding, worst relative difference {worst:.2e}")
+
+
+def eight_ranks(bin_dir, work, data, packed, reference_log, reference_weights):
+    """sp2 x tp2 x dp2 at ZeRO 1: the three axes together, on 8 ranks."""
+    name = "llama" + ("-packed" if packed else "") + "-sp2-tp2-dp2-zero1"
+    checkpoints = os.path.join(work, name)
+    log = loom_run(bin_dir, train_spec(name, os.path.join(work, "llama"), data, 8, 2, 2, {"stage": 1}, checkpoints,
+                                       packed), work, name)
+    check("tp 2 x sp 2 x dp 2" in log, f"{name}: rank 0 reports its mesh (tp 2 x sp 2 x dp 2)")
+    compare(name, log, final_weights(checkpoints), reference_log, reference_weights)
 
 
 def documents_of(starts, first, width):
