@@ -2,6 +2,7 @@
 
 #include "planner/json_reader.h"
 
+#include <cctype>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -23,6 +24,8 @@ constexpr JobKindInfo kJobKinds[] = {
      .sectionRequired = true},
     {.kind = JobKind::kEval, .name = "eval", .hasPlan = true, .modelAndData = true, .section = "eval",
      .sectionRequired = false},
+    {.kind = JobKind::kConvert, .name = "convert", .hasPlan = false, .modelAndData = false, .section = "convert",
+     .sectionRequired = true},
 };
 
 }  // namespace
@@ -175,6 +178,47 @@ Status parseEval(const json& object, JobSpec* spec) {
   return r.rejectUnknown();
 }
 
+// "5GB", "500MB", "2GiB" or a number of bytes, as HF's max_shard_size reads them (KB, MB, GB:
+// powers of 1000; KiB, MiB, GiB: of 1024).
+StatusOr<int64_t> parseByteSize(const json& value, const std::string& field) {
+  if (value.is_number_integer() && value.get<int64_t>() > 0) return value.get<int64_t>();
+  if (!value.is_string()) return invalidArgument("{}: a size in bytes or a string such as \"5GB\"", field);
+  const std::string text = value.get<std::string>();
+  size_t digits = 0;
+  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) ++digits;
+  static const std::map<std::string, double> kUnits{{"", 1},         {"B", 1},         {"KB", 1e3},
+                                                    {"MB", 1e6},     {"GB", 1e9},      {"TB", 1e12},
+                                                    {"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", double(1 << 30)}};
+  auto unit = kUnits.find(text.substr(digits));
+  double number = 0;
+  try {
+    number = digits ? std::stod(text.substr(0, digits)) : 0;
+  } catch (const std::exception&) {
+    number = 0;
+  }
+  if (unit == kUnits.end() || number <= 0)
+    return invalidArgument("{}: \"{}\" is not a size (a number and B, KB, MB, GB, TB, KiB, MiB or GiB)", field, text);
+  return static_cast<int64_t>(number * unit->second);
+}
+
+Status parseConvert(const json& object, JobSpec* spec) {
+  ObjectReader r(object, "convert");
+  ConvertSpec& c = spec->convert;
+  RETURN_IF_ERROR(r.readString("from", &c.from, true));
+  RETURN_IF_ERROR(r.readString("to", &c.to, false));
+  RETURN_IF_ERROR(r.readString("output", &c.output, true));
+  RETURN_IF_ERROR(r.readString("dtype", &c.dtype, false));
+  if (const json* size = r.find("shard_size")) {
+    ASSIGN_OR_RETURN(c.shardBytes, parseByteSize(*size, "convert.shard_size"));
+  }
+  if (c.to != "hf" && c.to != "loom" && c.to != "deepspeed_universal")
+    return invalidArgument("convert.to: \"{}\" is not one of hf, loom, deepspeed_universal", c.to);
+  if (c.dtype != "keep" && c.dtype != "fp32" && c.dtype != "bf16")
+    return invalidArgument("convert.dtype: \"{}\" is not one of keep, fp32, bf16", c.dtype);
+  if (c.from.empty() || c.output.empty()) return invalidArgument("convert.{}: must not be empty", c.from.empty() ? "from" : "output");
+  return r.rejectUnknown();
+}
+
 Status parseRestart(const json& object, JobSpec* spec) {
   ObjectReader r(object, "restart");
   int64_t maxRestarts = spec->maxRestarts;
@@ -201,6 +245,14 @@ int64_t JobSpec::deviceMemoryBytes() const {
 Status checkRunnable(const JobSpec& spec) {
   const DeepSpeedConfig& ds = spec.deepspeed;
   constexpr const char* kPlanned = "is planned (loomctl plan) but not run by the workers yet";
+  if (spec.kind == JobKind::kConvert) {
+    if (spec.convert.to != "hf")
+      return invalidArgument("convert.to: {}: this version converts DeepSpeed ZeRO checkpoints to hf (consolidated "
+                             "safetensors) only",
+                             spec.convert.to);
+    if (spec.ranks != 1)
+      return invalidArgument("resources.ranks: {}: a convert job runs on 1 rank in this version", spec.ranks);
+  }
   // AutoEP replaces the MoE layers (its routing settings change the results), so even one
   // expert-parallel rank is not run.
   if (ds.expertParallel.enabled)
@@ -256,6 +308,7 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
       {"data", parseData, modelJob, modelJob},
       {"train", parseTrain, own("train"), own("train") && info->sectionRequired},
       {"eval", parseEval, own("eval"), own("eval") && info->sectionRequired},
+      {"convert", parseConvert, own("convert"), own("convert") && info->sectionRequired},
       {"kernels", parseKernels, true, false},  // a probe loads them with probe.kernels
   };
   for (const auto& [section, parse, applies, required] : sections) {
@@ -320,6 +373,13 @@ json JobSpec::toJson() const {
     if (!train.frozenParameters.empty()) j["train"]["frozen_parameters"] = train.frozenParameters;
     if (train.profileStep > 0) j["train"]["profile_step"] = train.profileStep;
   }
+  if (kind == JobKind::kConvert) {
+    j["convert"] = {{"from", convert.from},
+                    {"to", convert.to},
+                    {"output", convert.output},
+                    {"shard_size", convert.shardBytes},
+                    {"dtype", convert.dtype}};
+  }
   if (kind == JobKind::kEval) {
     j["eval"] = {{"max_batches", eval.maxBatches}};
     if (!eval.logprobsOutput.empty()) j["eval"]["logprobs_output"] = eval.logprobsOutput;
@@ -334,7 +394,8 @@ std::string resolveSpecPaths(const std::string& specJson, const std::string& bas
   if (!root.is_object() || baseDir.empty()) return specJson;
   static const std::vector<std::pair<const char*, const char*>> kPaths{
       {"model", "config"}, {"model", "weights"},        {"data", "train"},
-      {"data", "eval"},    {"train", "checkpoint_dir"}, {"eval", "logprobs_output"}, {"eval", "kl_reference"}};
+      {"data", "eval"},    {"train", "checkpoint_dir"}, {"eval", "logprobs_output"}, {"eval", "kl_reference"},
+      {"convert", "from"}, {"convert", "output"}};
   for (const auto& [section, key] : kPaths) {
     auto s = root.find(section);
     if (s == root.end() || !s->is_object()) continue;

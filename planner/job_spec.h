@@ -12,7 +12,7 @@
 
 namespace loom::planner {
 
-enum class JobKind { kProbe, kTrain, kEval };
+enum class JobKind { kProbe, kTrain, kEval, kConvert };
 enum class DeviceKind { kCpu, kCuda };
 
 const char* jobKindName(JobKind kind);
@@ -24,12 +24,12 @@ struct JobKindInfo {
   const char* name;     // the spec's "kind"
   bool hasPlan;         // compiled into a Plan on submit, which its ranks execute
   bool modelAndData;    // its spec needs the model and data sections
-  const char* section;  // its own section of the spec ("probe", "train", "eval")
+  const char* section;  // its own section of the spec ("probe", "train", "eval", "convert")
   bool sectionRequired;
 };
 const JobKindInfo& jobKindInfo(JobKind kind);
 const JobKindInfo* jobKindNamed(const std::string& name);  // null: not a kind
-std::string jobKindNames();                                 // "probe, train, eval"
+std::string jobKindNames();                                 // "probe, train, eval, convert"
 const char* deviceKindName(DeviceKind device);
 
 // The probe's collective benchmark (like nccl-tests): each op at sizes from minBytes to
@@ -109,6 +109,18 @@ struct EvalSpec {
   std::string klReference;
 };
 
+// convert: a checkpoint made into another format (worker/convert/, worker/torch/jobs/convert_job.h).
+struct ConvertSpec {
+  // A DeepSpeed checkpoint directory (its `latest` names the tag) or one of its tag directories.
+  std::string from;
+  std::string to = "hf";  // hf: Hugging Face safetensors
+  // Where the result goes: a directory that does not exist yet, or an empty one. It is written
+  // beside it in a temporary directory and renamed into place when complete.
+  std::string output;
+  int64_t shardBytes = 5'000'000'000;  // shard_size: "5GB" as HF counts it
+  std::string dtype = "keep";          // keep (as stored: fp32 masters), fp32, bf16
+};
+
 // A job spec as submitted (JSON), validated and with every default filled in. Field names in
 // errors are the spec's own JSON paths ("resources.ranks") so a user can find them.
 struct JobSpec {
@@ -129,6 +141,7 @@ struct JobSpec {
   DataSpec data;       // train, eval
   TrainSpec train;     // train
   EvalSpec eval;       // eval
+  ConvertSpec convert; // convert
   DeepSpeedConfig deepspeed;
   // kernels.plugins: kernel plugin files or directories (kernels/loader.h), loaded by every rank
   // before LOOM_KERNEL_PATH's.

@@ -17,6 +17,13 @@ Status runTorchJob(const RankContext& context, const planner::JobSpec& spec, con
   return torch->runJob(context, spec, *plan, progress);
 }
 
+Status runConvert(const RankContext& context, const planner::JobSpec& spec, const planner::Plan*,
+                  ReportClient& reports) {
+  ASSIGN_OR_RETURN(TorchRuntime * torch, loadTorchRuntime());
+  auto progress = [&](int64_t step, const std::map<std::string, double>& metrics) { reports.progress(step, metrics); };
+  return torch->runConvert(context, spec, progress);
+}
+
 Status runProbeJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan*,
                    ReportClient& reports) {
   return runProbe(context, spec, reports);
@@ -26,6 +33,7 @@ constexpr JobKindRunner kRunners[] = {
     {planner::JobKind::kProbe, runProbeJob},
     {planner::JobKind::kTrain, runTorchJob},
     {planner::JobKind::kEval, runTorchJob},
+    {planner::JobKind::kConvert, runConvert},
 };
 
 }  // namespace

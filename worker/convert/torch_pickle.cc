@@ -40,9 +40,11 @@ constexpr const char* kDtypes[] = {"torch.float32", "torch.float64", "torch.floa
 
 // Globals called to build a value (REDUCE), each turned into data here.
 constexpr const char* kCallables[] = {
-    "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor", "torch._utils._rebuild_parameter",
-    "torch._utils._rebuild_parameter_with_state", "collections.OrderedDict", "torch.Size", "_codecs.encode",
-    "builtins.set", "builtins.frozenset", "torch.device",
+    "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor", "torch._tensor._rebuild_from_type_v2",
+    "torch._utils._rebuild_parameter", "torch._utils._rebuild_parameter_with_state", "collections.OrderedDict",
+    "torch.Size", "_codecs.encode", "builtins.set", "builtins.frozenset", "torch.device",
+    // Only as _rebuild_from_type_v2's type argument.
+    "torch.Tensor", "torch.nn.parameter.Parameter",
 };
 
 // Classes DeepSpeed's checkpoints hold as records: their arguments and state are kept as data,
@@ -51,8 +53,7 @@ constexpr const char* kRecords[] = {
     "deepspeed.runtime.zero.config.ZeroStageEnum",
     "deepspeed.runtime.fp16.loss_scaler.LossScaler",
     "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
-    "deepspeed.checkpoint.constants.ZeroStageEnum",
-    "argparse.Namespace",
+    "deepspeed.utils.tensor_fragment.fragment_address",
 };
 
 template <size_t N>
@@ -240,6 +241,15 @@ Status Reader::reduce(const PickleRef& callable, const PickleRef& args) {
     ASSIGN_OR_RETURN(PickleRef t, rebuildTensor(a));
     return push(t);
   }
+  if (name == "torch._tensor._rebuild_from_type_v2") {
+    // (rebuild function, type, its arguments, attributes): a tensor subclass or one with Python
+    // attributes (DeepSpeed's ds_id); the attributes are not data.
+    if (a.size() != 4 || !isGlobal(*a[0]) || globalName(*a[0]) != "torch._utils._rebuild_tensor_v2" ||
+        a[2]->kind != Kind::kTuple)
+      return error("_rebuild_from_type_v2: only (_rebuild_tensor_v2, type, arguments, state) is read");
+    ASSIGN_OR_RETURN(PickleRef t, rebuildTensor(a[2]->items));
+    return push(t);
+  }
   if (name == "torch._utils._rebuild_parameter" || name == "torch._utils._rebuild_parameter_with_state") {
     if (a.empty() || a[0]->kind != Kind::kTensor) return error("{}: its first argument is not a tensor", name);
     return push(a[0]);
@@ -286,6 +296,8 @@ Status Reader::reduce(const PickleRef& callable, const PickleRef& args) {
     }
     return push(out);
   }
+  if (name == "torch.Tensor" || name == "torch.nn.parameter.Parameter")
+    return error("{} is read only as a tensor's type, not called", name);
   if (name == "torch.device") {
     if (a.empty() || !a[0]->isString()) return error("torch.device: its first argument is not a string");
     return push(a[0]);
@@ -321,8 +333,9 @@ Status Reader::setItems(PickleValue& dict, std::vector<PickleRef> items) {
 }
 
 Status Reader::build(PickleRef& target, const PickleRef& state) {
-  if (target->kind == Kind::kTensor) return Status::ok();  // a tensor's extra state (hooks, names): not data
-  if (target->kind == Kind::kDict && state->kind == Kind::kDict) return setItems(*target, state->items);
+  // A tensor's extra state (hooks, names) and a dict's attributes (an OrderedDict's _metadata, as
+  // a module's state dict carries it) are not its data.
+  if (target->kind == Kind::kTensor || target->kind == Kind::kDict) return Status::ok();
   if (target->kind != Kind::kObject || isGlobal(*target) || target->text == "torch.storage")
     return error("BUILD of a {}", target->kindName());
   target->items.push_back(state);

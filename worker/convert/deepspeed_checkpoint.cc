@@ -1,0 +1,422 @@
+#include "worker/convert/deepspeed_checkpoint.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/files.h"
+
+namespace loom::convert {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Kind = PickleValue::Kind;
+
+// DeepSpeed's natural order of rank files (zero_pp_rank_10 after zero_pp_rank_9).
+bool naturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
+      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
+      const unsigned long long x = std::stoull(a.substr(i, ie - i)), y = std::stoull(b.substr(j, je - j));
+      if (x != y) return x < y;
+      i = ie, j = je;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i, ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The files of a tag directory that end with `suffix`, in DeepSpeed's order.
+std::vector<std::string> filesEnding(const std::string& dir, const std::string& suffix) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file() && endsWith(e.path().filename().string(), suffix)) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end(), naturalLess);
+  return out;
+}
+
+// An int, or an int enum (ZeroStageEnum(2)).
+StatusOr<int64_t> intOf(const PickleValue* v, const std::string& what) {
+  if (v && v->kind == Kind::kInt) return v->integer;
+  if (v && v->kind == Kind::kObject && v->items.size() == 1 && v->items[0]->kind == Kind::kInt)
+    return v->items[0]->integer;
+  return invalidArgument("{}: not an integer", what);
+}
+
+StatusOr<std::vector<int64_t>> shapeOf(const PickleValue& v, const std::string& what) {
+  if (!v.isSequence()) return invalidArgument("{}: the shape is a {}, not a torch.Size", what, v.kindName());
+  std::vector<int64_t> shape;
+  for (const auto& d : v.items) {
+    if (d->kind != Kind::kInt || d->integer < 0) return invalidArgument("{}: a dimension that is not a size", what);
+    shape.push_back(d->integer);
+  }
+  return shape;
+}
+
+int64_t numelOf(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Elements laid end to end over several tensors' bytes: a rank's flat partition, or its stage-3
+// sub-groups one after another.
+struct Flat {
+  std::vector<SourceRange> segments;
+  int64_t elementBytes = 4;
+  int64_t elements = 0;
+};
+
+}  // namespace
+
+int64_t SourceTensor::numel() const { return numelOf(shape); }
+
+namespace {
+
+class Loader {
+ public:
+  Loader(std::vector<std::unique_ptr<ZipArchive>>& archives) : archives_(archives) {}
+
+  // The pickle of a .pt file, its archive kept for the tensors' bytes.
+  StatusOr<std::pair<int, PickleRef>> load(const std::string& path) {
+    ASSIGN_OR_RETURN(ZipArchive zip, ZipArchive::open(path));
+    const ZipEntry* pickle = zip.find("data.pkl");
+    if (!pickle) return invalidArgument("{}: no data.pkl: not a file torch.save wrote", path);
+    ASSIGN_OR_RETURN(std::string bytes, zip.readAll(*pickle));
+    ASSIGN_OR_RETURN(PickleRef root, readTorchPickle(bytes, path + " (data.pkl)"));
+    if (root->kind != Kind::kDict) return invalidArgument("{}: holds a {}, not a checkpoint's dict", path, root->kindName());
+    archives_.push_back(std::make_unique<ZipArchive>(std::move(zip)));
+    return std::make_pair(static_cast<int>(archives_.size()) - 1, root);
+  }
+
+  // Where a pickled tensor's bytes are; it must be contiguous and inside its storage's member.
+  StatusOr<SourceRange> rangeOf(int archive, const PickleValue& v, const std::string& what) const {
+    const ZipArchive& zip = *archives_[archive];
+    if (v.kind != Kind::kTensor) return invalidArgument("{}: {}: a {}, not a tensor", zip.path(), what, v.kindName());
+    const TensorRef& t = v.tensor;
+    if (!t.contiguous())
+      return invalidArgument("{}: {}: the tensor is not contiguous in its storage", zip.path(), what);
+    const ZipEntry* member = zip.find("data/" + t.storage);
+    if (!member) return invalidArgument("{}: {}: its storage data/{} is missing", zip.path(), what, t.storage);
+    const int64_t begin = t.offset * t.elementBytes, bytes = t.numel() * t.elementBytes;
+    if (begin > member->size || bytes > member->size - begin)
+      return invalidArgument("{}: {}: its {} bytes at {} run past its storage data/{} ({} bytes)", zip.path(), what,
+                             bytes, begin, t.storage, member->size);
+    return SourceRange{.archive = archive, .member = member, .offset = begin, .bytes = bytes};
+  }
+
+  const ZipArchive& archive(int i) const { return *archives_[i]; }
+
+ private:
+  std::vector<std::unique_ptr<ZipArchive>>& archives_;
+};
+
+// Appends to `out` the ranges of elements [from, from + count) of `flat`.
+Status take(const Flat& flat, int64_t from, int64_t count, std::vector<SourceRange>* out) {
+  if (from < 0 || count < 0 || from > flat.elements || count > flat.elements - from)
+    return invalidArgument("elements [{}, {}) of a partition of {}", from, from + count, flat.elements);
+  int64_t skip = from * flat.elementBytes, left = count * flat.elementBytes;
+  for (const SourceRange& s : flat.segments) {
+    if (left == 0) break;
+    if (skip >= s.bytes) {
+      skip -= s.bytes;
+      continue;
+    }
+    const int64_t n = std::min(left, s.bytes - skip);
+    out->push_back(SourceRange{.archive = s.archive, .member = s.member, .offset = s.offset + skip, .bytes = n});
+    left -= n;
+    skip = 0;
+  }
+  return Status::ok();
+}
+
+StatusOr<Flat> flatOf(const Loader& loader, int archive, const PickleValue* tensors, const std::string& key) {
+  const std::string& path = loader.archive(archive).path();
+  if (!tensors || tensors->kind != Kind::kList)
+    return invalidArgument("{}: optimizer_state_dict.{}: missing, or not a list of tensors", path, key);
+  Flat flat;
+  for (size_t g = 0; g < tensors->items.size(); ++g) {
+    const PickleValue& t = *tensors->items[g];
+    const std::string what = fmt::format("optimizer_state_dict.{}[{}]", key, g);
+    if (t.kind != Kind::kTensor || t.tensor.dtype != "float32" || t.tensor.shape.size() != 1)
+      return invalidArgument("{}: {}: not a flat fp32 tensor", path, what);
+    ASSIGN_OR_RETURN(SourceRange r, loader.rangeOf(archive, t, what));
+    flat.segments.push_back(r);
+    flat.elements += t.tensor.numel();
+  }
+  return flat;
+}
+
+}  // namespace
+
+StatusOr<DeepSpeedCheckpoint> DeepSpeedCheckpoint::open(const std::string& dir) {
+  DeepSpeedCheckpoint ckpt;
+  // The tag `latest` names, or the directory itself.
+  if (fs::exists(dir + "/latest")) {
+    ASSIGN_OR_RETURN(std::string tag, files::readFile(dir + "/latest"));
+    while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
+    if (tag.empty() || tag.find('/') != std::string::npos)
+      return invalidArgument("{}/latest: \"{}\" is not a tag", dir, tag);
+    ckpt.tagDir_ = dir + "/" + tag;
+  } else {
+    ckpt.tagDir_ = dir;
+  }
+  const auto models = filesEnding(ckpt.tagDir_, "model_states.pt");
+  const auto optims = filesEnding(ckpt.tagDir_, "optim_states.pt");
+  if (models.empty())
+    return invalidArgument("{}: no *model_states.pt: not a DeepSpeed checkpoint (a checkpoint directory has a "
+                           "`latest` file naming its tag)",
+                           ckpt.tagDir_);
+  if (optims.empty())
+    return invalidArgument("{}: no *optim_states.pt: DeepSpeed's consolidation needs the ZeRO partitions", ckpt.tagDir_);
+
+  Loader loader(ckpt.archives_);
+  ASSIGN_OR_RETURN(auto model0, loader.load(models[0]));
+  const PickleValue& model = *model0.second;
+  std::vector<std::pair<int, PickleRef>> optimizers;
+  for (const auto& path : optims) {
+    ASSIGN_OR_RETURN(auto loaded, loader.load(path));
+    optimizers.push_back(std::move(loaded));
+  }
+  const std::string& optim0 = optims[0];
+  const PickleValue* state0 = optimizers[0].second->get("optimizer_state_dict");
+  if (!state0 || state0->kind != Kind::kDict)
+    return invalidArgument("{}: no optimizer_state_dict: not a ZeRO optimizer's file", optim0);
+  const PickleValue* stage = state0->get("zero_stage");
+  if (!stage)
+    return invalidArgument("{}: optimizer_state_dict has no zero_stage: not a ZeRO checkpoint (DeepSpeed's "
+                           "BF16_Optimizer, ZeRO 1 with bf16 and fp32 gradient accumulation, writes such files; its "
+                           "zero_to_fp32 refuses them too)",
+                           optim0);
+  ASSIGN_OR_RETURN(const int64_t zeroStage, intOf(stage, optim0 + ": optimizer_state_dict.zero_stage"));
+  if (zeroStage < 1 || zeroStage > 3)
+    return invalidArgument("{}: zero_stage {}: stages 1 to 3 are consolidated", optim0, zeroStage);
+  ckpt.zeroStage_ = static_cast<int>(zeroStage);
+  // The world: the largest partition count.
+  const PickleValue* counts = state0->get("partition_count");
+  int64_t world = 0;
+  if (counts && counts->isSequence()) {
+    for (const auto& c : counts->items) {
+      ASSIGN_OR_RETURN(int64_t n, intOf(c.get(), optim0 + ": optimizer_state_dict.partition_count"));
+      world = std::max(world, n);
+    }
+  } else {
+    ASSIGN_OR_RETURN(world, intOf(counts, optim0 + ": optimizer_state_dict.partition_count"));
+  }
+  if (world != static_cast<int64_t>(optims.size()))
+    return invalidArgument("{}: the partitions are over {} ranks, but {} holds {} *optim_states.pt files", optim0,
+                           world, ckpt.tagDir_, optims.size());
+  ckpt.worldSize_ = static_cast<int>(world);
+  if (const PickleValue* v = model.get("ds_version"); v && v->isString()) ckpt.version_ = v->text;
+
+  // Every rank's fp32 partitions, of the same stage.
+  const std::string flatKey = zeroStage <= 2 ? "single_partition_of_fp32_groups" : "fp32_flat_groups";
+  std::vector<std::vector<Flat>> groups(world);  // stages 1-2: [rank][group]; stage 3: [rank][0], all sub-groups
+  for (int64_t r = 0; r < world; ++r) {
+    const auto& [archive, root] = optimizers[r];
+    const PickleValue* state = root->get("optimizer_state_dict");
+    const std::string& path = optims[r];
+    if (!state || state->kind != Kind::kDict) return invalidArgument("{}: no optimizer_state_dict", path);
+    ASSIGN_OR_RETURN(int64_t s, intOf(state->get("zero_stage"), path + ": optimizer_state_dict.zero_stage"));
+    if (s != zeroStage)
+      return invalidArgument("{}: written at ZeRO stage {}, {} at stage {}: files of two checkpoints", path, s, optim0,
+                             zeroStage);
+    const PickleValue* tensors = state->get(flatKey);
+    if (zeroStage <= 2) {
+      if (!tensors || tensors->kind != Kind::kList)
+        return invalidArgument("{}: optimizer_state_dict.{}: missing", path, flatKey);
+      for (size_t g = 0; g < tensors->items.size(); ++g) {
+        auto one = std::make_shared<PickleValue>();
+        one->kind = Kind::kList;
+        one->items = {tensors->items[g]};
+        ASSIGN_OR_RETURN(Flat f, flatOf(loader, archive, one.get(), fmt::format("{}[{}]", flatKey, g)));
+        groups[r].push_back(std::move(f));
+      }
+    } else {
+      ASSIGN_OR_RETURN(Flat f, flatOf(loader, archive, tensors, flatKey));
+      groups[r].push_back(std::move(f));
+    }
+  }
+
+  // param_shapes: one ordered dict of name -> shape per parameter group.
+  const PickleValue* shapes = model.get("param_shapes");
+  if (!shapes || !shapes->isSequence())
+    return invalidArgument("{}: param_shapes: missing, or not a list of parameter groups", models[0]);
+  std::set<std::string> names;
+  auto addName = [&](const std::string& name) -> Status {
+    if (!names.insert(name).second)
+      return invalidArgument("{}: tensor {} appears twice (param_shapes, frozen_param_shapes, buffers)", models[0],
+                             name);
+    return Status::ok();
+  };
+  const PickleValue* paddings = state0->get("param_alignment_paddings");
+  int64_t stage3Offset = 0;
+  for (size_t g = 0; g < shapes->items.size(); ++g) {
+    const PickleValue& group = *shapes->items[g];
+    if (group.kind != Kind::kDict) return invalidArgument("{}: param_shapes[{}] is not a dict", models[0], g);
+    if (zeroStage <= 2 && g >= groups[0].size())
+      return invalidArgument("{}: param_shapes has {} groups, the fp32 partitions {}", models[0], shapes->items.size(),
+                             groups[0].size());
+    // Stages 1-2: this group's partitions, rank after rank.
+    Flat merged;
+    if (zeroStage <= 2) {
+      for (int64_t r = 0; r < world; ++r) {
+        if (g >= groups[r].size())
+          return invalidArgument("{}: rank {} has {} fp32 partitions, rank 0 {}", optims[r], r, groups[r].size(),
+                                 groups[0].size());
+        for (const auto& s : groups[r][g].segments) merged.segments.push_back(s);
+        merged.elements += groups[r][g].elements;
+      }
+    }
+    int64_t offset = 0;
+    for (size_t k = 0; k + 1 < group.items.size(); k += 2) {
+      if (!group.items[k]->isString()) return invalidArgument("{}: param_shapes[{}]: a name that is not a string", models[0], g);
+      SourceTensor t{.name = group.items[k]->text, .dtype = "float32", .elementBytes = 4};
+      ASSIGN_OR_RETURN(t.shape, shapeOf(*group.items[k + 1], models[0] + ": param_shapes: " + t.name));
+      RETURN_IF_ERROR(addName(t.name));
+      const int64_t numel = t.numel();
+      if (zeroStage <= 2) {
+        Status taken = take(merged, offset, numel, &t.ranges);
+        if (!taken.isOk())
+          return invalidArgument("{}: param_shapes: {} {} does not fit parameter group {}'s fp32 partitions ({} "
+                                 "elements over {} ranks): the shapes and the partitions disagree",
+                                 models[0], t.name, fmt::format("[{}]", fmt::join(t.shape, ", ")), g, merged.elements,
+                                 world);
+        int64_t padding = 0;
+        if (paddings && paddings->isSequence() && g < paddings->items.size() && paddings->items[g]->isSequence() &&
+            k / 2 < paddings->items[g]->items.size()) {
+          ASSIGN_OR_RETURN(padding, intOf(paddings->items[g]->items[k / 2].get(), "param_alignment_paddings"));
+        }
+        offset += numel + padding;
+      } else {
+        // ceil(numel / world) elements from each rank, the padding at the end of the last.
+        const int64_t part = (numel + world - 1) / world;
+        int64_t left = numel;
+        for (int64_t r = 0; r < world; ++r) {
+          const int64_t n = std::min(part, left);
+          Status taken = take(groups[r][0], stage3Offset, n, &t.ranges);
+          if (!taken.isOk())
+            return invalidArgument("{}: param_shapes: {} needs elements [{}, {}) of rank {}'s fp32_flat_groups, "
+                                   "which hold {}: the shapes and the partitions disagree",
+                                   models[0], t.name, stage3Offset, stage3Offset + n, r, groups[r][0].elements);
+          left -= n;
+        }
+        stage3Offset += part;
+      }
+      ckpt.tensors_.push_back(std::move(t));
+    }
+    if (zeroStage <= 2) {
+      // Each group is padded to a multiple of 2 x world (and its partitions' tail trimmed).
+      const int64_t align = 2 * world;
+      auto up = [&](int64_t x) { return (x + align - 1) / align * align; };
+      if (up(offset) != up(merged.elements))
+        return invalidArgument("{}: parameter group {}: param_shapes account for {} elements, its fp32 partitions "
+                               "hold {}: the shapes and the partitions disagree",
+                               models[0], g, offset, merged.elements);
+    }
+  }
+  if (zeroStage == 3) {
+    for (int64_t r = 0; r < world; ++r) {
+      if (groups[r][0].elements != stage3Offset)
+        return invalidArgument("{}: its fp32_flat_groups hold {} elements, param_shapes account for {} per rank",
+                               optims[r], groups[r][0].elements, stage3Offset);
+    }
+  }
+
+  // Frozen parameters: whole on rank 0 (stages 1-2), or a fragment on every rank (stage 3).
+  const PickleValue* frozenShapes = model.get("frozen_param_shapes");
+  if (frozenShapes && frozenShapes->kind == Kind::kDict) {
+    std::vector<std::pair<int, PickleRef>> rankModels{model0};
+    if (zeroStage == 3) {
+      if (static_cast<int64_t>(models.size()) != world)
+        return invalidArgument("{}: {} *model_states.pt files for {} ranks", ckpt.tagDir_, models.size(), world);
+      for (size_t r = 1; r < models.size(); ++r) {
+        ASSIGN_OR_RETURN(auto loaded, loader.load(models[r]));
+        rankModels.push_back(std::move(loaded));
+      }
+    }
+    for (size_t k = 0; k + 1 < frozenShapes->items.size(); k += 2) {
+      SourceTensor t{.name = frozenShapes->items[k]->text, .role = SourceTensor::Role::kFrozen};
+      ASSIGN_OR_RETURN(t.shape, shapeOf(*frozenShapes->items[k + 1], models[0] + ": frozen_param_shapes: " + t.name));
+      RETURN_IF_ERROR(addName(t.name));
+      int64_t left = t.numel();
+      for (size_t r = 0; r < rankModels.size() && left > 0; ++r) {
+        const auto& [archive, root] = rankModels[r];
+        const PickleValue* fragments = root->get("frozen_param_fragments");
+        const PickleValue* fragment = fragments ? fragments->get(t.name) : nullptr;
+        if (!fragment)
+          return invalidArgument("{}: frozen_param_fragments has no {}", archive == model0.first ? models[0] : models[r],
+                                 t.name);
+        ASSIGN_OR_RETURN(SourceRange range, loader.rangeOf(archive, *fragment, "frozen_param_fragments." + t.name));
+        t.dtype = fragment->tensor.dtype;
+        t.elementBytes = fragment->tensor.elementBytes;
+        const int64_t n = std::min(left, fragment->tensor.numel());
+        range.bytes = n * t.elementBytes;
+        t.ranges.push_back(range);
+        left -= n;
+      }
+      if (left > 0)
+        return invalidArgument("{}: frozen parameter {}: its fragments hold {} of its {} elements", models[0], t.name,
+                               t.numel() - left, t.numel());
+      ckpt.tensors_.push_back(std::move(t));
+    }
+  }
+
+  // Buffers, as the module's state dict holds them.
+  const PickleValue* buffers = model.get("buffer_names");
+  const PickleValue* module = model.get("module");
+  if (buffers && buffers->isSequence()) {
+    for (const auto& b : buffers->items) {
+      if (!b->isString()) return invalidArgument("{}: buffer_names: a name that is not a string", models[0]);
+      const PickleValue* tensor = module ? module->get(b->text) : nullptr;
+      if (!tensor) return invalidArgument("{}: buffer {} is named in buffer_names but not in module", models[0], b->text);
+      RETURN_IF_ERROR(addName(b->text));
+      ASSIGN_OR_RETURN(SourceRange range, loader.rangeOf(model0.first, *tensor, "module." + b->text));
+      ckpt.tensors_.push_back(SourceTensor{.name = b->text,
+                                           .dtype = tensor->tensor.dtype,
+                                           .elementBytes = tensor->tensor.elementBytes,
+                                           .shape = tensor->tensor.shape,
+                                           .ranges = {range},
+                                           .role = SourceTensor::Role::kBuffer});
+    }
+  }
+
+  // Tied parameters: a name not stored, and the one it shares.
+  if (const PickleValue* shared = model.get("shared_params"); shared && shared->kind == Kind::kDict) {
+    for (size_t k = 0; k + 1 < shared->items.size(); k += 2) {
+      if (!shared->items[k]->isString() || !shared->items[k + 1]->isString())
+        return invalidArgument("{}: shared_params: names that are not strings", models[0]);
+      if (!names.count(shared->items[k + 1]->text))
+        return invalidArgument("{}: shared_params: {} is tied to {}, which the checkpoint does not hold", models[0],
+                               shared->items[k]->text, shared->items[k + 1]->text);
+      ckpt.aliases_[shared->items[k]->text] = shared->items[k + 1]->text;
+    }
+  }
+  return ckpt;
+}
+
+Status DeepSpeedCheckpoint::read(const SourceTensor& t, void* out) const {
+  auto* p = static_cast<char*>(out);
+  for (const SourceRange& r : t.ranges) {
+    RETURN_IF_ERROR(archives_[r.archive]->read(*r.member, r.offset, r.bytes, p).withContext("tensor " + t.name));
+    p += r.bytes;
+  }
+  return Status::ok();
+}
+
+}  // namespace loom::convert
