@@ -3,6 +3,7 @@ the samples Loom feeds.
 
   python3 deepspeed_train.py --model DIR --data FILE.tokens --seq-len N --data-seed S --steps N
                              --ds-config FILE.json [--world N] --out FILE.jsonl [--save-dir DIR]
+                             [--ds-checkpoint DIR] [--frozen REGEX]
 
 Writes one JSON line per optimizer step to --out (and stdout, from rank 0):
   {"step": s (1-based), "loss": mean loss over the step's micro-batches and ranks,
@@ -15,6 +16,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import socket
 import sys
 
@@ -67,7 +69,12 @@ def worker(rank, world, port, a):
         config = json.load(f)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32, attn_implementation="sdpa")
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    if a.frozen:
+        for name, p in model.named_parameters():
+            if re.fullmatch(a.frozen, name):
+                p.requires_grad_(False)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+                                           config=config)
     micro, ga, tbs = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps(), \
         engine.train_batch_size()
     assert tbs == micro * ga * world, (tbs, micro, ga, world)
@@ -113,6 +120,8 @@ def worker(rank, world, port, a):
         out.close()
         if a.save_dir:
             engine.module.save_pretrained(a.save_dir, safe_serialization=True)
+    if a.ds_checkpoint:  # DeepSpeed's own checkpoint (every rank writes its partition)
+        engine.save_checkpoint(a.ds_checkpoint)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
@@ -134,6 +143,8 @@ def main():
     p.add_argument("--world", type=int, default=1)
     p.add_argument("--out", required=True)
     p.add_argument("--save-dir")
+    p.add_argument("--ds-checkpoint")
+    p.add_argument("--frozen", help="parameters whose names match this regex are not trained")
     a = p.parse_args()
     port = free_port()
     if a.world == 1:

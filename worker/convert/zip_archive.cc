@@ -102,7 +102,10 @@ StatusOr<ZipArchive> ZipArchive::open(const std::string& path) {
       break;
     }
   }
-  if (end < 0) return invalidArgument("{}: not a zip archive (torch.save's format): no end-of-directory record", path);
+  if (end < 0)
+    return invalidArgument("{}: truncated, or not a zip archive (torch.save's format): no end-of-directory record at "
+                           "offsets {} to {}, the end of the file",
+                           path, tailStart, zip.fileSize_);
   uint64_t count = t.le(end + 10, 2), directorySize = t.le(end + 12, 4), directoryOffset = t.le(end + 16, 4);
   if (count == 0xffff || directorySize == 0xffffffff || directoryOffset == 0xffffffff) {
     // ZIP64: the locator just before the record points at the 64-bit end record.
