@@ -1,5 +1,6 @@
 #include "common/process.h"
 
+#include <cstdio>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -168,6 +169,18 @@ std::vector<int> findByEnv(const std::string& name, const std::string& value) {
     }
   }
   return pids;
+}
+
+int64_t peakResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long long kb = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return static_cast<int64_t>(kb) * 1024;
 }
 
 }  // namespace loom::process

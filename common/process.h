@@ -41,4 +41,7 @@ std::string describeExit(const ExitInfo& exit);  // "exit code 3", "killed by SI
 // Pids of live processes whose environment has NAME=VALUE (for finding a job's processes).
 std::vector<int> findByEnv(const std::string& name, const std::string& value);
 
+// The most resident memory this process has held (VmHWM), in bytes; 0 where /proc is not there.
+int64_t peakResidentBytes();
+
 }  // namespace loom::process

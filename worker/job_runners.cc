@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "worker/convert/convert_job.h"
 #include "worker/probe_job.h"
 #include "worker/torch_runtime.h"
 
@@ -17,11 +18,10 @@ Status runTorchJob(const RankContext& context, const planner::JobSpec& spec, con
   return torch->runJob(context, spec, *plan, progress);
 }
 
+// Conversion moves bytes only: it runs without libtorch, in a process of a few MB.
 Status runConvert(const RankContext& context, const planner::JobSpec& spec, const planner::Plan*,
                   ReportClient& reports) {
-  ASSIGN_OR_RETURN(TorchRuntime * torch, loadTorchRuntime());
-  auto progress = [&](int64_t step, const std::map<std::string, double>& metrics) { reports.progress(step, metrics); };
-  return torch->runConvert(context, spec, progress);
+  return runConvertJob(context, spec, reports);
 }
 
 Status runProbeJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan*,

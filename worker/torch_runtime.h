@@ -33,8 +33,6 @@ class TorchRuntime {
   // after the rank set-up every such kind shares.
   virtual Status runJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan& plan,
                         const ProgressFn& progress) = 0;
-  // A convert job (worker/torch/jobs/convert_job.h).
-  virtual Status runConvert(const RankContext& context, const planner::JobSpec& spec, const ProgressFn& progress) = 0;
 };
 
 // Loads the runtime once per process (later calls return the same one). The library is found

@@ -413,10 +413,14 @@ StatusOr<DeepSpeedCheckpoint> DeepSpeedCheckpoint::open(const std::string& dir) 
 Status DeepSpeedCheckpoint::read(const SourceTensor& t, void* out) const {
   auto* p = static_cast<char*>(out);
   for (const SourceRange& r : t.ranges) {
-    RETURN_IF_ERROR(archives_[r.archive]->read(*r.member, r.offset, r.bytes, p).withContext("tensor " + t.name));
+    RETURN_IF_ERROR(read(r, t.name, p));
     p += r.bytes;
   }
   return Status::ok();
+}
+
+Status DeepSpeedCheckpoint::read(const SourceRange& range, const std::string& name, void* out) const {
+  return archives_[range.archive]->read(*range.member, range.offset, range.bytes, out).withContext("tensor " + name);
 }
 
 }  // namespace loom::convert

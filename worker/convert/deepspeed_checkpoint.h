@@ -61,6 +61,8 @@ class DeepSpeedCheckpoint {
 
   // The tensor's bytes (t.bytes() of them) into `out`.
   Status read(const SourceTensor& t, void* out) const;
+  // The bytes of one range (or a part of one) of tensor `name` into `out`.
+  Status read(const SourceRange& range, const std::string& name, void* out) const;
 
  private:
   DeepSpeedCheckpoint() = default;

@@ -4,7 +4,6 @@
 #include <torch/version.h>
 
 #include "worker/torch/jobs/collective_probe.h"
-#include "worker/torch/jobs/convert_job.h"
 #include "worker/torch/model/kernels.h"
 #include "worker/torch/jobs/job_runner.h"
 #include "worker/torch_runtime.h"
@@ -32,9 +31,6 @@ class LibTorchRuntime final : public TorchRuntime {
   Status runJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan& plan,
                 const ProgressFn& progress) override {
     return guarded([&] { return runPlannedJob(context, spec, plan, progress); });
-  }
-  Status runConvert(const RankContext& context, const planner::JobSpec& spec, const ProgressFn& progress) override {
-    return guarded([&] { return runConvertJob(context, spec, progress); });
   }
 
  private:

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "worker/checkpoint/safetensors_writer.h"
 
 namespace loom::worker {
 
@@ -139,44 +140,38 @@ StatusOr<TensorMap> loadSafetensors(const std::string& path) {
 
 namespace {
 
-int64_t bytesOf(const TensorEntry& e) {
-  int64_t n = c10::elementSize(e.dtype);
-  for (int64_t d : e.shape) n *= d;
-  return n;
+// The torch-free writer's view of the entries, and their bytes from the tensors `produce` hands
+// over (checked against their entries: dtype and shape).
+StatusOr<std::vector<checkpoint::SafetensorsEntry>> bytesEntries(const std::vector<TensorEntry>& entries) {
+  std::vector<checkpoint::SafetensorsEntry> out;
+  for (const TensorEntry& e : entries) {
+    auto dtype = nameFromDtype(e.dtype);
+    if (!dtype.isOk()) return dtype.status().withContext("tensor " + e.name);
+    out.push_back({e.name, *dtype, e.shape});
+  }
+  return out;
 }
 
-// One file: its header from `entries` (in their order), then each tensor as `produce` gives it.
-Status streamSafetensorsFile(const std::string& path, const std::vector<TensorEntry>& entries,
-                             const std::vector<size_t>& indices, const TensorProducer& produce,
-                             const std::map<std::string, std::string>& metadata) {
-  json header = json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  uint64_t offset = 0;
-  for (size_t i : indices) {
-    const TensorEntry& e = entries[i];
-    auto dtype = nameFromDtype(e.dtype);
-    if (!dtype.isOk()) return dtype.status().withContext(fmt::format("{}: tensor {}", path, e.name));
-    const uint64_t bytes = static_cast<uint64_t>(bytesOf(e));
-    header[e.name] = {{"dtype", *dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  std::string headerText = header.dump();
-  headerText.append((8 - headerText.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-  const uint64_t headerSize = headerText.size();
-  ASSIGN_OR_RETURN(auto writer, files::AtomicFileWriter::open(path));
-  RETURN_IF_ERROR(writer->append(&headerSize, 8));
-  RETURN_IF_ERROR(writer->append(headerText.data(), headerText.size()));
-  for (size_t i : indices) {
+checkpoint::BytesProducer bytesOf(const std::string& where, const std::vector<TensorEntry>& entries,
+                                  const TensorProducer& produce) {
+  return [&where, &entries, &produce](size_t i, const checkpoint::ByteSink& sink) -> Status {
     const TensorEntry& e = entries[i];
     ASSIGN_OR_RETURN(at::Tensor produced, produce(i));
     at::Tensor t = produced.detach().to(at::kCPU).contiguous();
     if (t.scalar_type() != e.dtype || t.sizes().vec() != e.shape)
-      return internalError("{}: tensor {} came as {} {}, its header says {} {}", path, e.name,
+      return internalError("{}: tensor {} came as {} {}, its header says {} {}", where, e.name,
                            c10::toString(t.scalar_type()), c10::str(t.sizes()), c10::toString(e.dtype),
                            c10::str(at::IntArrayRef(e.shape)));
-    RETURN_IF_ERROR(writer->append(t.data_ptr(), t.numel() * t.element_size()));
-  }
-  return writer->commit();
+    return sink(t.data_ptr(), static_cast<size_t>(t.numel() * t.element_size()));
+  };
+}
+
+Status streamSafetensorsFile(const std::string& path, const std::vector<TensorEntry>& entries,
+                             const std::vector<size_t>& indices, const TensorProducer& produce,
+                             const std::map<std::string, std::string>& metadata) {
+  auto bytesEntriesOf = bytesEntries(entries);
+  if (!bytesEntriesOf.isOk()) return bytesEntriesOf.status().withContext(path);
+  return checkpoint::writeSafetensorsFile(path, *bytesEntriesOf, indices, bytesOf(path, entries, produce), metadata);
 }
 
 std::vector<TensorEntry> entriesOf(const TensorMap& tensors) {
@@ -205,15 +200,6 @@ StatusOr<std::vector<std::string>> saveSafetensorsModel(const std::string& dir, 
   return streamSafetensorsModel(dir, entries, producerOf(tensors, entries), /*write=*/true, maxShardBytes);
 }
 
-namespace {
-
-// Writes the model files, asking `produce` for the entries in `order`.
-StatusOr<std::vector<std::string>> writeModelFiles(const std::string& dir, const std::vector<TensorEntry>& entries,
-                                                   const std::vector<size_t>& order, const TensorProducer& produce,
-                                                   int64_t maxShardBytes);
-
-}  // namespace
-
 StatusOr<std::vector<std::string>> streamSafetensorsModel(const std::string& dir, std::vector<TensorEntry> entries,
                                                           const TensorProducer& produce, bool write,
                                                           int64_t maxShardBytes) {
@@ -232,52 +218,15 @@ StatusOr<std::vector<std::string>> streamSafetensorsModel(const std::string& dir
     produced[i] = true;
     return produce(i);
   };
-  auto written = writeModelFiles(dir, entries, order, tracked, maxShardBytes);
+  StatusOr<std::vector<std::string>> written = [&]() -> StatusOr<std::vector<std::string>> {
+    ASSIGN_OR_RETURN(auto bytesEntriesOf, bytesEntries(entries));
+    return checkpoint::writeSafetensorsModel(dir, bytesEntriesOf, bytesOf(dir, entries, tracked), maxShardBytes);
+  }();
   if (!written.isOk()) {
     for (size_t i : order)
       if (!produced[i]) (void)produce(i);
   }
   return written;
 }
-
-namespace {
-
-StatusOr<std::vector<std::string>> writeModelFiles(const std::string& dir, const std::vector<TensorEntry>& entries,
-                                                   const std::vector<size_t>& order, const TensorProducer& produce,
-                                                   int64_t maxShardBytes) {
-  // Shards fill in name order up to the limit (a tensor above it gets a shard of its own).
-  std::vector<std::vector<size_t>> shards(1);
-  int64_t shardBytes = 0, total = 0;
-  for (size_t i : order) {
-    const int64_t bytes = bytesOf(entries[i]);
-    if (shardBytes > 0 && shardBytes + bytes > maxShardBytes) {
-      shards.emplace_back();
-      shardBytes = 0;
-    }
-    shards.back().push_back(i);
-    shardBytes += bytes;
-    total += bytes;
-  }
-  RETURN_IF_ERROR(files::makeDirs(dir));
-  const std::map<std::string, std::string> metadata{{"format", "pt"}};
-  if (shards.size() == 1) {
-    RETURN_IF_ERROR(streamSafetensorsFile(dir + "/model.safetensors", entries, shards[0], produce, metadata));
-    return std::vector<std::string>{"model.safetensors"};
-  }
-  std::vector<std::string> names;
-  json weightMap = json::object();
-  for (size_t s = 0; s < shards.size(); ++s) {
-    std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
-    RETURN_IF_ERROR(streamSafetensorsFile(dir + "/" + file, entries, shards[s], produce, metadata));
-    for (size_t i : shards[s]) weightMap[entries[i].name] = file;
-    names.push_back(file);
-  }
-  json index{{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}};
-  RETURN_IF_ERROR(files::writeFileAtomic(dir + "/model.safetensors.index.json", index.dump(2)));
-  names.push_back("model.safetensors.index.json");
-  return names;
-}
-
-}  // namespace
 
 }  // namespace loom::worker

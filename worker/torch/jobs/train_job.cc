@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "common/human_bytes.h"
+#include "common/process.h"
 #include "worker/torch/checkpoint/checkpoint.h"
 #include "worker/torch/jobs/evaluation.h"
 #include "worker/torch/model/kernels.h"
@@ -80,25 +81,12 @@ class Trainer final : public JobRunner {
   int64_t lastSavedStep_ = -1;
 };
 
-// Peak resident memory of this process (VmHWM), in bytes; 0 where /proc is not there.
-int64_t peakResidentBytes() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
-  long long kb = 0;
-  while (std::fgets(line, sizeof line, f)) {
-    if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
-  }
-  std::fclose(f);
-  return static_cast<int64_t>(kb) * 1024;
-}
-
 std::map<std::string, double> Trainer::memoryMetrics() const {
   const ZeroMemory m = zero_->memory();
   return {{"memory.parameter_bytes", static_cast<double>(m.parameterBytes)},
           {"memory.gradient_bytes", static_cast<double>(m.gradientBytes)},
           {"memory.optimizer_state_bytes", static_cast<double>(m.optimizerStateBytes)},
-          {"memory.peak_rss_bytes", static_cast<double>(peakResidentBytes())},
+          {"memory.peak_rss_bytes", static_cast<double>(process::peakResidentBytes())},
           {"memory.device_peak_bytes", static_cast<double>(devicePeakBytes(built_.model->device()))}};
 }
 
@@ -256,7 +244,7 @@ Status Trainer::trainStep() {
     const int64_t devicePeak = devicePeakBytes(built_.model->device());
     std::printf("memory per rank (ZeRO stage %d): parameters %s, gradients %s, optimizer state %s, peak RSS %s%s\n",
                 ds_.zero.stage, humanBytes(m.parameterBytes).c_str(), humanBytes(m.gradientBytes).c_str(),
-                humanBytes(m.optimizerStateBytes).c_str(), humanBytes(peakResidentBytes()).c_str(),
+                humanBytes(m.optimizerStateBytes).c_str(), humanBytes(process::peakResidentBytes()).c_str(),
                 devicePeak ? (", device peak " + humanBytes(devicePeak)).c_str() : "");
   }  // an overflowed step has no norm (and JSON has no NaN)
   if (ds_.precision == planner::Precision::kFp16) metrics["loss_scale"] = scaler_.scale();

@@ -1,0 +1,215 @@
+#include "worker/convert/convert_job.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "common/files.h"
+#include "common/human_bytes.h"
+#include "common/process.h"
+#include "worker/checkpoint/safetensors_writer.h"
+#include "worker/convert/deepspeed_checkpoint.h"
+
+namespace loom::worker {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kChunkBytes = int64_t(64) << 20;
+
+// torch.save's dtype names and safetensors' for them.
+struct Dtype {
+  const char* stored;
+  const char* safetensors;
+  bool floating;
+};
+constexpr Dtype kDtypes[] = {
+    {"float32", "F32", true}, {"bfloat16", "BF16", true}, {"float16", "F16", true}, {"float64", "F64", true},
+    {"int64", "I64", false},  {"int32", "I32", false},    {"int16", "I16", false},  {"int8", "I8", false},
+    {"uint8", "U8", false},   {"bool", "BOOL", false},
+};
+
+const Dtype* dtypeNamed(const std::string& stored) {
+  for (const auto& d : kDtypes)
+    if (stored == d.stored) return &d;
+  return nullptr;
+}
+
+// convert.dtype: floating tensors in fp32 or bf16, or each as stored; the others as stored.
+std::string outputDtype(const Dtype& stored, const std::string& dtype) {
+  if (!stored.floating || dtype == "keep") return stored.safetensors;
+  return dtype == "bf16" ? "BF16" : "F32";
+}
+
+float toFloat(const std::string& from, const char* p) {
+  if (from == "F32") {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  if (from == "F64") {
+    double d;
+    std::memcpy(&d, p, 8);
+    return static_cast<float>(d);  // round to nearest even, as a C++ (and torch) cast
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  if (from == "BF16") {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  // IEEE half: sign, 5 exponent bits, 10 mantissa bits.
+  const uint32_t sign = (h >> 15) & 1, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  float magnitude;
+  if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+  } else if (exponent == 31) {
+    magnitude = mantissa ? NAN : INFINITY;
+  } else {
+    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400), static_cast<int>(exponent) - 25);
+  }
+  return sign ? -magnitude : magnitude;
+}
+
+// fp32 to bf16 as torch rounds it: to nearest, ties to even; any NaN becomes 0x7fc0.
+uint16_t toBfloat16(float f) {
+  if (std::isnan(f)) return 0x7fc0;
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits += 0x7fff + ((bits >> 16) & 1);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// `count` elements of `from` at `in` as `to` at `out`.
+void cast(const std::string& from, const std::string& to, const char* in, char* out, int64_t count) {
+  const int64_t inBytes = checkpoint::safetensorsElementBytes(from);
+  for (int64_t i = 0; i < count; ++i) {
+    const float f = toFloat(from, in + i * inBytes);
+    if (to == "F32") {
+      std::memcpy(out + i * 4, &f, 4);
+    } else {
+      const uint16_t b = toBfloat16(f);
+      std::memcpy(out + i * 2, &b, 2);
+    }
+  }
+}
+
+Status syncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return internalError("{}: cannot open to fsync", dir);
+  ::fsync(fd);
+  ::close(fd);
+  return Status::ok();
+}
+
+Status checkOutput(const std::string& output) {
+  std::error_code ec;
+  if (!fs::exists(output, ec)) return Status::ok();
+  if (!fs::is_directory(output, ec) || !fs::is_empty(output, ec))
+    return failedPrecondition("convert.output: {} exists and is not an empty directory: nothing is written over",
+                              output);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status runConvertJob(const RankContext& ctx, const planner::JobSpec& spec, ReportClient& reports) {
+  const planner::ConvertSpec& c = spec.convert;
+  const auto started = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(checkOutput(c.output));
+  auto opened = convert::DeepSpeedCheckpoint::open(c.from);
+  if (!opened.isOk()) return opened.status().withContext("convert.from");
+  const convert::DeepSpeedCheckpoint& source = *opened;
+  const auto& tensors = source.tensors();
+
+  std::vector<checkpoint::SafetensorsEntry> entries;
+  std::vector<std::string> storedAs;  // safetensors' name of each tensor's stored dtype
+  int64_t totalBytes = 0, largest = 0;
+  for (const auto& t : tensors) {
+    const Dtype* d = dtypeNamed(t.dtype);
+    if (!d) return invalidArgument("convert.from: tensor {} is {}, which safetensors does not hold", t.name, t.dtype);
+    storedAs.push_back(d->safetensors);
+    entries.push_back({t.name, outputDtype(*d, c.dtype), t.shape});
+    totalBytes += t.bytes();
+    largest = std::max(largest, t.bytes());
+  }
+  std::printf("convert: %s, DeepSpeed %s, ZeRO stage %d over %d ranks: %zu tensors, %s%s\n", source.tagDir().c_str(),
+              source.deepspeedVersion().empty() ? "?" : source.deepspeedVersion().c_str(), source.zeroStage(),
+              source.worldSize(), tensors.size(), humanBytes(totalBytes).c_str(),
+              source.aliases().empty() ? "" : fmt::format(", {} tied (stored once)", source.aliases().size()).c_str());
+  std::fflush(stdout);
+
+  // Written beside the output and renamed into place when whole; a restarted attempt starts over.
+  const fs::path output = fs::path(c.output).lexically_normal();
+  const fs::path parent = output.has_parent_path() ? output.parent_path() : fs::path(".");
+  const std::string tmp = (parent / ("." + output.filename().string() + ".convert-" + ctx.jobId)).string();
+  RETURN_IF_ERROR(files::removeAll(tmp));
+  RETURN_IF_ERROR(files::makeDirs(tmp));
+
+  int64_t bytesDone = 0, tensorsDone = 0;
+  std::vector<char> in, out;
+  auto report = [&](double fraction) {
+    reports.progress(tensorsDone, {{"tensors_done", static_cast<double>(tensorsDone)},
+                                   {"bytes_done", static_cast<double>(bytesDone)},
+                                   {"progress", fraction},
+                                   {"memory.peak_rss_bytes", static_cast<double>(process::peakResidentBytes())}});
+  };
+  const checkpoint::BytesProducer produce = [&](size_t i, const checkpoint::ByteSink& sink) -> Status {
+    const convert::SourceTensor& t = tensors[i];
+    const std::string& from = storedAs[i];
+    const std::string& to = entries[i].dtype;
+    const int64_t inElement = t.elementBytes, outElement = checkpoint::safetensorsElementBytes(to);
+    // Whole elements per chunk, from each of the tensor's ranges in turn.
+    const int64_t perChunk = std::max<int64_t>(1, kChunkBytes / std::max(inElement, outElement));
+    for (const convert::SourceRange& range : t.ranges) {
+      for (int64_t done = 0; done < range.bytes;) {
+        const int64_t bytes = std::min(range.bytes - done, perChunk * inElement);
+        in.resize(static_cast<size_t>(bytes));
+        convert::SourceRange piece = range;
+        piece.offset += done;
+        piece.bytes = bytes;
+        RETURN_IF_ERROR(source.read(piece, t.name, in.data()));
+        if (from == to) {
+          RETURN_IF_ERROR(sink(in.data(), in.size()));
+        } else {
+          const int64_t count = bytes / inElement;
+          out.resize(static_cast<size_t>(count * outElement));
+          cast(from, to, in.data(), out.data(), count);
+          RETURN_IF_ERROR(sink(out.data(), out.size()));
+        }
+        done += bytes;
+      }
+    }
+    bytesDone += t.bytes();
+    ++tensorsDone;
+    report(totalBytes ? static_cast<double>(bytesDone) / static_cast<double>(totalBytes) : 1.0);
+    return Status::ok();
+  };
+  auto written = checkpoint::writeSafetensorsModel(tmp, entries, produce, c.shardBytes);
+  if (!written.isOk()) return written.status().withContext("convert.output");
+  RETURN_IF_ERROR(syncDirectory(tmp));
+  std::error_code ec;
+  if (fs::exists(output, ec)) fs::remove(output, ec);  // the empty directory checkOutput allowed
+  fs::rename(tmp, output, ec);
+  if (ec) return internalError("convert.output: cannot rename {} to {}: {}", tmp, output.string(), ec.message());
+  RETURN_IF_ERROR(syncDirectory(parent.string()));
+  report(1.0);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("convert: %s written in %.2f s (%zu files, %.0f MB/s); peak RSS %s, the largest tensor %s\n",
+              output.c_str(), seconds, written->size(), static_cast<double>(totalBytes) / 1e6 / std::max(seconds, 1e-9),
+              humanBytes(process::peakResidentBytes()).c_str(), humanBytes(largest).c_str());
+  std::fflush(stdout);
+  return Status::ok();
+}
+
+}  // namespace loom::worker
