@@ -10,7 +10,10 @@ loomd and a convert job's rank):
    with an index that names every tensor.
 3. Refusals, naming the file and the offset: a truncated rank file, a corrupted pickle, a pickle
    that names a global nothing here may call (os.system), an output that is not empty.
-4. The fuzz driver (tests/fuzz/) reads thousands of mutations of these files, each to a value or
+4. Memory: a ZeRO-3 checkpoint of a model of many mid-sized tensors (71M parameters, 24 layers,
+   815 MB with its Adam state, over 3 times the bound) converts with the rank's peak RSS under
+   the largest tensor + 256 MiB.
+5. The fuzz driver (tests/fuzz/) reads thousands of mutations of these files, each to a value or
    an error.
 
   python3 tests/oracles/convert_test.py --bin build/bin
@@ -43,14 +46,17 @@ from token_file import write_token_file  # noqa: E402
 SEQ, VOCAB = 16, 300
 
 
-def save_model(family, out, tie):
+def save_model(family, out, tie, **sizes):
     torch.manual_seed(3)
-    model = transformers.AutoModelForCausalLM.from_config(make_config(family, VOCAB, tie, False), dtype=torch.float32)
+    config = make_config(family, VOCAB, tie, False)
+    for key, value in sizes.items():
+        setattr(config, key, value)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.save_pretrained(out, safe_serialization=True)
 
 
-def deepspeed_checkpoint(work, data, name, model_dir, stage, bf16, frozen=None):
-    """DeepSpeed's own ZeRO checkpoint after 3 steps on 2 ranks."""
+def deepspeed_checkpoint(work, data, name, model_dir, stage, bf16, frozen=None, steps=3):
+    """DeepSpeed's own ZeRO checkpoint after `steps` steps on 2 ranks."""
     config = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
               "steps_per_print": 1000, "zero_optimization": {"stage": stage},
               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01, "torch_adam": True}}}
@@ -61,7 +67,7 @@ def deepspeed_checkpoint(work, data, name, model_dir, stage, bf16, frozen=None):
         json.dump(config, f)
     out = os.path.join(work, name)
     command = [sys.executable, os.path.join(HERE, "deepspeed_train.py"), "--model", model_dir, "--data", data,
-               "--seq-len", str(SEQ), "--data-seed", "1", "--steps", "3", "--ds-config", config_path, "--world", "2",
+               "--seq-len", str(SEQ), "--data-seed", "1", "--steps", str(steps), "--ds-config", config_path, "--world", "2",
                "--out", out + ".jsonl", "--ds-checkpoint", out]
     if frozen:
         command += ["--frozen", frozen]
@@ -204,6 +210,25 @@ def refusals(bin_dir, work, checkpoints):
           "refused (an output that is not empty): named, and left as it was")
 
 
+def memory(bin_dir, work, data):
+    model_dir = os.path.join(work, "mid-sized")
+    save_model("llama", model_dir, tie=False, hidden_size=512, intermediate_size=1408, num_hidden_layers=24,
+               num_attention_heads=8, num_key_value_heads=4, head_dim=64)
+    source = deepspeed_checkpoint(work, data, "mid-sized-z3", model_dir, 3, False, steps=1)
+    size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(source, "*", "*")))
+    output, log = convert(bin_dir, work, "convert-mid-sized", source)
+    line = [l for l in log.splitlines() if "peak RSS" in l][-1]
+    units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    words = line.split("peak RSS ")[1].replace(",", "").split()
+    peak, largest = float(words[0]) * units[words[1]], float(words[5]) * units[words[6]]
+    bound = largest + (256 << 20)
+    check(size > 3 * bound and peak <= bound,
+          f"memory: a {size / 1e6:.0f} MB checkpoint converts with a peak RSS of {peak / (1 << 20):.1f} MiB, under the "
+          f"largest tensor ({largest / (1 << 20):.1f} MiB) + 256 MiB")
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    compare("mid-sized z3", load_dir(output), get_fp32_state_dict_from_zero_checkpoint(source))
+
+
 def fuzz(bin_dir, work, checkpoints):
     seeds = []
     for path in sorted(glob.glob(os.path.join(checkpoints["z3-fp32-tied-frozen"], "*", "*model_states.pt")))[:1]:
@@ -230,6 +255,7 @@ def main():
         write_token_file(data, np.random.default_rng(2).integers(0, VOCAB, 64 * SEQ + 1), VOCAB, "uint16")
         checkpoints = conversions(bin_dir, work, data)
         refusals(bin_dir, work, checkpoints)
+        memory(bin_dir, work, data)
         fuzz(bin_dir, work, checkpoints)
     if parity_test.failures:
         raise SystemExit(f"{len(parity_test.failures)} checks failed")
