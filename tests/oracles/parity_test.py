@@ -303,6 +303,32 @@ def loom_losses(log):
     return {step: values["loss"] for step, values in step_lines(log).items()}
 
 
+def final_weights(checkpoints, steps):
+    """The whole HF tensors of the checkpoint written at `steps`."""
+    return load_file(os.path.join(checkpoints, f"global_step{steps}", "model.safetensors"))
+
+
+def compare_with_one_rank(name, log, weights, reference_log, reference_weights, first_step=None, norm_tolerance=1e-5):
+    """A layout's run against the same job on 1 rank: losses within 1e-5 relative at every step
+    (the first within `first_step` when given), gradient norms within `norm_tolerance` (the log
+    prints 6 significant digits), final whole weights within 1e-5."""
+    losses, reference_losses = loom_losses(log), loom_losses(reference_log)
+    worst = max(abs(losses.get(s, 0) - l) / l for s, l in reference_losses.items())
+    check(len(losses) == len(reference_losses) and worst <= 1e-5,
+          f"{name}: {len(losses)} losses vs 1 rank, worst relative difference {worst:.2e}")
+    if first_step is not None:
+        first = abs(losses.get(1, 0) - reference_losses[1]) / reference_losses[1]
+        check(first <= first_step, f"{name}: the first step's loss vs 1 rank, relative difference {first:.2e}")
+    # The global gradient norm counts each tensor-parallel piece once and each whole parameter once.
+    norms, reference_norms = step_lines(log), step_lines(reference_log)
+    worst = max(abs(norms.get(s, {}).get("grad_norm", 0) - v["grad_norm"]) / v["grad_norm"]
+                for s, v in reference_norms.items())
+    check(worst <= norm_tolerance, f"{name}: gradient norms vs 1 rank, worst relative difference {worst:.2e}")
+    same_names = set(weights) == set(reference_weights)
+    diff = max((weights[k] - reference_weights[k]).abs().max().item() for k in reference_weights) if same_names else 1
+    check(same_names and diff <= 1e-5, f"{name}: final whole weights vs 1 rank, max |difference| = {diff:.2e}")
+
+
 def memory_line(log):
     """{"parameters": bytes, ...} from rank 0's "memory per rank" line."""
     units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}

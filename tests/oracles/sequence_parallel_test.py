@@ -33,7 +33,8 @@ from safetensors.torch import load_file  # noqa: E402
 
 import parity_test  # noqa: E402
 from make_tiny_model import make_config  # noqa: E402
-from parity_test import check, refused_at_submit, loom_losses, loom_run, step_lines  # noqa: E402
+from parity_test import (check, compare_with_one_rank, final_weights, refused_at_submit, loom_losses,  # noqa: E402
+                         loom_run)
 from token_file import sample, write_token_file  # noqa: E402
 
 SEQ, STEPS, VOCAB = 24, 20, 300
@@ -66,27 +67,6 @@ def train_spec(name, model_dir, data, ranks, sp, tp, zero, checkpoints, packed, 
             "train": {"steps": STEPS, "checkpoint_dir": checkpoints}, "deepspeed": ds}
 
 
-def final_weights(checkpoints):
-    return load_file(os.path.join(checkpoints, f"global_step{STEPS}", "model.safetensors"))
-
-
-def compare(name, log, weights, reference_log, reference_weights):
-    losses, reference_losses = loom_losses(log), loom_losses(reference_log)
-    worst = max(abs(losses.get(s, 0) - l) / l for s, l in reference_losses.items())
-    check(len(losses) == len(reference_losses) and worst <= 1e-5,
-          f"{name}: {len(losses)} losses vs 1 rank, worst relative difference {worst:.2e}")
-    first = abs(losses.get(1, 0) - reference_losses[1]) / reference_losses[1]
-    check(first <= 1e-6, f"{name}: the first step's loss vs 1 rank, relative difference {first:.2e}")
-    norms, reference_norms = step_lines(log), step_lines(reference_log)
-    worst = max(abs(norms.get(s, {}).get("grad_norm", 0) - v["grad_norm"]) / v["grad_norm"]
-                for s, v in reference_norms.items())
-    # The log prints 6 significant digits: two roundings of a norm near 1 differ by up to 1e-5.
-    check(worst <= 2e-5, f"{name}: gradient norms vs 1 rank, worst relative difference {worst:.2e}")
-    same_names = set(weights) == set(reference_weights)
-    diff = max((weights[k] - reference_weights[k]).abs().max().item() for k in reference_weights) if same_names else 1
-    check(same_names and diff <= 1e-5, f"{name}: final whole weights vs 1 rank, max |difference| = {diff:.2e}")
-
-
 def training(bin_dir, work, data):
     cases = {
         "llama": dict(family="llama", runs={
@@ -105,7 +85,7 @@ def training(bin_dir, work, data):
             reference_dir = os.path.join(work, tag + "-1rank")
             reference_log = loom_run(bin_dir, train_spec(tag + "-1rank", model_dir, data, 1, 1, 1, {"stage": 0},
                                                          reference_dir, packed), work, tag + "-1rank")
-            reference_weights = final_weights(reference_dir)
+            reference_weights = final_weights(reference_dir, STEPS)
             logs = {}
             for run, (sp, tp, zero) in case["runs"].items():
                 name = f"{tag}-{run}"
@@ -113,7 +93,8 @@ def training(bin_dir, work, data):
                 log = loom_run(bin_dir, train_spec(name, model_dir, data, 4, sp, tp, zero, checkpoints, packed),
                                work, name)
                 check(f"sp {sp}" in log, f"{name}: rank 0 reports its mesh ({sp} sequence-parallel ranks)")
-                compare(name, log, final_weights(checkpoints), reference_log, reference_weights)
+                compare_with_one_rank(name, log, final_weights(checkpoints, STEPS), reference_log, reference_weights,
+                                      first_step=1e-6, norm_tolerance=2e-5)
                 logs[run] = log
             if model_name != "llama":
                 continue
@@ -143,7 +124,8 @@ def eight_ranks(bin_dir, work, data, packed, reference_log, reference_weights):
     log = loom_run(bin_dir, train_spec(name, os.path.join(work, "llama"), data, 8, 2, 2, {"stage": 1}, checkpoints,
                                        packed), work, name)
     check("tp 2 x sp 2 x dp 2" in log, f"{name}: rank 0 reports its mesh (tp 2 x sp 2 x dp 2)")
-    compare(name, log, final_weights(checkpoints), reference_log, reference_weights)
+    compare_with_one_rank(name, log, final_weights(checkpoints, STEPS), reference_log, reference_weights,
+                          first_step=1e-6, norm_tolerance=2e-5)
 
 
 def documents_of(starts, first, width):

@@ -35,7 +35,8 @@ from safetensors.torch import load_file  # noqa: E402
 
 import parity_test  # noqa: E402
 from make_tiny_model import make_config  # noqa: E402
-from parity_test import check, refused_at_submit, loom_losses, loom_run, memory_line, step_lines  # noqa: E402
+from parity_test import (check, compare_with_one_rank, final_weights, refused_at_submit, loom_losses,  # noqa: E402
+                         loom_run, memory_line)
 from token_file import sample, write_token_file  # noqa: E402
 
 SEQ, STEPS, VOCAB = 24, 20, 300
@@ -66,25 +67,6 @@ def train_spec(name, model_dir, data, ranks, tp, zero, checkpoints, steps=STEPS)
             "train": {"steps": steps, "checkpoint_dir": checkpoints}, "deepspeed": ds}
 
 
-def final_weights(checkpoints, steps=STEPS):
-    return load_file(os.path.join(checkpoints, f"global_step{steps}", "model.safetensors"))
-
-
-def compare(name, log, weights, reference_log, reference_weights):
-    losses, reference_losses = loom_losses(log), loom_losses(reference_log)
-    worst = max(abs(losses.get(s, 0) - l) / l for s, l in reference_losses.items())
-    check(len(losses) == len(reference_losses) and worst <= 1e-5,
-          f"{name}: {len(losses)} losses vs 1 rank, worst relative difference {worst:.2e}")
-    # The global gradient norm counts each tensor-parallel piece once and each whole parameter once.
-    norms, reference_norms = step_lines(log), step_lines(reference_log)
-    worst = max(abs(norms.get(s, {}).get("grad_norm", 0) - v["grad_norm"]) / v["grad_norm"]
-                for s, v in reference_norms.items())
-    check(worst <= 1e-5, f"{name}: gradient norms vs 1 rank, worst relative difference {worst:.2e}")
-    same_names = set(weights) == set(reference_weights)
-    diff = max((weights[k] - reference_weights[k]).abs().max().item() for k in reference_weights) if same_names else 1
-    check(same_names and diff <= 1e-5, f"{name}: final whole weights vs 1 rank, max |difference| = {diff:.2e}")
-
-
 def training(bin_dir, work, data):
     cases = {
         "llama-bias": dict(family="llama", biases=True, runs={
@@ -104,7 +86,7 @@ def training(bin_dir, work, data):
         reference_dir = os.path.join(work, model_name + "-1rank")
         log = loom_run(bin_dir, train_spec(model_name + "-1rank", model_dir, data, 1, 1, {"stage": 0}, reference_dir),
                        work, model_name + "-1rank")
-        reference_log, reference_weights = log, final_weights(reference_dir)
+        reference_log, reference_weights = log, final_weights(reference_dir, STEPS)
         reference_memory = memory_line(log)
         check(len(loom_losses(log)) == STEPS, f"{model_name}: the 1-rank job logged {len(loom_losses(log))} steps")
         for run, (tp, zero) in case["runs"].items():
@@ -112,7 +94,7 @@ def training(bin_dir, work, data):
             checkpoints = os.path.join(work, name)
             log = loom_run(bin_dir, train_spec(name, model_dir, data, 4, tp, zero, checkpoints), work, name)
             check(f"tp {tp}" in log, f"{name}: rank 0 reports its mesh ({tp} tensor-parallel ranks)")
-            compare(name, log, final_weights(checkpoints), reference_log, reference_weights)
+            compare_with_one_rank(name, log, final_weights(checkpoints, STEPS), reference_log, reference_weights)
             if run == "tp2-zero0":
                 memory = memory_line(log)
                 for kind in ("parameters", "gradients", "optimizer state"):
@@ -129,7 +111,7 @@ def resume(bin_dir, work, data, model_dir, reference_weights):
     loom_run(bin_dir, train_spec(name, model_dir, data, 4, 2, zero, checkpoints, steps=STEPS // 2), work, name + "-1")
     log = loom_run(bin_dir, train_spec(name, model_dir, data, 4, 2, zero, checkpoints), work, name)
     check(f"at step {STEPS // 2}" in log, f"{name}: the second job resumed at step {STEPS // 2}")
-    weights = final_weights(checkpoints)
+    weights = final_weights(checkpoints, STEPS)
     diff = max((weights[k] - reference_weights[k]).abs().max().item() for k in reference_weights)
     check(diff <= 1e-5, f"{name}: final weights vs the uninterrupted 1-rank job, max |difference| = {diff:.2e}")
     other = train_spec(name, model_dir, data, 4, 4, zero, checkpoints, steps=STEPS + 2)
