@@ -250,8 +250,6 @@ Status checkRunnable(const JobSpec& spec) {
       return invalidArgument("convert.to: {}: this version converts DeepSpeed ZeRO checkpoints to hf (consolidated "
                              "safetensors) only",
                              spec.convert.to);
-    if (spec.ranks != 1)
-      return invalidArgument("resources.ranks: {}: a convert job runs on 1 rank in this version", spec.ranks);
   }
   // AutoEP replaces the MoE layers (its routing settings change the results), so even one
   // expert-parallel rank is not run.

@@ -7,7 +7,7 @@ loomd and a convert job's rank):
    (its safetensors files where it writes them; its state dict for the tied model, whose
    safetensors it refuses to write); the tied head is stored once, as HF stores it.
 2. dtype bf16 equals the fp32 tensors rounded to bf16; shard_size cuts the output into shards
-   with an index that names every tensor.
+   with an index that names every tensor; 3 ranks that split the shards write the same.
 3. Refusals, naming the file and the offset: a truncated rank file, a corrupted pickle, a pickle
    that names a global nothing here may call (os.system), an output that is not empty.
 4. Memory: a ZeRO-3 checkpoint of a model of many mid-sized tensors (71M parameters, 24 layers,
@@ -75,9 +75,9 @@ def deepspeed_checkpoint(work, data, name, model_dir, stage, bf16, frozen=None, 
     return out
 
 
-def convert(bin_dir, work, name, source, expect_failure=False, **options):
+def convert(bin_dir, work, name, source, expect_failure=False, ranks=1, **options):
     output = options.pop("output", os.path.join(work, name + "-hf"))
-    spec = {"name": name, "kind": "convert", "resources": {"ranks": 1},
+    spec = {"name": name, "kind": "convert", "resources": {"ranks": ranks},
             "convert": {"from": source, "to": "hf", "output": output, **options}}
     return output, loom_run(bin_dir, spec, work, name, expect_failure=expect_failure)
 
@@ -142,6 +142,12 @@ def conversions(bin_dir, work, data):
           set(index["weight_map"]) == set(theirs),
           f"shard_size 150KB: {len(files)} shards, the index naming all {len(index['weight_map'])} tensors")
     compare("sharded", load_dir(output), theirs)
+    # Three ranks split the shards; rank 0 writes the index and publishes.
+    output, log = convert(bin_dir, work, "convert-3-ranks", source, ranks=3, shard_size="150KB")
+    with open(os.path.join(output, "model.safetensors.index.json")) as f:
+        split = json.load(f)
+    check(split == index and "by 3 ranks" in log, "3 ranks: the same shards and index as 1 rank")
+    compare("3 ranks", load_dir(output), theirs)
     return checkpoints
 
 

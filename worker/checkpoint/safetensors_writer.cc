@@ -60,42 +60,52 @@ Status writeSafetensorsFile(const std::string& path, const std::vector<Safetenso
   return writer->commit();
 }
 
-StatusOr<std::vector<std::string>> writeSafetensorsModel(const std::string& dir,
-                                                         const std::vector<SafetensorsEntry>& entries,
-                                                         const BytesProducer& produce, int64_t maxShardBytes) {
+ShardPlan planShards(const std::vector<SafetensorsEntry>& entries, int64_t maxShardBytes) {
   std::vector<size_t> order(entries.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return entries[a].name < entries[b].name; });
-  // Shards fill in name order up to the limit (a tensor above it gets a shard of its own).
-  std::vector<std::vector<size_t>> shards(1);
-  int64_t shardBytes = 0, total = 0;
+  ShardPlan plan;
+  plan.shards.emplace_back();
+  int64_t shardBytes = 0;
   for (size_t i : order) {
     const int64_t bytes = entries[i].bytes();
     if (shardBytes > 0 && shardBytes + bytes > maxShardBytes) {
-      shards.emplace_back();
+      plan.shards.emplace_back();
       shardBytes = 0;
     }
-    shards.back().push_back(i);
+    plan.shards.back().push_back(i);
     shardBytes += bytes;
-    total += bytes;
+    plan.totalBytes += bytes;
   }
-  RETURN_IF_ERROR(files::makeDirs(dir));
-  const std::map<std::string, std::string> metadata{{"format", "pt"}};
-  if (shards.size() == 1) {
-    RETURN_IF_ERROR(writeSafetensorsFile(dir + "/model.safetensors", entries, shards[0], produce, metadata));
-    return std::vector<std::string>{"model.safetensors"};
-  }
-  std::vector<std::string> names;
+  const size_t n = plan.shards.size();
+  for (size_t s = 0; s < n; ++s)
+    plan.files.push_back(n == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, n));
+  return plan;
+}
+
+Status writeShard(const std::string& dir, const ShardPlan& plan, size_t s, const std::vector<SafetensorsEntry>& entries,
+                  const BytesProducer& produce) {
+  return writeSafetensorsFile(dir + "/" + plan.files[s], entries, plan.shards[s], produce, {{"format", "pt"}});
+}
+
+Status writeShardIndex(const std::string& dir, const ShardPlan& plan, const std::vector<SafetensorsEntry>& entries) {
+  if (plan.shards.size() < 2) return Status::ok();
   json weightMap = json::object();
-  for (size_t s = 0; s < shards.size(); ++s) {
-    std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
-    RETURN_IF_ERROR(writeSafetensorsFile(dir + "/" + file, entries, shards[s], produce, metadata));
-    for (size_t i : shards[s]) weightMap[entries[i].name] = file;
-    names.push_back(file);
-  }
-  json index{{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}};
-  RETURN_IF_ERROR(files::writeFileAtomic(dir + "/model.safetensors.index.json", index.dump(2)));
-  names.push_back("model.safetensors.index.json");
+  for (size_t s = 0; s < plan.shards.size(); ++s)
+    for (size_t i : plan.shards[s]) weightMap[entries[i].name] = plan.files[s];
+  json index{{"metadata", {{"total_size", plan.totalBytes}}}, {"weight_map", weightMap}};
+  return files::writeFileAtomic(dir + "/model.safetensors.index.json", index.dump(2));
+}
+
+StatusOr<std::vector<std::string>> writeSafetensorsModel(const std::string& dir,
+                                                         const std::vector<SafetensorsEntry>& entries,
+                                                         const BytesProducer& produce, int64_t maxShardBytes) {
+  const ShardPlan plan = planShards(entries, maxShardBytes);
+  RETURN_IF_ERROR(files::makeDirs(dir));
+  for (size_t s = 0; s < plan.shards.size(); ++s) RETURN_IF_ERROR(writeShard(dir, plan, s, entries, produce));
+  RETURN_IF_ERROR(writeShardIndex(dir, plan, entries));
+  std::vector<std::string> names = plan.files;
+  if (plan.shards.size() > 1) names.push_back("model.safetensors.index.json");
   return names;
 }
 

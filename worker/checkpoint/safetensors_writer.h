@@ -35,11 +35,25 @@ Status writeSafetensorsFile(const std::string& path, const std::vector<Safetenso
                             const std::vector<size_t>& indices, const BytesProducer& produce,
                             const std::map<std::string, std::string>& metadata = {});
 
-// A model directory as Hugging Face writes one: the tensors in name order, `model.safetensors`
-// when they fit in `maxShardBytes`, else `model-0000i-of-0000n.safetensors` filled up to the
-// limit (a tensor above it gets a shard of its own) and `model.safetensors.index.json`. Asks
-// `produce` for each tensor once, in name order, so that one tensor at a time is held. Returns
-// the files written (relative to `dir`).
+// How a model directory is cut into files, as Hugging Face cuts one: the tensors in name order,
+// `model.safetensors` when they fit in `maxShardBytes`, else `model-0000i-of-0000n.safetensors`
+// filled up to the limit (a tensor above it gets a shard of its own) and
+// `model.safetensors.index.json`.
+struct ShardPlan {
+  std::vector<std::string> files;          // one per shard
+  std::vector<std::vector<size_t>> shards;  // each shard's entries, in name order
+  int64_t totalBytes = 0;
+};
+ShardPlan planShards(const std::vector<SafetensorsEntry>& entries, int64_t maxShardBytes);
+// Shard `s` of the plan, into `dir`.
+Status writeShard(const std::string& dir, const ShardPlan& plan, size_t s, const std::vector<SafetensorsEntry>& entries,
+                  const BytesProducer& produce);
+// The index of a plan of several shards (nothing for one).
+Status writeShardIndex(const std::string& dir, const ShardPlan& plan, const std::vector<SafetensorsEntry>& entries);
+
+// The whole model directory: every shard, then the index. Asks `produce` for each tensor once,
+// in name order, so that one tensor at a time is held. Returns the files written (relative to
+// `dir`).
 StatusOr<std::vector<std::string>> writeSafetensorsModel(const std::string& dir,
                                                          const std::vector<SafetensorsEntry>& entries,
                                                          const BytesProducer& produce, int64_t maxShardBytes);
