@@ -125,3 +125,38 @@ TEST_CASE("eval.entropy, eval.kl_reference and model.loss_block_rows - read, kep
   CHECK(errorOf(patched(R"("entropy": true)", R"("entropy": 1)")) == "eval.entropy: must be true or false, got number");
   CHECK(errorOf(patched("512", "-1")).find("model.loss_block_rows: must be between 0 and") == 0);
 }
+
+TEST_CASE("convert jobs: the section is read with its defaults - what does not fit is named", "[planner]") {
+  auto spec = parseJobSpec(R"({"name": "c", "kind": "convert", "resources": {"ranks": 2},
+    "convert": {"from": "/ckpt", "output": "/out"}})");
+  INFO(spec.status().toString());
+  REQUIRE(spec.isOk());
+  CHECK(spec->convert.to == "hf");
+  CHECK(spec->convert.dtype == "keep");
+  CHECK(spec->convert.shardBytes == 5'000'000'000);
+  auto again = parseJobSpec(spec->toJson().dump());
+  REQUIRE(again.isOk());
+  CHECK(again->toJson() == spec->toJson());
+  auto sized = [](const std::string& size) {
+    return R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
+      "convert": {"from": "/ckpt", "output": "/out", "shard_size": )" + size + "}}";
+  };
+  CHECK(parseJobSpec(sized(R"("150KB")"))->convert.shardBytes == 150'000);
+  CHECK(parseJobSpec(sized(R"("2GiB")"))->convert.shardBytes == int64_t(2) << 30);
+  CHECK(parseJobSpec(sized("4096"))->convert.shardBytes == 4096);
+  CHECK(errorOf(sized(R"("5 parsecs")")) ==
+        "convert.shard_size: \"5 parsecs\" is not a size (a number and B, KB, MB, GB, TB, KiB, MiB or GiB)");
+  CHECK(errorOf(sized("-1")) == "convert.shard_size: a size in bytes or a string such as \"5GB\"");
+  CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1}})") ==
+        "convert: required for a convert job");
+  CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
+    "convert": {"from": "/ckpt", "output": "/out", "dtype": "fp8"}})") ==
+        "convert.dtype: \"fp8\" is not one of keep, fp32, bf16");
+  CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
+    "convert": {"from": "/ckpt", "output": "/out", "to": "loom"}})") ==
+        "convert.to: loom: this version converts DeepSpeed ZeRO checkpoints to hf (consolidated safetensors) only");
+  CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
+    "convert": {"output": "/out"}})") == "convert.from: required field is missing");
+  CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1}, "convert": {"from": "/c", "output": "/o"},
+    "model": {"config": "/m"}})") == "model: does not apply to a convert job");
+}
