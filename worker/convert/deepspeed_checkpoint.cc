@@ -61,9 +61,12 @@ StatusOr<int64_t> intOf(const PickleValue* v, const std::string& what) {
 StatusOr<std::vector<int64_t>> shapeOf(const PickleValue& v, const std::string& what) {
   if (!v.isSequence()) return invalidArgument("{}: the shape is a {}, not a torch.Size", what, v.kindName());
   std::vector<int64_t> shape;
+  __int128 elements = 1;
   for (const auto& d : v.items) {
     if (d->kind != Kind::kInt || d->integer < 0) return invalidArgument("{}: a dimension that is not a size", what);
     shape.push_back(d->integer);
+    elements *= d->integer;
+    if (elements > (__int128(1) << 62)) return invalidArgument("{}: more than 2^62 elements", what);
   }
   return shape;
 }

@@ -214,8 +214,13 @@ StatusOr<PickleRef> Reader::rebuildTensor(const std::vector<PickleRef>& args) {
     t.shape.push_back(size.integer);
     t.stride.push_back(stride.integer);
   }
-  // Every element must lie inside the storage.
+  // Every element must lie inside the storage, and their count must fit an int64 with room.
   if (t.offset < 0) return error("_rebuild_tensor_v2: storage offset {}", t.offset);
+  __int128 elements = 1;
+  for (int64_t d : t.shape) {
+    elements *= d;
+    if (elements > (__int128(1) << 62)) return error("_rebuild_tensor_v2: a tensor of more than 2^62 elements");
+  }
   if (t.numel() > 0) {
     __int128 last = t.offset;
     for (size_t i = 0; i < t.shape.size(); ++i) last += static_cast<__int128>(t.shape[i] - 1) * t.stride[i];
