@@ -28,6 +28,8 @@ static Status fsyncPath(const std::string& path, int flags) {
   return Status::ok();
 }
 
+Status syncDirectory(const std::string& dir) { return fsyncPath(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY); }
+
 StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::open(const std::string& path) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -64,8 +66,7 @@ Status AtomicFileWriter::commit() {
     ::unlink(tmp_.c_str());
     return s;
   }
-  std::string dir = fs::path(path_).parent_path().string();
-  return fsyncPath(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
+  return syncDirectory(fs::path(path_).parent_path().string());
 }
 
 Status writeFileAtomic(const std::string& path, const std::string& content) {

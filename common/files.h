@@ -30,6 +30,8 @@ class AtomicFileWriter {
   int fd_;
 };
 Status makeDirs(const std::string& path);
+// fsyncs a directory: what was created, renamed or removed in it is on the disk.
+Status syncDirectory(const std::string& dir);
 Status removeAll(const std::string& path);
 bool exists(const std::string& path);
 // Regular files in `dir` whose names end with `suffix`, sorted; empty if `dir` does not exist.

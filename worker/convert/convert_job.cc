@@ -1,12 +1,7 @@
 #include "worker/convert/convert_job.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -17,6 +12,7 @@
 #include "common/process.h"
 #include "worker/checkpoint/safetensors_writer.h"
 #include "worker/convert/deepspeed_checkpoint.h"
+#include "worker/convert/dtype_cast.h"
 
 namespace loom::worker {
 
@@ -25,93 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int64_t kChunkBytes = int64_t(64) << 20;
-
-// torch.save's dtype names and safetensors' for them.
-struct Dtype {
-  const char* stored;
-  const char* safetensors;
-  bool floating;
-};
-constexpr Dtype kDtypes[] = {
-    {"float32", "F32", true}, {"bfloat16", "BF16", true}, {"float16", "F16", true}, {"float64", "F64", true},
-    {"int64", "I64", false},  {"int32", "I32", false},    {"int16", "I16", false},  {"int8", "I8", false},
-    {"uint8", "U8", false},   {"bool", "BOOL", false},
-};
-
-const Dtype* dtypeNamed(const std::string& stored) {
-  for (const auto& d : kDtypes)
-    if (stored == d.stored) return &d;
-  return nullptr;
-}
-
-// convert.dtype: floating tensors in fp32 or bf16, or each as stored; the others as stored.
-std::string outputDtype(const Dtype& stored, const std::string& dtype) {
-  if (!stored.floating || dtype == "keep") return stored.safetensors;
-  return dtype == "bf16" ? "BF16" : "F32";
-}
-
-float toFloat(const std::string& from, const char* p) {
-  if (from == "F32") {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-  if (from == "F64") {
-    double d;
-    std::memcpy(&d, p, 8);
-    return static_cast<float>(d);  // round to nearest even, as a C++ (and torch) cast
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  if (from == "BF16") {
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
-  // IEEE half: sign, 5 exponent bits, 10 mantissa bits.
-  const uint32_t sign = (h >> 15) & 1, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
-  float magnitude;
-  if (exponent == 0) {
-    magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-  } else if (exponent == 31) {
-    magnitude = mantissa ? NAN : INFINITY;
-  } else {
-    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400), static_cast<int>(exponent) - 25);
-  }
-  return sign ? -magnitude : magnitude;
-}
-
-// fp32 to bf16 as torch rounds it: to nearest, ties to even; any NaN becomes 0x7fc0.
-uint16_t toBfloat16(float f) {
-  if (std::isnan(f)) return 0x7fc0;
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits += 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-// `count` elements of `from` at `in` as `to` at `out`.
-void cast(const std::string& from, const std::string& to, const char* in, char* out, int64_t count) {
-  const int64_t inBytes = checkpoint::safetensorsElementBytes(from);
-  for (int64_t i = 0; i < count; ++i) {
-    const float f = toFloat(from, in + i * inBytes);
-    if (to == "F32") {
-      std::memcpy(out + i * 4, &f, 4);
-    } else {
-      const uint16_t b = toBfloat16(f);
-      std::memcpy(out + i * 2, &b, 2);
-    }
-  }
-}
-
-Status syncDirectory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return internalError("{}: cannot open to fsync", dir);
-  ::fsync(fd);
-  ::close(fd);
-  return Status::ok();
-}
 
 Status checkOutput(const std::string& output) {
   std::error_code ec;
@@ -137,10 +46,10 @@ Status runConvertJob(const RankContext& ctx, const planner::JobSpec& spec, Repor
   std::vector<std::string> storedAs;  // safetensors' name of each tensor's stored dtype
   int64_t totalBytes = 0, largest = 0;
   for (const auto& t : tensors) {
-    const Dtype* d = dtypeNamed(t.dtype);
+    const convert::StoredDtype* d = convert::storedDtype(t.dtype);
     if (!d) return invalidArgument("convert.from: tensor {} is {}, which safetensors does not hold", t.name, t.dtype);
     storedAs.push_back(d->safetensors);
-    entries.push_back({t.name, outputDtype(*d, c.dtype), t.shape});
+    entries.push_back({t.name, convert::outputDtype(*d, c.dtype), t.shape});
     totalBytes += t.bytes();
     largest = std::max(largest, t.bytes());
   }
@@ -207,7 +116,7 @@ Status runConvertJob(const RankContext& ctx, const planner::JobSpec& spec, Repor
         } else {
           const int64_t count = bytes / inElement;
           out.resize(static_cast<size_t>(count * outElement));
-          cast(from, to, in.data(), out.data(), count);
+          convert::castFloats(from, to, in.data(), out.data(), count);
           RETURN_IF_ERROR(sink(out.data(), out.size()));
         }
         done += bytes;
@@ -235,12 +144,12 @@ Status runConvertJob(const RankContext& ctx, const planner::JobSpec& spec, Repor
   if (!others.empty())
     RETURN_IF_ERROR(store->get(others, wait).status().withContext("waiting for the other ranks' shards"));
   RETURN_IF_ERROR(checkpoint::writeShardIndex(tmp, plan, entries).withContext("convert.output"));
-  RETURN_IF_ERROR(syncDirectory(tmp));
+  RETURN_IF_ERROR(files::syncDirectory(tmp));
   std::error_code ec;
   if (fs::exists(output, ec)) fs::remove(output, ec);  // the empty directory checkOutput allowed
   fs::rename(tmp, output, ec);
   if (ec) return internalError("convert.output: cannot rename {} to {}: {}", tmp, output.string(), ec.message());
-  RETURN_IF_ERROR(syncDirectory(parent.string()));
+  RETURN_IF_ERROR(files::syncDirectory(parent.string()));
   if (store) {
     RETURN_IF_ERROR(store->set("convert/published", "1"));
     std::vector<std::string> seen;

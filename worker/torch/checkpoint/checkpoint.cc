@@ -30,14 +30,6 @@ StatusOr<uint32_t> crc32Of(const std::string& path) {
   return static_cast<uint32_t>(crc);
 }
 
-Status syncDirectory(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return internalError("{}: cannot open to fsync", dir);
-  ::fsync(fd);
-  ::close(fd);
-  return Status::ok();
-}
-
 Status barrier(backends::Communicator* comm, const char* what) {
   if (!comm) return Status::ok();
   return comm->barrier()->wait().withContext(what);
@@ -61,7 +53,7 @@ Status publish(const std::string& dir, const std::string& tmp, const std::string
   std::error_code ec;
   fs::rename(tmp, final, ec);
   if (ec) return internalError("checkpoint: cannot rename {} to {}: {}", tmp, final, ec.message());
-  RETURN_IF_ERROR(syncDirectory(dir));
+  RETURN_IF_ERROR(files::syncDirectory(dir));
   return files::writeFileAtomic(dir + "/latest", tag + "\n");
 }
 
