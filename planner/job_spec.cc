@@ -201,6 +201,25 @@ StatusOr<int64_t> parseByteSize(const json& value, const std::string& field) {
   return static_cast<int64_t>(number * unit->second);
 }
 
+Status parseConvertLayout(const json& object, ConvertLayout* layout) {
+  ObjectReader r(object, "convert.layout");
+  int64_t ranks = 0, stage = -1, tp = 0, sp = 0;
+  RETURN_IF_ERROR(r.readInt("ranks", &ranks, true, 1, 65536));
+  RETURN_IF_ERROR(r.readInt("zero_stage", &stage, false, 0, 3));
+  RETURN_IF_ERROR(r.readInt("autotp_size", &tp, false, 1, 65536));
+  RETURN_IF_ERROR(r.readInt("sequence_parallel_size", &sp, false, 1, 65536));
+  int64_t param = -1, model = -1;
+  RETURN_IF_ERROR(r.readInt("stage3_param_persistence_threshold", &param, false, 0, INT64_MAX));
+  RETURN_IF_ERROR(r.readInt("stage3_model_persistence_threshold", &model, false, 0, INT64_MAX));
+  *layout = {.ranks = static_cast<int>(ranks),
+             .zeroStage = static_cast<int>(stage),
+             .tensorParallel = static_cast<int>(tp),
+             .sequenceParallel = static_cast<int>(sp),
+             .paramPersistenceThreshold = param,
+             .modelPersistenceThreshold = model};
+  return r.rejectUnknown();
+}
+
 Status parseConvert(const json& object, JobSpec* spec) {
   ObjectReader r(object, "convert");
   ConvertSpec& c = spec->convert;
@@ -213,6 +232,14 @@ Status parseConvert(const json& object, JobSpec* spec) {
   }
   if (c.to != "hf" && c.to != "loom" && c.to != "deepspeed_universal")
     return invalidArgument("convert.to: \"{}\" is not one of hf, loom, deepspeed_universal", c.to);
+  ASSIGN_OR_RETURN(const json* layout, r.readObject("layout"));
+  if (layout) {
+    if (c.to != "loom")
+      return invalidArgument("convert.layout: only a conversion to loom has a layout (convert.to is {})", c.to);
+    RETURN_IF_ERROR(parseConvertLayout(*layout, &c.layout));
+  } else if (c.to == "loom") {
+    return invalidArgument("convert.layout: a conversion to loom needs the layout to write for (at least its ranks)");
+  }
   if (c.dtype != "keep" && c.dtype != "fp32" && c.dtype != "bf16")
     return invalidArgument("convert.dtype: \"{}\" is not one of keep, fp32, bf16", c.dtype);
   if (c.from.empty() || c.output.empty()) return invalidArgument("convert.{}: must not be empty", c.from.empty() ? "from" : "output");
@@ -246,10 +273,9 @@ Status checkRunnable(const JobSpec& spec) {
   const DeepSpeedConfig& ds = spec.deepspeed;
   constexpr const char* kPlanned = "is planned (loomctl plan) but not run by the workers yet";
   if (spec.kind == JobKind::kConvert) {
-    if (spec.convert.to != "hf")
-      return invalidArgument("convert.to: {}: this version converts DeepSpeed ZeRO checkpoints to hf (consolidated "
-                             "safetensors) only",
-                             spec.convert.to);
+    if (spec.convert.to == "deepspeed_universal")
+      return invalidArgument("convert.to: deepspeed_universal: this version converts to hf (consolidated safetensors) "
+                             "and loom (a training checkpoint of another layout) only");
   }
   // AutoEP replaces the MoE layers (its routing settings change the results), so even one
   // expert-parallel rank is not run.
@@ -377,6 +403,17 @@ json JobSpec::toJson() const {
                     {"output", convert.output},
                     {"shard_size", convert.shardBytes},
                     {"dtype", convert.dtype}};
+    if (convert.to == "loom") {
+      json layout{{"ranks", convert.layout.ranks}};
+      if (convert.layout.zeroStage >= 0) layout["zero_stage"] = convert.layout.zeroStage;
+      if (convert.layout.tensorParallel) layout["autotp_size"] = convert.layout.tensorParallel;
+      if (convert.layout.sequenceParallel) layout["sequence_parallel_size"] = convert.layout.sequenceParallel;
+      if (convert.layout.paramPersistenceThreshold >= 0)
+        layout["stage3_param_persistence_threshold"] = convert.layout.paramPersistenceThreshold;
+      if (convert.layout.modelPersistenceThreshold >= 0)
+        layout["stage3_model_persistence_threshold"] = convert.layout.modelPersistenceThreshold;
+      j["convert"]["layout"] = layout;
+    }
   }
   if (kind == JobKind::kEval) {
     j["eval"] = {{"max_batches", eval.maxBatches}};

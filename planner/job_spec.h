@@ -110,10 +110,27 @@ struct EvalSpec {
 };
 
 // convert: a checkpoint made into another format (worker/convert/, worker/torch/jobs/convert_job.h).
+// convert.layout: the layout a `to: loom` conversion writes the checkpoint for, the resuming job's.
+// Unset fields keep the source checkpoint's.
+struct ConvertLayout {
+  int ranks = 0;              // resources.ranks of the job that resumes
+  int zeroStage = -1;         // zero_optimization.stage
+  int tensorParallel = 0;     // tensor_parallel.autotp_size
+  int sequenceParallel = 0;   // sequence_parallel_size
+  // zero_optimization.stage3_param_persistence_threshold and stage3_model_persistence_threshold:
+  // which parameters stage 3 keeps whole, and so where its parts lie. -1: the checkpoint's.
+  int64_t paramPersistenceThreshold = -1;
+  int64_t modelPersistenceThreshold = -1;
+};
+
 struct ConvertSpec {
-  // A DeepSpeed checkpoint directory (its `latest` names the tag) or one of its tag directories.
+  // A DeepSpeed checkpoint directory (its `latest` names the tag) or one of its tag directories,
+  // or a Loom training checkpoint directory (train.checkpoint_dir) or one of its tags.
   std::string from;
-  std::string to = "hf";  // hf: Hugging Face safetensors
+  // hf: Hugging Face safetensors (the fp32 masters where the checkpoint keeps them);
+  // loom: a Loom checkpoint directory for `layout`, optimizer state included.
+  std::string to = "hf";
+  ConvertLayout layout;
   // Where the result goes: a directory that does not exist yet, or an empty one. It is written
   // beside it in a temporary directory and renamed into place when complete.
   std::string output;

@@ -277,7 +277,7 @@ TEST_CASE("train: bad inputs fail the job with a reason naming the field and the
     CHECK(job.reason().find("model.weights: " + f.dir.path() + "/ckpt/global_step1: tensor "
                             "model.layers.2.input_layernorm.weight is missing") != std::string::npos);
   }
-  SECTION("a ZeRO checkpoint resumed at another stage or size is refused, naming both") {
+  SECTION("a ZeRO checkpoint resumed at another stage or size is refused, naming both and the convert job to run") {
     const std::string ckpt = f.dir.path() + "/ckpt";
     json zero2 = f.trainSpec("z2", 1, 2, ckpt);
     zero2["deepspeed"]["zero_optimization"] = {{"stage", 2}};
@@ -286,7 +286,10 @@ TEST_CASE("train: bad inputs fail the job with a reason naming the field and the
     zero1["deepspeed"]["zero_optimization"] = {{"stage", 1}};
     v1::Job job = runToEnd(cluster, zero1);
     CHECK(job.state() == v1::FAILED);
-    CHECK(job.reason().find("global_step2: written at ZeRO stage 2 by 1 data-parallel ranks; this job runs stage 1 on 1") !=
+    CHECK(job.reason().find("global_step2: written at ZeRO stage 2, tensor parallel 1 x 1 data-parallel ranks; this job "
+                            "runs stage 1, tensor parallel 1 x 1") != std::string::npos);
+    CHECK(job.reason().find(R"("convert":{"from":")" + ckpt + R"(","layout":{"autotp_size":1,"ranks":1,)"
+                            R"("sequence_parallel_size":1,"zero_stage":1},"output":")" + ckpt + R"(-1ranks-zero1","to":"loom"})") !=
           std::string::npos);
   }
   SECTION("a corrupt checkpoint is refused, not resumed from") {

@@ -7,15 +7,16 @@
 
 namespace loom::worker {
 
-// A convert job on its rank: the `from` checkpoint (a DeepSpeed ZeRO checkpoint,
-// convert/deepspeed_checkpoint.h) streamed into Hugging Face safetensors at `output`. It moves
-// bytes only, without libtorch: each tensor is read, cast (convert.dtype) and written in chunks
-// of at most 64 MiB, so the rank holds two chunks whatever the model's size. Several ranks split
-// the shards (shard s is written by rank s % ranks; the output must be on storage they share).
-// The files are written into a temporary directory beside `output`, each fsynced, and rank 0
-// renames the directory into place once every shard is there; an `output` that exists and is not
-// empty is refused, untouched. Reports tensors_done, bytes_done and progress (of its own shards)
-// after each tensor, and memory.peak_rss_bytes.
+// A convert job on its rank, without libtorch: it moves bytes. The `from` checkpoint (DeepSpeed
+// ZeRO, convert/deepspeed_checkpoint.h, or Loom, convert/loom_checkpoint.h) becomes
+// - to: hf    Hugging Face safetensors (to_hf.h): each tensor read, cast (convert.dtype) and
+//             written in chunks of at most 64 MiB, so the rank holds two chunks whatever the
+//             model's size; several ranks split the shards;
+// - to: loom  a Loom checkpoint for convert.layout (to_loom.h), optimizer state included, each
+//             piece copied once from where the source keeps it; several ranks split the files.
+// Written into a temporary directory beside `output` and renamed into place when whole
+// (output_dir.h); an `output` that exists and is not empty is refused, untouched. Reports
+// tensors_done, bytes_done and progress (of its own share) and memory.peak_rss_bytes.
 Status runConvertJob(const RankContext& context, const planner::JobSpec& spec, ReportClient& reports);
 
 }  // namespace loom::worker

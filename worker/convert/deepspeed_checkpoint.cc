@@ -87,7 +87,7 @@ struct Flat {
 
 }  // namespace
 
-int64_t SourceTensor::numel() const { return numelOf(shape); }
+
 
 namespace {
 
@@ -120,7 +120,7 @@ class Loader {
     if (begin > member->size || bytes > member->size - begin)
       return invalidArgument("{}: {}: its {} bytes at {} run past its storage data/{} ({} bytes)", zip.path(), what,
                              bytes, begin, t.storage, member->size);
-    return SourceRange{.archive = archive, .member = member, .offset = begin, .bytes = bytes};
+    return SourceRange{.file = archive, .member = member, .offset = begin, .bytes = bytes};
   }
 
   const ZipArchive& archive(int i) const { return *archives_[i]; }
@@ -141,7 +141,7 @@ Status take(const Flat& flat, int64_t from, int64_t count, std::vector<SourceRan
       continue;
     }
     const int64_t n = std::min(left, s.bytes - skip);
-    out->push_back(SourceRange{.archive = s.archive, .member = s.member, .offset = s.offset + skip, .bytes = n});
+    out->push_back(SourceRange{.file = s.file, .member = s.member, .offset = s.offset + skip, .bytes = n});
     left -= n;
     skip = 0;
   }
@@ -167,28 +167,28 @@ StatusOr<Flat> flatOf(const Loader& loader, int archive, const PickleValue* tens
 
 }  // namespace
 
-StatusOr<DeepSpeedCheckpoint> DeepSpeedCheckpoint::open(const std::string& dir) {
-  DeepSpeedCheckpoint ckpt;
+StatusOr<std::unique_ptr<DeepSpeedCheckpoint>> DeepSpeedCheckpoint::open(const std::string& dir) {
+  std::unique_ptr<DeepSpeedCheckpoint> ckpt(new DeepSpeedCheckpoint());
   // The tag `latest` names, or the directory itself.
   if (fs::exists(dir + "/latest")) {
     ASSIGN_OR_RETURN(std::string tag, files::readFile(dir + "/latest"));
     while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
     if (tag.empty() || tag.find('/') != std::string::npos)
       return invalidArgument("{}/latest: \"{}\" is not a tag", dir, tag);
-    ckpt.tagDir_ = dir + "/" + tag;
+    ckpt->tagDir_ = dir + "/" + tag;
   } else {
-    ckpt.tagDir_ = dir;
+    ckpt->tagDir_ = dir;
   }
-  const auto models = filesEnding(ckpt.tagDir_, "model_states.pt");
-  const auto optims = filesEnding(ckpt.tagDir_, "optim_states.pt");
+  const auto models = filesEnding(ckpt->tagDir_, "model_states.pt");
+  const auto optims = filesEnding(ckpt->tagDir_, "optim_states.pt");
   if (models.empty())
     return invalidArgument("{}: no *model_states.pt: not a DeepSpeed checkpoint (a checkpoint directory has a "
                            "`latest` file naming its tag)",
-                           ckpt.tagDir_);
+                           ckpt->tagDir_);
   if (optims.empty())
-    return invalidArgument("{}: no *optim_states.pt: DeepSpeed's consolidation needs the ZeRO partitions", ckpt.tagDir_);
+    return invalidArgument("{}: no *optim_states.pt: DeepSpeed's consolidation needs the ZeRO partitions", ckpt->tagDir_);
 
-  Loader loader(ckpt.archives_);
+  Loader loader(ckpt->archives_);
   ASSIGN_OR_RETURN(auto model0, loader.load(models[0]));
   const PickleValue& model = *model0.second;
   std::vector<std::pair<int, PickleRef>> optimizers;
@@ -209,7 +209,7 @@ StatusOr<DeepSpeedCheckpoint> DeepSpeedCheckpoint::open(const std::string& dir) 
   ASSIGN_OR_RETURN(const int64_t zeroStage, intOf(stage, optim0 + ": optimizer_state_dict.zero_stage"));
   if (zeroStage < 1 || zeroStage > 3)
     return invalidArgument("{}: zero_stage {}: stages 1 to 3 are consolidated", optim0, zeroStage);
-  ckpt.zeroStage_ = static_cast<int>(zeroStage);
+  ckpt->zeroStage_ = static_cast<int>(zeroStage);
   // The world: the largest partition count.
   const PickleValue* counts = state0->get("partition_count");
   int64_t world = 0;
@@ -223,9 +223,9 @@ StatusOr<DeepSpeedCheckpoint> DeepSpeedCheckpoint::open(const std::string& dir) 
   }
   if (world != static_cast<int64_t>(optims.size()))
     return invalidArgument("{}: the partitions are over {} ranks, but {} holds {} *optim_states.pt files", optim0,
-                           world, ckpt.tagDir_, optims.size());
-  ckpt.worldSize_ = static_cast<int>(world);
-  if (const PickleValue* v = model.get("ds_version"); v && v->isString()) ckpt.version_ = v->text;
+                           world, ckpt->tagDir_, optims.size());
+  ckpt->worldSize_ = static_cast<int>(world);
+  if (const PickleValue* v = model.get("ds_version"); v && v->isString()) ckpt->version_ = v->text;
 
   // Every rank's fp32 partitions, of the same stage.
   const std::string flatKey = zeroStage <= 2 ? "single_partition_of_fp32_groups" : "fp32_flat_groups";
@@ -321,7 +321,7 @@ StatusOr<DeepSpeedCheckpoint> DeepSpeedCheckpoint::open(const std::string& dir) 
         }
         stage3Offset += part;
       }
-      ckpt.tensors_.push_back(std::move(t));
+      ckpt->tensors_.push_back(std::move(t));
     }
     if (zeroStage <= 2) {
       // Each group is padded to a multiple of 2 x world (and its partitions' tail trimmed).
@@ -347,7 +347,7 @@ StatusOr<DeepSpeedCheckpoint> DeepSpeedCheckpoint::open(const std::string& dir) 
     std::vector<std::pair<int, PickleRef>> rankModels{model0};
     if (zeroStage == 3) {
       if (static_cast<int64_t>(models.size()) != world)
-        return invalidArgument("{}: {} *model_states.pt files for {} ranks", ckpt.tagDir_, models.size(), world);
+        return invalidArgument("{}: {} *model_states.pt files for {} ranks", ckpt->tagDir_, models.size(), world);
       for (size_t r = 1; r < models.size(); ++r) {
         ASSIGN_OR_RETURN(auto loaded, loader.load(models[r]));
         rankModels.push_back(std::move(loaded));
@@ -376,7 +376,7 @@ StatusOr<DeepSpeedCheckpoint> DeepSpeedCheckpoint::open(const std::string& dir) 
       if (left > 0)
         return invalidArgument("{}: frozen parameter {}: its fragments hold {} of its {} elements", models[0], t.name,
                                t.numel() - left, t.numel());
-      ckpt.tensors_.push_back(std::move(t));
+      ckpt->tensors_.push_back(std::move(t));
     }
   }
 
@@ -390,7 +390,7 @@ StatusOr<DeepSpeedCheckpoint> DeepSpeedCheckpoint::open(const std::string& dir) 
       if (!tensor) return invalidArgument("{}: buffer {} is named in buffer_names but not in module", models[0], b->text);
       RETURN_IF_ERROR(addName(b->text));
       ASSIGN_OR_RETURN(SourceRange range, loader.rangeOf(model0.first, *tensor, "module." + b->text));
-      ckpt.tensors_.push_back(SourceTensor{.name = b->text,
+      ckpt->tensors_.push_back(SourceTensor{.name = b->text,
                                            .dtype = tensor->tensor.dtype,
                                            .elementBytes = tensor->tensor.elementBytes,
                                            .shape = tensor->tensor.shape,
@@ -407,10 +407,15 @@ StatusOr<DeepSpeedCheckpoint> DeepSpeedCheckpoint::open(const std::string& dir) 
       if (!names.count(shared->items[k + 1]->text))
         return invalidArgument("{}: shared_params: {} is tied to {}, which the checkpoint does not hold", models[0],
                                shared->items[k]->text, shared->items[k + 1]->text);
-      ckpt.aliases_[shared->items[k]->text] = shared->items[k + 1]->text;
+      ckpt->aliases_[shared->items[k]->text] = shared->items[k + 1]->text;
     }
   }
   return ckpt;
+}
+
+std::string DeepSpeedCheckpoint::describe() const {
+  return fmt::format("{}, DeepSpeed {}, ZeRO stage {} over {} ranks", tagDir_, version_.empty() ? "?" : version_,
+                     zeroStage_, worldSize_);
 }
 
 Status DeepSpeedCheckpoint::read(const SourceTensor& t, void* out) const {
@@ -423,7 +428,7 @@ Status DeepSpeedCheckpoint::read(const SourceTensor& t, void* out) const {
 }
 
 Status DeepSpeedCheckpoint::read(const SourceRange& range, const std::string& name, void* out) const {
-  return archives_[range.archive]->read(*range.member, range.offset, range.bytes, out).withContext("tensor " + name);
+  return archives_[range.file]->read(*range.member, range.offset, range.bytes, out).withContext("tensor " + name);
 }
 
 }  // namespace loom::convert

@@ -66,6 +66,12 @@ const StoredDtype* storedDtype(const std::string& stored) {
   return nullptr;
 }
 
+const StoredDtype* storedDtypeOfSafetensors(const std::string& safetensors) {
+  for (const auto& d : kDtypes)
+    if (safetensors == d.safetensors) return &d;
+  return nullptr;
+}
+
 std::string outputDtype(const StoredDtype& stored, const std::string& dtype) {
   if (!stored.floating || dtype == "keep") return stored.safetensors;
   return dtype == "bf16" ? "BF16" : "F32";

@@ -13,6 +13,8 @@ struct StoredDtype {
 };
 // null for a dtype safetensors does not hold.
 const StoredDtype* storedDtype(const std::string& stored);
+// The same by safetensors' name ("F32"); null for one it does not have.
+const StoredDtype* storedDtypeOfSafetensors(const std::string& safetensors);
 
 // The safetensors dtype a tensor is written in for convert.dtype (keep, fp32, bf16): floating
 // tensors in fp32 or bf16, or as stored; the others always as stored.

@@ -126,6 +126,23 @@ TEST_CASE("eval.entropy, eval.kl_reference and model.loss_block_rows - read, kep
   CHECK(errorOf(patched("512", "-1")).find("model.loss_block_rows: must be between 0 and") == 0);
 }
 
+TEST_CASE("convert jobs to loom: the layout, the checkpoint's settings where it leaves them out", "[planner]") {
+  auto spec = parseJobSpec(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
+    "convert": {"from": "/ckpt", "output": "/out", "to": "loom",
+                "layout": {"ranks": 8, "zero_stage": 3, "stage3_param_persistence_threshold": 100}}})");
+  REQUIRE(spec.isOk());
+  const loom::planner::ConvertLayout& l = spec->convert.layout;
+  CHECK(l.ranks == 8);
+  CHECK(l.zeroStage == 3);
+  CHECK(l.tensorParallel == 0);
+  CHECK(l.sequenceParallel == 0);
+  CHECK(l.paramPersistenceThreshold == 100);
+  CHECK(l.modelPersistenceThreshold == -1);
+  // Stored as given, so that the ranks read the same layout.
+  CHECK(spec->toJson()["convert"]["layout"] ==
+        nlohmann::json{{"ranks", 8}, {"zero_stage", 3}, {"stage3_param_persistence_threshold", 100}});
+}
+
 TEST_CASE("convert jobs: the section is read with its defaults - what does not fit is named", "[planner]") {
   auto spec = parseJobSpec(R"({"name": "c", "kind": "convert", "resources": {"ranks": 2},
     "convert": {"from": "/ckpt", "output": "/out"}})");
@@ -153,8 +170,21 @@ TEST_CASE("convert jobs: the section is read with its defaults - what does not f
     "convert": {"from": "/ckpt", "output": "/out", "dtype": "fp8"}})") ==
         "convert.dtype: \"fp8\" is not one of keep, fp32, bf16");
   CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
+    "convert": {"from": "/ckpt", "output": "/out", "to": "deepspeed_universal"}})") ==
+        "convert.to: deepspeed_universal: this version converts to hf (consolidated safetensors) and loom (a training "
+        "checkpoint of another layout) only");
+  CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
     "convert": {"from": "/ckpt", "output": "/out", "to": "loom"}})") ==
-        "convert.to: loom: this version converts DeepSpeed ZeRO checkpoints to hf (consolidated safetensors) only");
+        "convert.layout: a conversion to loom needs the layout to write for (at least its ranks)");
+  CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
+    "convert": {"from": "/ckpt", "output": "/out", "layout": {"ranks": 2}}})") ==
+        "convert.layout: only a conversion to loom has a layout (convert.to is hf)");
+  CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
+    "convert": {"from": "/ckpt", "output": "/out", "to": "loom", "layout": {"ranks": 2, "zero_stage": 4}}})") ==
+        "convert.layout.zero_stage: must be between 0 and 3, got 4");
+  CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
+    "convert": {"from": "/ckpt", "output": "/out", "to": "loom", "layout": {"ranks": 2, "pipeline": 2}}})") ==
+        "convert.layout.pipeline: unknown key");
   CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
     "convert": {"output": "/out"}})") == "convert.from: required field is missing");
   CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1}, "convert": {"from": "/c", "output": "/o"},

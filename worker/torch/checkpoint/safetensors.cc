@@ -1,20 +1,16 @@
 #include "worker/torch/checkpoint/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <set>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "worker/checkpoint/safetensors_reader.h"
 #include "worker/checkpoint/safetensors_writer.h"
 
 namespace loom::worker {
@@ -46,64 +42,13 @@ StatusOr<const char*> nameFromDtype(at::ScalarType type) {
   return invalidArgument("dtype {} cannot be stored in safetensors", c10::toString(type));
 }
 
-// A read-only mapping of a whole file, unmapped when it goes out of scope.
-class MappedFile {
- public:
-  static StatusOr<std::unique_ptr<MappedFile>> open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return notFound("{}: cannot open: {}", path, std::strerror(errno));
-    struct stat st{};
-    ::fstat(fd, &st);
-    void* data = st.st_size ? ::mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
-    ::close(fd);
-    if (data == MAP_FAILED) return internalError("{}: mmap: {}", path, std::strerror(errno));
-    return std::unique_ptr<MappedFile>(new MappedFile(static_cast<const char*>(data), st.st_size));
-  }
-  ~MappedFile() {
-    if (data_) ::munmap(const_cast<char*>(data_), size_);
-  }
-  const char* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  MappedFile(const char* data, size_t size) : data_(data), size_(size) {}
-  const char* data_;
-  size_t size_;
-};
-
 Status loadFile(const std::string& path, TensorMap* out) {
-  ASSIGN_OR_RETURN(auto file, MappedFile::open(path));
-  if (file->size() < 8) return invalidArgument("{}: not a safetensors file (shorter than its header size)", path);
-  uint64_t headerSize = 0;
-  std::memcpy(&headerSize, file->data(), 8);
-  if (headerSize > file->size() - 8)
-    return invalidArgument("{}: header size {} runs past the end of the file ({} bytes)", path, headerSize,
-                           file->size());
-  json header = json::parse(std::string_view(file->data() + 8, headerSize), nullptr, false);
-  if (!header.is_object()) return invalidArgument("{}: the header is not a JSON object", path);
-  const char* data = file->data() + 8 + headerSize;
-  const uint64_t dataSize = file->size() - 8 - headerSize;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") continue;
-    const std::string& name = it.key();
-    const json& entry = it.value();
-    auto bad = [&](const std::string& why) { return invalidArgument("{}: tensor {}: {}", path, name, why); };
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
-      return bad("entry needs dtype, shape and data_offsets");
-    auto dtype = dtypeFromName(entry["dtype"].get<std::string>());
-    if (!dtype.isOk()) return bad(dtype.status().message());
-    std::vector<int64_t> shape = entry["shape"].get<std::vector<int64_t>>();
-    auto offsets = entry["data_offsets"].get<std::vector<uint64_t>>();
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
-    const uint64_t bytes = static_cast<uint64_t>(numel) * c10::elementSize(*dtype);
-    if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] > dataSize || offsets[1] - offsets[0] != bytes)
-      return bad(fmt::format("data_offsets {} do not hold {} bytes within the {} bytes of data", entry["data_offsets"].dump(),
-                             bytes, dataSize));
-    // Copied out of the mapping: the file may be replaced while the tensors live on.
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*dtype));
-    if (bytes) std::memcpy(t.data_ptr(), data + offsets[0], bytes);
-    (*out)[name] = std::move(t);
+  ASSIGN_OR_RETURN(auto file, checkpoint::SafetensorsFile::open(path));
+  for (const checkpoint::StoredTensor& stored : file->tensors()) {
+    ASSIGN_OR_RETURN(at::ScalarType dtype, dtypeFromName(stored.entry.dtype));
+    at::Tensor t = at::empty(stored.entry.shape, at::TensorOptions().dtype(dtype));
+    RETURN_IF_ERROR(file->read(stored.offset, stored.entry.bytes(), t.data_ptr()));
+    (*out)[stored.entry.name] = std::move(t);
   }
   return Status::ok();
 }
@@ -112,29 +57,8 @@ Status loadFile(const std::string& path, TensorMap* out) {
 
 StatusOr<TensorMap> loadSafetensors(const std::string& path) {
   TensorMap tensors;
-  if (!std::filesystem::is_directory(path)) {
-    RETURN_IF_ERROR(loadFile(path, &tensors));
-    return tensors;
-  }
-  const std::string single = path + "/model.safetensors", index = path + "/model.safetensors.index.json";
-  if (files::exists(single)) {
-    RETURN_IF_ERROR(loadFile(single, &tensors));
-    return tensors;
-  }
-  if (!files::exists(index))
-    return notFound("{}: holds neither model.safetensors nor model.safetensors.index.json", path);
-  ASSIGN_OR_RETURN(std::string text, files::readFile(index));
-  json j = json::parse(text, nullptr, false);
-  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-    return invalidArgument("{}: needs a weight_map object", index);
-  std::set<std::string> shards;
-  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) shards.insert(it.value().get<std::string>());
-  for (const auto& shard : shards) RETURN_IF_ERROR(loadFile(path + "/" + shard, &tensors));
-  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-    if (!tensors.count(it.key()))
-      return invalidArgument("{}: tensor {} is mapped to {} but that file does not hold it", index, it.key(),
-                             it.value().get<std::string>());
-  }
+  ASSIGN_OR_RETURN(std::vector<std::string> files, checkpoint::modelFiles(path));
+  for (const auto& file : files) RETURN_IF_ERROR(loadFile(file, &tensors));
   return tensors;
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/human_bytes.h"
 #include "common/process.h"
+#include "worker/checkpoint/state_layout.h"
 #include "worker/torch/checkpoint/checkpoint.h"
 #include "worker/torch/jobs/evaluation.h"
 #include "worker/torch/model/kernels.h"
@@ -61,7 +62,9 @@ class Trainer final : public JobRunner {
   std::map<std::string, double> memoryMetrics() const;
   // Whether each rank's file holds its optimizer state: under ZeRO (its partition) and under
   // tensor parallelism (its pieces); else rank 0 saves the one whole state.
-  bool statePerRank() const { return ds_.zero.stage > 0 || tp() > 1; }
+  bool statePerRank() const { return checkpoint::statePerRank(ds_.zero.stage, tp()); }
+  // The convert job that rewrites train.checkpoint_dir for this job's layout (JSON, for errors).
+  std::string convertJobForThisLayout() const;
 
   RankSetup& rank_;
   const RankContext& ctx_;
@@ -121,6 +124,24 @@ Status Trainer::setUp() {
   return Status::ok();
 }
 
+std::string Trainer::convertJobForThisLayout() const {
+  const std::string& dir = spec_.train.checkpointDir;
+  const planner::PlanMesh& m = rank_.plan.mesh;
+  json layout{{"ranks", m.world}, {"zero_stage", ds_.zero.stage}, {"autotp_size", m.tp}, {"sequence_parallel_size", m.sp}};
+  if (ds_.zero.stage == 3) {
+    layout["stage3_param_persistence_threshold"] = ds_.zero.paramPersistenceThreshold;
+    layout["stage3_model_persistence_threshold"] = ds_.zero.modelPersistenceThreshold;
+  }
+  const json job{{"name", spec_.name + "-convert"},
+                 {"kind", "convert"},
+                 {"convert",
+                  {{"from", dir},
+                   {"to", "loom"},
+                   {"output", fmt::format("{}-{}ranks-zero{}", dir, m.world, ds_.zero.stage)},
+                   {"layout", layout}}}};
+  return job.dump();
+}
+
 Status Trainer::resume() {
   auto loaded = loadLatestCheckpoint(spec_.train.checkpointDir, ctx_.rank);
   if (!loaded.isOk()) return loaded.status().withContext("train.checkpoint_dir");
@@ -132,22 +153,27 @@ Status Trainer::resume() {
     return failedPrecondition("{}: written with train_batch_size {}, this job has {}: the data position would not "
                               "carry over",
                               where, t.value("train_batch_size", int64_t(0)), ds_.trainBatchSize);
-  // Optimizer state split over the tensor-parallel group loads at the same layout only; converting
-  // a checkpoint to another layout is a job of its own.
-  const int writtenTp = t.value("tensor_parallel", 1);
-  if (writtenTp != tp())
-    return failedPrecondition("{}: written at tensor parallel {} x data parallel {}; this job runs tensor parallel "
-                              "{} x data parallel {} (deepspeed.tensor_parallel.autotp_size): the optimizer state is "
-                              "split by tensor-parallel rank and resumes at its own layout only",
-                              where, writtenTp, t.value("dp_world_size", 0), tp(), dp().size());
   // A checkpoint whose ranks hold their own state (a ZeRO partition, tensor-parallel pieces) loads
-  // at the same stage and size only.
-  const int stage = t.value("zero_stage", 0), writtenDp = t.value("dp_world_size", dp().size());
-  if (stage != ds_.zero.stage || (statePerRank() && writtenDp != dp().size()))
-    return failedPrecondition("{}: written at ZeRO stage {} by {} data-parallel ranks; this job runs stage {} on {} "
-                              "(a stage 0 checkpoint without tensor parallelism loads at any size; one whose ranks "
-                              "hold their own state at its own stage and size only)",
-                              where, stage, writtenDp, ds_.zero.stage, dp().size());
+  // at its own stage, tensor parallelism and data-parallel size only; a stage 0 checkpoint without
+  // tensor parallelism at any size. Another layout is a convert job away.
+  const int writtenTp = t.value("tensor_parallel", 1), stage = t.value("zero_stage", 0);
+  const int writtenDp = t.value("dp_world_size", dp().size());
+  // Stage 3's parts also depend on which parameters its thresholds keep whole.
+  const json writtenZero = t.value("deepspeed", json::object()).value("zero_optimization", json::object());
+  const int64_t writtenParam = writtenZero.value("stage3_param_persistence_threshold", ds_.zero.paramPersistenceThreshold);
+  const int64_t writtenModel = writtenZero.value("stage3_model_persistence_threshold", ds_.zero.modelPersistenceThreshold);
+  const bool samePersistence = stage != 3 || (writtenParam == ds_.zero.paramPersistenceThreshold &&
+                                              writtenModel == ds_.zero.modelPersistenceThreshold);
+  auto thresholds = [&](int64_t param, int64_t model) {
+    return samePersistence ? std::string() : fmt::format(" (stage 3 persistence thresholds {} and {})", param, model);
+  };
+  if (writtenTp != tp() || stage != ds_.zero.stage || (statePerRank() && writtenDp != dp().size()) || !samePersistence)
+    return failedPrecondition(
+        "{}: written at ZeRO stage {}, tensor parallel {} x {} data-parallel ranks{}; this job runs stage {}, tensor "
+        "parallel {} x {}{}: its ranks hold their own optimizer state, so it resumes at its own layout only. Convert "
+        "it to this job's layout first, then point train.checkpoint_dir at the output: {}",
+        where, stage, writtenTp, writtenDp, thresholds(writtenParam, writtenModel), ds_.zero.stage, tp(), dp().size(),
+        thresholds(ds_.zero.paramPersistenceThreshold, ds_.zero.modelPersistenceThreshold), convertJobForThisLayout());
   // The frozen set decides what the optimizer state covers: it must be the one the checkpoint
   // was written with.
   const auto frozen = t.value("frozen_parameters", std::vector<std::string>{});

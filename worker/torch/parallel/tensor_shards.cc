@@ -4,29 +4,11 @@
 
 namespace loom::worker {
 
-ShardLayout shardLayout(const planner::ParameterSpec& spec, int tpRank, int tpSize) {
-  ShardLayout out{.whole = spec.shape, .local = spec.localShape, .dim = spec.splitDim, .subParams = spec.subParams};
-  if (!out.sharded()) return out;
-  out.replicas = spec.kvReplication;
-  out.parts = tpSize / out.replicas;
-  out.index = tpRank / out.replicas;
-  return out;
-}
-
-namespace {
-
-// The sizes of the packed sub-parameters in one piece.
-std::vector<int64_t> piecesOf(const ShardLayout& layout) {
-  return layout.subParams.empty() ? std::vector<int64_t>{layout.local[layout.dim]} : layout.subParams;
-}
-
-}  // namespace
-
 at::Tensor takeShard(const at::Tensor& whole, const ShardLayout& layout) {
   if (!layout.sharded()) return whole.contiguous();
   std::vector<at::Tensor> pieces;
   int64_t start = 0;
-  for (int64_t piece : piecesOf(layout)) {
+  for (int64_t piece : layout.pieceSizes()) {
     pieces.push_back(whole.narrow(layout.dim, start + layout.index * piece, piece));
     start += piece * layout.parts;
   }
@@ -40,7 +22,7 @@ at::Tensor assembleShards(const at::Tensor& all, const ShardLayout& layout, int 
   for (int r = 0; r < tpSize; r += layout.replicas) ranks.push_back(all[r]);
   std::vector<at::Tensor> out;
   int64_t offset = 0;
-  for (int64_t piece : piecesOf(layout)) {
+  for (int64_t piece : layout.pieceSizes()) {
     for (const at::Tensor& rank : ranks) out.push_back(rank.narrow(layout.dim, offset, piece));
     offset += piece;
   }
