@@ -11,8 +11,9 @@
 namespace loom::checkpoint {
 
 // Which tensors of a Loom training checkpoint hold the optimizer's state, and what each holds, for
-// one layout (its Plan and ZeRO stage): the one description both the trainer's restore checks and
-// the convert job's resharding go by. The ZeRO engines (worker/torch/zero/) keep exactly these:
+// one layout (its Plan and ZeRO stage), without libtorch: what the convert job reshards by. The
+// ZeRO engines (worker/torch/zero/) keep exactly these, and a change to what they keep changes
+// this too (tests/oracles/reshard_test.py resumes every stage from what it maps):
 //   stage 0   "<param>.<state>" in the parameter's (tensor-parallel) shape, "master.<param>" too under
 //             bf16/fp16: in optimizer.safetensors, or in every rank's file under tensor parallelism
 //   stage 1-2 "master.partition" and "partition.<state>": the rank's partition of every flat
