@@ -227,11 +227,14 @@ Status parseConvert(const json& object, JobSpec* spec) {
   RETURN_IF_ERROR(r.readString("to", &c.to, false));
   RETURN_IF_ERROR(r.readString("output", &c.output, true));
   RETURN_IF_ERROR(r.readString("dtype", &c.dtype, false));
+  RETURN_IF_ERROR(r.readString("config", &c.modelConfig, false));
   if (const json* size = r.find("shard_size")) {
     ASSIGN_OR_RETURN(c.shardBytes, parseByteSize(*size, "convert.shard_size"));
   }
   if (c.to != "hf" && c.to != "loom" && c.to != "deepspeed_universal")
     return invalidArgument("convert.to: \"{}\" is not one of hf, loom, deepspeed_universal", c.to);
+  if (!c.modelConfig.empty() && c.to != "loom")
+    return invalidArgument("convert.config: only a conversion to loom reads the model's config (convert.to is {})", c.to);
   ASSIGN_OR_RETURN(const json* layout, r.readObject("layout"));
   if (layout) {
     if (c.to != "loom")
@@ -413,6 +416,7 @@ json JobSpec::toJson() const {
       if (convert.layout.modelPersistenceThreshold >= 0)
         layout["stage3_model_persistence_threshold"] = convert.layout.modelPersistenceThreshold;
       j["convert"]["layout"] = layout;
+      if (!convert.modelConfig.empty()) j["convert"]["config"] = convert.modelConfig;
     }
   }
   if (kind == JobKind::kEval) {
@@ -430,7 +434,7 @@ std::string resolveSpecPaths(const std::string& specJson, const std::string& bas
   static const std::vector<std::pair<const char*, const char*>> kPaths{
       {"model", "config"}, {"model", "weights"},        {"data", "train"},
       {"data", "eval"},    {"train", "checkpoint_dir"}, {"eval", "logprobs_output"}, {"eval", "kl_reference"},
-      {"convert", "from"}, {"convert", "output"}};
+      {"convert", "from"}, {"convert", "output"}, {"convert", "config"}};
   for (const auto& [section, key] : kPaths) {
     auto s = root.find(section);
     if (s == root.end() || !s->is_object()) continue;

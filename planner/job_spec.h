@@ -131,6 +131,9 @@ struct ConvertSpec {
   // loom: a Loom checkpoint directory for `layout`, optimizer state included.
   std::string to = "hf";
   ConvertLayout layout;
+  // config: the model's HF config.json, for a DeepSpeed checkpoint converted to loom (DeepSpeed
+  // does not keep it; a Loom checkpoint does).
+  std::string modelConfig;
   // Where the result goes: a directory that does not exist yet, or an empty one. It is written
   // beside it in a temporary directory and renamed into place when complete.
   std::string output;

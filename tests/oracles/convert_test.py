@@ -6,14 +6,18 @@ loomd and a convert job's rank):
    convert job turns each into HF safetensors equal bit for bit to what zero_to_fp32 consolidates
    (its safetensors files where it writes them; its state dict for the tied model, whose
    safetensors it refuses to write); the tied head is stored once, as HF stores it.
-2. dtype bf16 equals the fp32 tensors rounded to bf16; shard_size cuts the output into shards
+2. The same checkpoints become Loom checkpoints (`to: loom`, with the model's config.json): Loom
+   resumes them on DeepSpeed's layout and on others (1 rank stage 0, 4 ranks stage 1) with the
+   losses of DeepSpeed's own continued run over 10 steps, within 1e-5 in fp32 (bf16's resolution
+   in bf16); frozen parameters and a missing config are refused by name.
+3. dtype bf16 equals the fp32 tensors rounded to bf16; shard_size cuts the output into shards
    with an index that names every tensor; 3 ranks that split the shards write the same.
-3. Refusals, naming the file and the offset: a truncated rank file, a corrupted pickle, a pickle
+4. Refusals, naming the file and the offset: a truncated rank file, a corrupted pickle, a pickle
    that names a global nothing here may call (os.system), an output that is not empty.
-4. Memory: a ZeRO-3 checkpoint of a model of many mid-sized tensors (71M parameters, 24 layers,
+5. Memory: a ZeRO-3 checkpoint of a model of many mid-sized tensors (71M parameters, 24 layers,
    815 MB with its Adam state, over 3 times the bound) converts with the rank's peak RSS under
    the largest tensor + 256 MiB.
-5. The fuzz driver (tests/fuzz/) reads thousands of mutations of these files, each to a value or
+6. The fuzz driver (tests/fuzz/) reads thousands of mutations of these files, each to a value or
    an error.
 
   python3 tests/oracles/convert_test.py --bin build/bin
@@ -151,6 +155,59 @@ def conversions(bin_dir, work, data):
     return checkpoints
 
 
+def continued_training(bin_dir, work, data, checkpoints):
+    """DeepSpeed's checkpoints into Loom checkpoints (convert.to loom, with the model's config.json):
+    Loom resumes them, on DeepSpeed's layout and on others, with the losses of DeepSpeed's own
+    continued run (within 1e-5 in fp32, bf16's resolution in bf16) over 10 steps."""
+    llama = os.path.join(work, "llama")
+    checkpoints = dict(checkpoints, **{"z3-fp32": deepspeed_checkpoint(work, data, "z3-fp32", llama, 3, False)})
+    more = 10
+    cases = [("z2-fp32", {"ranks": 2}, 1e-5), ("z2-fp32", {"ranks": 1, "zero_stage": 0}, 1e-5),
+             ("z3-fp32", {"ranks": 4, "zero_stage": 1}, 1e-5), ("z3-bf16", {"ranks": 2}, 1e-2)]
+    theirs = {}
+    for name, layout, tolerance in cases:
+        source = checkpoints[name]
+        with open(os.path.join(work, name + "-ds.json")) as f:
+            ds_config = json.load(f)
+        if name not in theirs:
+            out = os.path.join(work, name + "-continued.jsonl")
+            subprocess.run([sys.executable, os.path.join(HERE, "deepspeed_train.py"), "--model", llama, "--data", data,
+                            "--seq-len", str(SEQ), "--data-seed", "1", "--steps", str(more), "--ds-config",
+                            os.path.join(work, name + "-ds.json"), "--world", "2", "--out", out, "--ds-load", source],
+                           check=True, capture_output=True, timeout=600)
+            theirs[name] = {line["step"]: line["loss"] for line in map(json.loads, open(out))}
+        target = f"{name}-to-loom-{layout['ranks']}ranks-zero{layout.get('zero_stage', ds_config['zero_optimization']['stage'])}"
+        output = os.path.join(work, target)
+        spec = {"name": target, "kind": "convert", "resources": {"ranks": 1},
+                "convert": {"from": source, "to": "loom", "output": output, "config": llama + "/config.json",
+                            "layout": layout}}
+        loom_run(bin_dir, spec, work, target)
+        ds_config.pop("train_micro_batch_size_per_gpu")  # 4 samples a step over the new ranks
+        if "zero_stage" in layout:
+            ds_config["zero_optimization"] = {"stage": layout["zero_stage"]}
+        train = {"name": target + "-train", "kind": "train", "resources": {"ranks": layout["ranks"]},
+                 "model": {"config": llama + "/config.json", "weights": llama},
+                 "data": {"train": data, "seq_len": SEQ, "seed": 1},
+                 "train": {"steps": 3 + more, "checkpoint_dir": output}, "deepspeed": dict(ds_config, steps_per_print=1)}
+        log = loom_run(bin_dir, train, work, target + "-train")
+        ours = parity_test.loom_losses(log)
+        worst = max(abs(ours.get(s, 0) - l) / l for s, l in theirs[name].items())
+        check("resumed from" in log and len(ours) == more and worst <= tolerance,
+              f"{target}: {len(ours)} losses after resuming vs DeepSpeed's own continued run, worst relative "
+              f"difference {worst:.2e}")
+    # Frozen parameters would need the resuming job to name them: refused, naming the parameter.
+    spec = {"name": "frozen-to-loom", "kind": "convert", "resources": {"ranks": 1},
+            "convert": {"from": checkpoints["z3-fp32-tied-frozen"], "to": "loom", "output": os.path.join(work, "fz"),
+                        "config": os.path.join(work, "qwen2-tied", "config.json"), "layout": {"ranks": 2}}}
+    refused = loom_run(bin_dir, spec, work, "frozen-to-loom", expect_failure=True)
+    check("parameter model.layers.0.input_layernorm.weight is frozen" in refused,
+          "a DeepSpeed checkpoint with frozen parameters to loom is refused, naming the parameter")
+    spec["convert"].pop("config")
+    refused = loom_run(bin_dir, spec, work, "no-config-to-loom", expect_failure=True)
+    check("convert.config: " in refused and "does not keep the model's config.json" in refused,
+          "a DeepSpeed checkpoint to loom without convert.config is refused, naming the field")
+
+
 def rewritten(source, target, replace):
     """A copy of the torch.save file `source` with members changed by replace(name, bytes)."""
     with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as zout:
@@ -260,6 +317,7 @@ def main():
         data = os.path.join(work, "data.tokens")
         write_token_file(data, np.random.default_rng(2).integers(0, VOCAB, 64 * SEQ + 1), VOCAB, "uint16")
         checkpoints = conversions(bin_dir, work, data)
+        continued_training(bin_dir, work, data, checkpoints)
         refusals(bin_dir, work, checkpoints)
         memory(bin_dir, work, data)
         fuzz(bin_dir, work, checkpoints)

@@ -3,7 +3,7 @@ the samples Loom feeds.
 
   python3 deepspeed_train.py --model DIR --data FILE.tokens --seq-len N --data-seed S --steps N
                              --ds-config FILE.json [--world N] --out FILE.jsonl [--save-dir DIR]
-                             [--ds-checkpoint DIR] [--frozen REGEX]
+                             [--ds-checkpoint DIR] [--ds-load DIR] [--frozen REGEX]
 
 Writes one JSON line per optimizer step to --out (and stdout, from rank 0):
   {"step": s (1-based), "loss": mean loss over the step's micro-batches and ranks,
@@ -85,7 +85,11 @@ def worker(rank, world, port, a):
     params = [p for p in engine.module.parameters() if p.requires_grad]
 
     import time
-    for s in range(a.steps):
+    first = 0
+    if a.ds_load:  # DeepSpeed's own resumption: its checkpoint, then `steps` more steps from there
+        engine.load_checkpoint(a.ds_load)
+        first = engine.global_steps
+    for s in range(first, first + a.steps):
         started = time.perf_counter()
         lr = engine.get_lr()[0]  # the scheduler moves the lr after the update, so this is the one used
         loss_sum = 0.0
@@ -144,6 +148,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--save-dir")
     p.add_argument("--ds-checkpoint")
+    p.add_argument("--ds-load", help="resume from this DeepSpeed checkpoint directory and train --steps more")
     p.add_argument("--frozen", help="parameters whose names match this regex are not trained")
     a = p.parse_args()
     port = free_port()

@@ -2,7 +2,8 @@
 `loomctl run` (a real loomd, real ranks):
 
 1. A tiny llama trains 4 steps under each source layout (ZeRO 1, 2, 3 on 4 ranks, tensor parallel
-   2 x data parallel 2, stage 0 on 1 rank; AdamW, and Muon at stage 2) and checkpoints. A convert
+   2 x data parallel 2, sequence parallel 2 x data parallel 2, stage 0 on 1 rank; AdamW, and Muon
+   at stage 2) and checkpoints. A convert
    job rewrites each checkpoint for another layout (1, 2 and 3 ranks, other stages, tensor
    parallelism on and off), and a job of that layout resumes from it for 4 more steps. Its losses
    equal the uninterrupted run's within 1e-5 at every step, and its final weights within 1e-5.
@@ -37,7 +38,7 @@ ADAMW = {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.01}}
 MUON = {"type": "Muon", "params": {"lr": 0.02, "adam_lr": 2e-3, "momentum": 0.9, "weight_decay": 0.01, "torch_adam": True}}
 
 
-def train_spec(data, model_dir, name, ranks, zero, checkpoints, steps, tp=1, optimizer=ADAMW):
+def train_spec(data, model_dir, name, ranks, zero, checkpoints, steps, tp=1, optimizer=ADAMW, sp=1):
     # 12 samples a step split over 1, 2, 3 and 4 data-parallel ranks.
     deepspeed = {"train_batch_size": 12, "gradient_clipping": 1.0, "steps_per_print": 1,
                  "optimizer": optimizer, "zero_optimization": dict({"stage": zero},
@@ -45,6 +46,8 @@ def train_spec(data, model_dir, name, ranks, zero, checkpoints, steps, tp=1, opt
                                                                        if zero == 3 else {}))}
     if tp > 1:
         deepspeed["tensor_parallel"] = {"autotp_size": tp}
+    if sp > 1:
+        deepspeed["sequence_parallel_size"] = sp
     return {"name": name, "kind": "train", "resources": {"ranks": ranks},
             "model": {"config": model_dir + "/config.json", "weights": model_dir},
             "data": {"train": data, "seq_len": SEQ, "seed": 2},
@@ -91,7 +94,8 @@ def main():
                                  optimizer=optimizer))
             references[optimizer_name] = (loom_losses(log), final_weights(checkpoints))
 
-        # (source layout) -> [(target layout)], each layout (ranks, zero stage, tp).
+        # (source layout) -> [(target layout)], each layout (ranks, zero stage, tp); sp splits the
+        # sequence of the sp x dp ranks that ZeRO partitions over.
         cases = [
             ("zero1-4ranks", (4, 1, 1), ADAMW, [(3, 1, 1), (1, 3, 1)]),
             ("zero2-4ranks", (4, 2, 1), ADAMW, [(1, 0, 1), (2, 2, 2)]),
@@ -99,12 +103,14 @@ def main():
             ("tp2-dp2-zero1", (4, 1, 2), ADAMW, [(1, 0, 1), (3, 2, 1)]),
             ("zero0-1rank", (1, 0, 1), ADAMW, [(4, 3, 1)]),
             ("muon-zero2-4ranks", (4, 2, 1), MUON, [(3, 3, 1), (2, 0, 2)]),
+            ("sp2-dp2-zero2", (4, 2, 1, 2), ADAMW, [(2, 3, 1)]),
         ]
-        for source_name, (ranks, zero, tp), optimizer, targets in cases:
+        for source_name, (ranks, zero, tp, *sp), optimizer, targets in cases:
             optimizer_name = "muon" if optimizer is MUON else "adamw"
             reference_losses, reference_weights = references[optimizer_name]
             source = os.path.join(work, source_name)
-            run(train_spec(data, model_dir, source_name, ranks, zero, source, HALF, tp=tp, optimizer=optimizer))
+            run(train_spec(data, model_dir, source_name, ranks, zero, source, HALF, tp=tp, optimizer=optimizer,
+                           sp=sp[0] if sp else 1))
             for target_ranks, target_zero, target_tp in targets:
                 target_name = f"{source_name}-to-{target_ranks}ranks-zero{target_zero}-tp{target_tp}"
                 output = os.path.join(work, target_name)

@@ -2,10 +2,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
+#include "planner/model_config.h"
 #include "worker/convert/zip_archive.h"
 
 namespace loom::convert {
@@ -49,8 +53,42 @@ class CheckpointSource {
   virtual Status read(const SourceRange& range, const std::string& name, void* out) const = 0;
 };
 
+// A checkpoint that training resumes from, as a conversion to a Loom checkpoint reads it: beyond
+// its model, each trained parameter's fp32 state (its master and the optimizer's moments) and
+// where training stood.
+class ResumableCheckpoint : public CheckpointSource {
+ public:
+  // Parameter `name`'s fp32 state `state` ("master", or the optimizer's "exp_avg", ...), whole, in
+  // row-major order; null when the checkpoint has none.
+  virtual const std::vector<SourceRange>* state(const std::string& name, const std::string& state) const = 0;
+  // The optimizer's step count: the updates it has applied.
+  virtual int64_t optimizerSteps() const = 0;
+  // trainer_state.json as Loom keeps it (step, applied_steps, skipped_steps, consumed_samples,
+  // train_batch_size, loss_scaler, frozen_parameters, deepspeed: the config it trained with).
+  virtual const nlohmann::json& trainerState() const = 0;
+  virtual const std::string& tag() const = 0;
+  virtual const std::string& modelConfigText() const = 0;
+  virtual const planner::ModelConfig& model() const = 0;
+  virtual const std::vector<std::string>& frozen() const = 0;
+  // The tag directory and its model files (relative to it) when they can be copied as they are
+  // (a Loom checkpoint's); empty when the model is written from tensors().
+  virtual const std::string& tagDir() const = 0;
+  virtual const std::vector<std::string>& modelFiles() const = 0;
+  // A tensor of the rank file that target rank `rank` takes its own from (its "rng"): the source's
+  // rank `rank` mod its ranks. Where it lies and what it is; nullopt when absent.
+  struct RankTensor {
+    SourceRange range;
+    std::string dtype;
+    std::vector<int64_t> shape;
+  };
+  virtual std::optional<RankTensor> rankTensor(int rank, const std::string& name) const { return std::nullopt; }
+};
+
 // A Loom training checkpoint (a tag directory with manifest.json and trainer_state.json, or the
 // directory whose `latest` names one) or a DeepSpeed one, by what `from` holds.
 StatusOr<std::unique_ptr<CheckpointSource>> openCheckpoint(const std::string& from);
+// The same as a checkpoint to resume from: a Loom one as it is, a DeepSpeed one with the model's
+// config.json at `modelConfig` (convert.config), which DeepSpeed does not keep.
+StatusOr<std::unique_ptr<ResumableCheckpoint>> openResumable(const std::string& from, const std::string& modelConfig);
 
 }  // namespace loom::convert

@@ -8,7 +8,6 @@
 #include "common/human_bytes.h"
 #include "common/process.h"
 #include "worker/convert/checkpoint_source.h"
-#include "worker/convert/loom_checkpoint.h"
 #include "worker/convert/output_dir.h"
 #include "worker/convert/to_hf.h"
 #include "worker/convert/to_loom.h"
@@ -19,7 +18,8 @@ namespace {
 
 // The convert.layout the target is compiled for: the source's settings where the layout leaves
 // them out.
-StatusOr<convert::LayoutPlan> targetLayout(const convert::LoomCheckpoint& source, const planner::ConvertLayout& layout) {
+StatusOr<convert::LayoutPlan> targetLayout(const convert::ResumableCheckpoint& source,
+                                          const planner::ConvertLayout& layout) {
   const nlohmann::json deepspeed = convert::deepspeedForLayout(source.trainerState().at("deepspeed"), layout);
   return convert::compileLayout(source.model(), deepspeed, layout.ranks, source.frozen(), "convert.layout");
 }
@@ -38,9 +38,20 @@ void printDone(const ConvertOutput& output, double seconds, int ranks, size_t fi
 Status runConvertJob(const RankContext& ctx, const planner::JobSpec& spec, ReportClient& reports) {
   const planner::ConvertSpec& c = spec.convert;
   const auto started = std::chrono::steady_clock::now();
-  auto opened = convert::openCheckpoint(c.from);
-  if (!opened.isOk()) return opened.status().withContext("convert.from");
-  const convert::CheckpointSource& source = **opened;
+  // A conversion to loom needs the training state too (optimizer moments, progress).
+  std::unique_ptr<convert::CheckpointSource> opened;
+  const convert::ResumableCheckpoint* resumable = nullptr;
+  if (c.to == "loom") {
+    auto r = convert::openResumable(c.from, c.modelConfig);
+    if (!r.isOk()) return r.status().withContext("convert.from");
+    resumable = r->get();
+    opened = std::move(*r);
+  } else {
+    auto r = convert::openCheckpoint(c.from);
+    if (!r.isOk()) return r.status().withContext("convert.from");
+    opened = std::move(*r);
+  }
+  const convert::CheckpointSource& source = *opened;
 
   int64_t totalBytes = 0, largest = 0, share = 0;
   size_t files = 0;
@@ -48,17 +59,12 @@ Status runConvertJob(const RankContext& ctx, const planner::JobSpec& spec, Repor
   std::unique_ptr<LoomWriter> loom;
   std::string what;
   if (c.to == "loom") {
-    const auto* from = dynamic_cast<const convert::LoomCheckpoint*>(&source);
-    if (!from)
-      return invalidArgument("convert.to: loom: {} is a DeepSpeed checkpoint; this version reshards Loom checkpoints "
-                             "(convert it to hf, and train from those weights)",
-                             c.from);
-    ASSIGN_OR_RETURN(convert::LayoutPlan target, targetLayout(*from, c.layout));
+    ASSIGN_OR_RETURN(convert::LayoutPlan target, targetLayout(*resumable, c.layout));
     const planner::PlanMesh m = target.plan.mesh;
     what = fmt::format("a Loom checkpoint for ZeRO stage {} over {} ranks (data parallel {} x sequence parallel {} x "
                        "tensor parallel {})",
                        target.deepspeed.zero.stage, m.world, m.dp, m.sp, m.tp);
-    loom = std::make_unique<LoomWriter>(*from, std::move(target));
+    loom = std::make_unique<LoomWriter>(*resumable, std::move(target));
     RETURN_IF_ERROR(loom->prepare().withContext("convert.layout"));
     totalBytes = loom->totalBytes();
     share = loom->shareBytes(ctx.rank, ctx.worldSize);

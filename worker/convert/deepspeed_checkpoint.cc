@@ -165,6 +165,58 @@ StatusOr<Flat> flatOf(const Loader& loader, int archive, const PickleValue* tens
   return flat;
 }
 
+// A pickled config (dicts, lists, strings, numbers) as JSON; anything else becomes null.
+nlohmann::json toJson(const PickleValue& v) {
+  switch (v.kind) {
+    case Kind::kBool: return v.boolean;
+    case Kind::kInt: return v.integer;
+    case Kind::kFloat: return v.real;
+    case Kind::kString: return v.text;
+    case Kind::kTuple:
+    case Kind::kList: {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& item : v.items) out.push_back(toJson(*item));
+      return out;
+    }
+    case Kind::kDict: {
+      nlohmann::json out = nlohmann::json::object();
+      for (size_t k = 0; k + 1 < v.items.size(); k += 2)
+        if (v.items[k]->isString()) out[v.items[k]->text] = toJson(*v.items[k + 1]);
+      return out;
+    }
+    default: return nullptr;
+  }
+}
+
+// The optimizer's per-group state dicts (torch's state_dict()["state"]: group index -> {"step",
+// "exp_avg", ...}), in group order: base_optimizer_state at stages 1-2, the inner
+// optimizer_state_dict at stage 3 (one per sub-group).
+std::vector<const PickleValue*> groupStates(const PickleValue& optimizerState, int64_t zeroStage) {
+  const PickleValue* inner = optimizerState.get(zeroStage <= 2 ? "base_optimizer_state" : "optimizer_state_dict");
+  const PickleValue* states = inner ? inner->get("state") : nullptr;
+  std::vector<const PickleValue*> out;
+  if (!states || states->kind != Kind::kDict) return out;
+  for (size_t k = 0; k + 1 < states->items.size(); k += 2) {
+    const PickleValue& key = *states->items[k];
+    if (key.kind != Kind::kInt || key.integer != static_cast<int64_t>(out.size())) return {};
+    out.push_back(states->items[k + 1].get());
+  }
+  return out;
+}
+
+// The names of the flat fp32 tensors each group's state keeps ("exp_avg", "exp_avg_sq"): those of
+// the first group, which every group and rank must have.
+std::vector<std::string> stateTensorNames(const std::vector<const PickleValue*>& states) {
+  std::vector<std::string> names;
+  if (states.empty() || states[0]->kind != Kind::kDict) return names;
+  for (size_t k = 0; k + 1 < states[0]->items.size(); k += 2) {
+    if (states[0]->items[k]->isString() && states[0]->items[k + 1]->kind == Kind::kTensor &&
+        states[0]->items[k]->text != "step")
+      names.push_back(states[0]->items[k]->text);
+  }
+  return names;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<DeepSpeedCheckpoint>> DeepSpeedCheckpoint::open(const std::string& dir) {
@@ -226,10 +278,18 @@ StatusOr<std::unique_ptr<DeepSpeedCheckpoint>> DeepSpeedCheckpoint::open(const s
                            world, ckpt->tagDir_, optims.size());
   ckpt->worldSize_ = static_cast<int>(world);
   if (const PickleValue* v = model.get("ds_version"); v && v->isString()) ckpt->version_ = v->text;
+  for (auto [key, into] : {std::pair{"global_steps", &ckpt->globalSteps_}, std::pair{"skipped_steps", &ckpt->skippedSteps_},
+                           std::pair{"global_samples", &ckpt->globalSamples_}}) {
+    if (const PickleValue* v = model.get(key); v && v->kind == Kind::kInt) *into = v->integer;
+  }
+  if (const PickleValue* config = model.get("ds_config")) ckpt->config_ = toJson(*config);
 
-  // Every rank's fp32 partitions, of the same stage.
+  // Every rank's fp32 partitions, of the same stage, and the optimizer's moments laid out as they are.
   const std::string flatKey = zeroStage <= 2 ? "single_partition_of_fp32_groups" : "fp32_flat_groups";
   std::vector<std::vector<Flat>> groups(world);  // stages 1-2: [rank][group]; stage 3: [rank][0], all sub-groups
+  ckpt->momentNames_ = stateTensorNames(groupStates(*state0, zeroStage));
+  std::map<std::string, std::vector<std::vector<Flat>>> moments;  // by name, as `groups`
+  for (const auto& name : ckpt->momentNames_) moments[name].resize(world);
   for (int64_t r = 0; r < world; ++r) {
     const auto& [archive, root] = optimizers[r];
     const PickleValue* state = root->get("optimizer_state_dict");
@@ -240,6 +300,30 @@ StatusOr<std::unique_ptr<DeepSpeedCheckpoint>> DeepSpeedCheckpoint::open(const s
       return invalidArgument("{}: written at ZeRO stage {}, {} at stage {}: files of two checkpoints", path, s, optim0,
                              zeroStage);
     const PickleValue* tensors = state->get(flatKey);
+    // Each moment as a list of flat tensors, one per group (stages 1-2) or sub-group (stage 3).
+    const std::vector<const PickleValue*> perGroup = groupStates(*state, zeroStage);
+    for (const auto& name : ckpt->momentNames_) {
+      auto list = std::make_shared<PickleValue>();
+      list->kind = Kind::kList;
+      for (size_t g = 0; g < perGroup.size(); ++g) {
+        const PickleValue* t = perGroup[g]->get(name);
+        if (!t) return invalidArgument("{}: optimizer state of group {} has no {}", path, g, name);
+        list->items.push_back(std::make_shared<PickleValue>(*t));
+      }
+      const std::string key = fmt::format("{}.state[].{}", zeroStage <= 2 ? "base_optimizer_state" : "optimizer_state_dict", name);
+      if (zeroStage <= 2) {
+        for (size_t g = 0; g < list->items.size(); ++g) {
+          auto one = std::make_shared<PickleValue>();
+          one->kind = Kind::kList;
+          one->items = {list->items[g]};
+          ASSIGN_OR_RETURN(Flat f, flatOf(loader, archive, one.get(), key));
+          moments[name][r].push_back(std::move(f));
+        }
+      } else {
+        ASSIGN_OR_RETURN(Flat f, flatOf(loader, archive, list.get(), key));
+        moments[name][r].push_back(std::move(f));
+      }
+    }
     if (zeroStage <= 2) {
       if (!tensors || tensors->kind != Kind::kList)
         return invalidArgument("{}: optimizer_state_dict.{}: missing", path, flatKey);
@@ -275,8 +359,9 @@ StatusOr<std::unique_ptr<DeepSpeedCheckpoint>> DeepSpeedCheckpoint::open(const s
     if (zeroStage <= 2 && g >= groups[0].size())
       return invalidArgument("{}: param_shapes has {} groups, the fp32 partitions {}", models[0], shapes->items.size(),
                              groups[0].size());
-    // Stages 1-2: this group's partitions, rank after rank.
+    // Stages 1-2: this group's partitions, rank after rank (and its moments', which lie alike).
     Flat merged;
+    std::map<std::string, Flat> mergedMoments;
     if (zeroStage <= 2) {
       for (int64_t r = 0; r < world; ++r) {
         if (g >= groups[r].size())
@@ -284,6 +369,13 @@ StatusOr<std::unique_ptr<DeepSpeedCheckpoint>> DeepSpeedCheckpoint::open(const s
                                  groups[0].size());
         for (const auto& s : groups[r][g].segments) merged.segments.push_back(s);
         merged.elements += groups[r][g].elements;
+        for (auto& [name, flats] : moments) {
+          if (g >= flats[r].size() || flats[r][g].elements != groups[r][g].elements)
+            return invalidArgument("{}: group {}'s {} does not match its fp32 partition", optims[r], g, name);
+          Flat& m = mergedMoments[name];
+          for (const auto& s : flats[r][g].segments) m.segments.push_back(s);
+          m.elements += flats[r][g].elements;
+        }
       }
     }
     int64_t offset = 0;
@@ -295,6 +387,8 @@ StatusOr<std::unique_ptr<DeepSpeedCheckpoint>> DeepSpeedCheckpoint::open(const s
       const int64_t numel = t.numel();
       if (zeroStage <= 2) {
         Status taken = take(merged, offset, numel, &t.ranges);
+        for (const auto& [name, m] : mergedMoments)
+          if (taken.isOk()) taken = take(m, offset, numel, &ckpt->moments_[{t.name, name}]);
         if (!taken.isOk())
           return invalidArgument("{}: param_shapes: {} {} does not fit parameter group {}'s fp32 partitions ({} "
                                  "elements over {} ranks): the shapes and the partitions disagree",
@@ -313,6 +407,8 @@ StatusOr<std::unique_ptr<DeepSpeedCheckpoint>> DeepSpeedCheckpoint::open(const s
         for (int64_t r = 0; r < world; ++r) {
           const int64_t n = std::min(part, left);
           Status taken = take(groups[r][0], stage3Offset, n, &t.ranges);
+          for (const auto& [name, flats] : moments)
+            if (taken.isOk()) taken = take(flats[r][0], stage3Offset, n, &ckpt->moments_[{t.name, name}]);
           if (!taken.isOk())
             return invalidArgument("{}: param_shapes: {} needs elements [{}, {}) of rank {}'s fp32_flat_groups, "
                                    "which hold {}: the shapes and the partitions disagree",
@@ -411,6 +507,11 @@ StatusOr<std::unique_ptr<DeepSpeedCheckpoint>> DeepSpeedCheckpoint::open(const s
     }
   }
   return ckpt;
+}
+
+const std::vector<SourceRange>* DeepSpeedCheckpoint::moment(const std::string& parameter, const std::string& name) const {
+  auto it = moments_.find({parameter, name});
+  return it == moments_.end() ? nullptr : &it->second;
 }
 
 std::string DeepSpeedCheckpoint::describe() const {

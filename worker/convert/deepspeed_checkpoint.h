@@ -4,7 +4,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "worker/convert/checkpoint_source.h"
@@ -40,6 +43,17 @@ class DeepSpeedCheckpoint : public CheckpointSource {
   // Tied names: the name not stored -> the stored one (lm_head.weight -> model.embed_tokens.weight).
   const std::map<std::string, std::string>& aliases() const { return aliases_; }
 
+  // The optimizer's fp32 state of trainable parameter `parameter`: `name` is one of momentNames()
+  // ("exp_avg", "exp_avg_sq" for Adam), whole, laid out as its master in tensors(); null when absent.
+  const std::vector<std::string>& momentNames() const { return momentNames_; }
+  const std::vector<SourceRange>* moment(const std::string& parameter, const std::string& name) const;
+  // Where training stood (the model states' global_steps, skipped_steps, global_samples) and the
+  // DeepSpeed config it ran with (ds_config, as JSON).
+  int64_t globalSteps() const { return globalSteps_; }
+  int64_t skippedSteps() const { return skippedSteps_; }
+  int64_t globalSamples() const { return globalSamples_; }
+  const nlohmann::json& config() const { return config_; }
+
   // The tensor's bytes (t.bytes() of them) into `out`.
   Status read(const SourceTensor& t, void* out) const;
   // The bytes of one range (or a part of one) of tensor `name` into `out`.
@@ -53,6 +67,10 @@ class DeepSpeedCheckpoint : public CheckpointSource {
   std::vector<std::unique_ptr<ZipArchive>> archives_;
   std::vector<SourceTensor> tensors_;
   std::map<std::string, std::string> aliases_;
+  std::vector<std::string> momentNames_;
+  std::map<std::pair<std::string, std::string>, std::vector<SourceRange>> moments_;
+  int64_t globalSteps_ = 0, skippedSteps_ = 0, globalSamples_ = 0;
+  nlohmann::json config_;
 };
 
 }  // namespace loom::convert

@@ -101,7 +101,7 @@ StatusOr<std::unique_ptr<LoomCheckpoint>> LoomCheckpoint::open(const std::string
     for (const checkpoint::StoredTensor& stored : ckpt->files_[k->second]->tensors()) {
       const checkpoint::SafetensorsEntry& e = stored.entry;
       auto p = parameterOf.find(e.name);
-      const std::vector<SourceRange>* master = p == parameterOf.end() ? nullptr : ckpt->state(p->second, "master");
+      const std::vector<SourceRange>* master = ckpt->state(e.name, "master");
       if (master) {
         ckpt->tensors_.push_back({.name = e.name, .dtype = "float32", .elementBytes = kF32, .shape = e.shape,
                                   .ranges = *master, .role = SourceTensor::Role::kTrainable});
@@ -130,7 +130,7 @@ Status LoomCheckpoint::mapState() {
       const checkpoint::StoredTensor* step = file.find("step");
       if (!step || step->entry.dtype != "I64" || step->numel() != 1)
         return invalidArgument("{}: has no step (int64 [1])", file.path());
-      step_ = {.file = k, .offset = step->offset, .bytes = 8};
+      RETURN_IF_ERROR(file.read(step->offset, 8, &steps_));
       haveStep = true;
     }
     for (const checkpoint::StateTensor& t : f.tensors) {
@@ -180,7 +180,7 @@ Status LoomCheckpoint::mapState() {
       if (it == runs.end()) return invalidArgument("{}: no file holds {} of parameter {}", tagDir_, name, p.name);
       std::vector<StoredRun>& list = it->second;
       std::stable_sort(list.begin(), list.end(), [](const StoredRun& a, const StoredRun& b) { return a.whole < b.whole; });
-      std::vector<SourceRange>& out = states_[{static_cast<int>(i), name}];
+      std::vector<SourceRange>& out = states_[{p.name, name}];
       int64_t covered = 0;
       for (const StoredRun& r : list) {
         if (r.whole + r.length <= covered) continue;
@@ -207,18 +207,19 @@ Status LoomCheckpoint::read(const SourceRange& range, const std::string& name, v
   return files_[range.file]->read(range.offset, range.bytes, out).withContext("tensor " + name);
 }
 
-const std::vector<SourceRange>* LoomCheckpoint::state(int parameter, const std::string& state) const {
-  auto it = states_.find({parameter, state});
+const std::vector<SourceRange>* LoomCheckpoint::state(const std::string& name, const std::string& state) const {
+  auto it = states_.find({name, state});
   return it == states_.end() ? nullptr : &it->second;
 }
 
-std::optional<LoomCheckpoint::RankTensor> LoomCheckpoint::rankTensor(int rank, const std::string& name) const {
-  auto k = fileIndex_.find(checkpoint::rankFileName(rank));
+std::optional<ResumableCheckpoint::RankTensor> LoomCheckpoint::rankTensor(int rank, const std::string& name) const {
+  auto k = fileIndex_.find(checkpoint::rankFileName(rank % layout_.plan.mesh.world));
   if (k == fileIndex_.end()) return std::nullopt;
   const checkpoint::StoredTensor* stored = files_[k->second]->find(name);
   if (!stored) return std::nullopt;
   return RankTensor{.range = {.file = k->second, .offset = stored->offset, .bytes = stored->entry.bytes()},
-                    .entry = stored->entry};
+                    .dtype = stored->entry.dtype,
+                    .shape = stored->entry.shape};
 }
 
 }  // namespace loom::convert

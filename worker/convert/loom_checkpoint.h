@@ -27,7 +27,7 @@ namespace loom::convert {
 //
 // Errors name the file and tensor: a state tensor missing, of another dtype or size than the
 // layout says, or a parameter whose pieces leave elements uncovered.
-class LoomCheckpoint : public CheckpointSource {
+class LoomCheckpoint : public ResumableCheckpoint {
  public:
   // `dir`: a checkpoint directory (train.checkpoint_dir, whose `latest` names the tag) or a tag.
   static StatusOr<std::unique_ptr<LoomCheckpoint>> open(const std::string& dir);
@@ -37,28 +37,19 @@ class LoomCheckpoint : public CheckpointSource {
   const std::vector<SourceTensor>& tensors() const override { return tensors_; }
   Status read(const SourceRange& range, const std::string& name, void* out) const override;
 
-  const std::string& tagDir() const { return tagDir_; }
-  const std::string& tag() const { return tag_; }
-  const nlohmann::json& trainerState() const { return trainer_; }
-  const std::string& modelConfigText() const { return configText_; }
-  const planner::ModelConfig& model() const { return model_; }
-  const LayoutPlan& layout() const { return layout_; }
-  const std::vector<std::string>& frozen() const { return frozen_; }
-  // The model's files, relative to the tag directory (model.safetensors, or its shards and index).
-  const std::vector<std::string>& modelFiles() const { return modelFiles_; }
+  const std::vector<SourceRange>* state(const std::string& name, const std::string& state) const override;
+  int64_t optimizerSteps() const override { return steps_; }
+  const nlohmann::json& trainerState() const override { return trainer_; }
+  const std::string& tag() const override { return tag_; }
+  const std::string& modelConfigText() const override { return configText_; }
+  const planner::ModelConfig& model() const override { return model_; }
+  const std::vector<std::string>& frozen() const override { return frozen_; }
+  const std::string& tagDir() const override { return tagDir_; }
+  // model.safetensors, or its shards and index.
+  const std::vector<std::string>& modelFiles() const override { return modelFiles_; }
+  std::optional<RankTensor> rankTensor(int rank, const std::string& name) const override;
 
-  // Parameter `parameter`'s fp32 state `state` ("master" or an optimizer state name), whole, in
-  // row-major order; null when the checkpoint has none (the parameter does not train).
-  const std::vector<SourceRange>* state(int parameter, const std::string& state) const;
-  // The optimizer's step count (the "step" the state files keep), as stored: int64 [1].
-  const SourceRange& step() const { return step_; }
-  // A tensor of world rank `rank`'s own file (its "rng"): where it lies and what it is; nullopt
-  // when absent.
-  struct RankTensor {
-    SourceRange range;
-    checkpoint::SafetensorsEntry entry;
-  };
-  std::optional<RankTensor> rankTensor(int rank, const std::string& name) const;
+  const LayoutPlan& layout() const { return layout_; }
 
  private:
   LoomCheckpoint() = default;
@@ -73,8 +64,8 @@ class LoomCheckpoint : public CheckpointSource {
   std::vector<std::string> frozen_, modelFiles_;
   std::vector<std::unique_ptr<checkpoint::SafetensorsFile>> files_;
   std::map<std::string, int> fileIndex_;
-  std::map<std::pair<int, std::string>, std::vector<SourceRange>> states_;
-  SourceRange step_;
+  std::map<std::pair<std::string, std::string>, std::vector<SourceRange>> states_;  // (parameter, state)
+  int64_t steps_ = 0;
   std::vector<SourceTensor> tensors_;
 };
 

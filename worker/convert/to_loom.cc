@@ -11,6 +11,7 @@
 #include "worker/checkpoint/manifest.h"
 #include "worker/checkpoint/safetensors_writer.h"
 #include "worker/checkpoint/shard_layout.h"
+#include "worker/convert/to_hf.h"
 
 namespace loom::worker {
 
@@ -57,7 +58,7 @@ class ChunkBuffer {
 
 // Elements [whole, whole + length) of one parameter's state from the source's ranges (`starts`:
 // each range's first element) into `buffer`, range by range.
-Status copyWhole(const convert::LoomCheckpoint& source, const std::vector<convert::SourceRange>& ranges,
+Status copyWhole(const convert::ResumableCheckpoint& source, const std::vector<convert::SourceRange>& ranges,
                  const std::vector<int64_t>& starts, int64_t whole, int64_t length, const std::string& name,
                  ChunkBuffer& buffer) {
   size_t r = std::upper_bound(starts.begin(), starts.end(), whole) - starts.begin() - 1;
@@ -105,17 +106,27 @@ int64_t fileSize(const std::string& path) {
 
 }  // namespace
 
-LoomWriter::LoomWriter(const convert::LoomCheckpoint& source, convert::LayoutPlan target)
+LoomWriter::LoomWriter(const convert::ResumableCheckpoint& source, convert::LayoutPlan target)
     : source_(source), target_(std::move(target)) {}
 
 Status LoomWriter::prepare() {
   ASSIGN_OR_RETURN(layout_, checkpoint::stateLayout(target_.plan, target_.deepspeed));
-  const auto& from = source_.layout().plan.parameters;
-  const auto& to = target_.plan.parameters;
-  if (from.size() != to.size()) return internalError("the two layouts list {} and {} parameters", from.size(), to.size());
-  for (size_t i = 0; i < to.size(); ++i) {
-    if (from[i].name != to[i].name || from[i].shape != to[i].shape)
-      return internalError("the two layouts disagree on parameter {}: {} and {}", i, from[i].name, to[i].name);
+  // Every piece of state the target keeps must be in the source.
+  for (const auto& f : layout_.files) {
+    for (const auto& t : f.tensors) {
+      for (const auto& piece : t.pieces) {
+        const std::string& name = target_.plan.parameters[piece.parameter].name;
+        if (!source_.state(name, t.state))
+          return invalidArgument("{}: has no {} of parameter {}, which the layout's optimizer ({}) keeps",
+                                 source_.tagDir(), t.state, name,
+                                 planner::optimizerTypeName(target_.deepspeed.optimizer.type));
+      }
+    }
+  }
+  if (source_.modelFiles().empty()) {
+    int64_t bytes = 0;
+    for (const auto& t : source_.tensors()) bytes += t.bytes();
+    outputs_.push_back({.name = "model.safetensors", .bytes = bytes, .model = true});
   }
   for (const std::string& name : source_.modelFiles())
     outputs_.push_back({.name = name, .bytes = fileSize(source_.tagDir() + "/" + name)});
@@ -179,6 +190,14 @@ Status LoomWriter::writeOutput(const std::string& tagDir, const Output& out, Con
     RETURN_IF_ERROR(files::writeFileAtomic(path, trainerStateText()));
   } else if (out.state || out.rank >= 0 || out.name == "optimizer.safetensors") {
     return writeStateFile(path, out, progress);
+  } else if (out.model) {
+    // The weights in the model's dtype, as the trainer keeps them (its masters rounded to bf16).
+    planner::ConvertSpec spec;
+    spec.dtype = target_.deepspeed.precision == planner::Precision::kBf16 ? "bf16" : "fp32";
+    HfWriter model(source_, spec);
+    RETURN_IF_ERROR(model.check());
+    RETURN_IF_ERROR(model.writeShare(tagDir, 0, 1, progress));
+    return model.complete(tagDir);
   } else {
     RETURN_IF_ERROR(copyFileDurably(source_.tagDir() + "/" + out.name, path));
   }
@@ -193,27 +212,29 @@ Status LoomWriter::writeStateFile(const std::string& path, const Output& out, Co
   const auto& tensors = out.state ? out.state->tensors : none;
   for (const auto& t : tensors) entries.push_back({t.name, "F32", t.shape});
   if (out.state) entries.push_back({"step", "I64", {1}});
-  std::optional<convert::LoomCheckpoint::RankTensor> rng;
-  if (out.rank >= 0) rng = source_.rankTensor(out.rank % source_.layout().plan.mesh.world, "rng");
-  if (rng) entries.push_back(rng->entry);
+  std::optional<convert::ResumableCheckpoint::RankTensor> rng;
+  if (out.rank >= 0) rng = source_.rankTensor(out.rank, "rng");
+  if (rng) entries.push_back({"rng", rng->dtype, rng->shape});
   std::vector<size_t> order(entries.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   // Each source state's ranges with their first elements, found once per file.
   std::map<std::pair<int, std::string>, std::vector<int64_t>> starts;
   const checkpoint::BytesProducer produce = [&](size_t i, const checkpoint::ByteSink& sink) -> Status {
+    if (out.state && i == tensors.size()) {
+      const int64_t steps = source_.optimizerSteps();
+      return sink(&steps, sizeof(steps));
+    }
     if (i >= tensors.size()) {
-      const bool step = out.state && i == tensors.size();
-      const convert::SourceRange& range = step ? source_.step() : rng->range;
-      std::vector<char> bytes(static_cast<size_t>(range.bytes));
-      RETURN_IF_ERROR(source_.read(range, step ? "step" : "rng", bytes.data()));
+      std::vector<char> bytes(static_cast<size_t>(rng->range.bytes));
+      RETURN_IF_ERROR(source_.read(rng->range, "rng", bytes.data()));
       return sink(bytes.data(), bytes.size());
     }
     const checkpoint::StateTensor& t = tensors[i];
     ChunkBuffer buffer(sink);
     int64_t cursor = 0;
     for (const checkpoint::StatePiece& piece : t.pieces) {
-      const std::vector<convert::SourceRange>* ranges = source_.state(piece.parameter, t.state);
       const std::string& name = plan.parameters[piece.parameter].name;
+      const std::vector<convert::SourceRange>* ranges = source_.state(name, t.state);
       if (!ranges) return invalidArgument("convert.from: {} has no {} for parameter {}", source_.tagDir(), t.state, name);
       auto [it, added] = starts.try_emplace({piece.parameter, t.state});
       if (added) {

@@ -7,14 +7,16 @@
 #include "worker/checkpoint/state_layout.h"
 #include "worker/convert/convert_progress.h"
 #include "worker/convert/layout_plan.h"
-#include "worker/convert/loom_checkpoint.h"
+#include "worker/convert/checkpoint_source.h"
 
 namespace loom::worker {
 
-// A Loom checkpoint of `source` for another layout `target` (convert.layout), resumable as if it
-// had been written there: <dir>/<tag>/ with the model's files and config as they are (they do not
-// depend on the layout), trainer_state.json saying the new layout, and every rank's optimizer
-// state in the target's state layout (checkpoint/state_layout.h), then `latest`.
+// A Loom checkpoint of `source` (a Loom checkpoint of another layout, or a DeepSpeed one) for the
+// layout `target` (convert.layout), resumable as if it had been written there: <dir>/<tag>/ with
+// the model's files as they are when the source is Loom's (they do not depend on the layout), or
+// written from its tensors in the model's dtype; config.json; trainer_state.json saying the new
+// layout; every rank's optimizer state in the target's state layout (checkpoint/state_layout.h);
+// then `latest`.
 //
 // Each piece of state is copied once, from where the source keeps those elements to where the
 // target does: the two layouts map their pieces to the whole parameter, so a target piece is read
@@ -24,7 +26,7 @@ namespace loom::worker {
 // (file i by rank i % ranks).
 class LoomWriter {
  public:
-  LoomWriter(const convert::LoomCheckpoint& source, convert::LayoutPlan target);
+  LoomWriter(const convert::ResumableCheckpoint& source, convert::LayoutPlan target);
   // The target's state layout, checked: InvalidArgument naming what the two layouts disagree on.
   Status prepare();
   int64_t totalBytes() const;
@@ -41,12 +43,13 @@ class LoomWriter {
     int64_t bytes = 0;
     const checkpoint::StateFile* state = nullptr;  // a state file of the target layout
     int rank = -1;                                 // a rank file's world rank
+    bool model = false;                            // the model, written from the source's tensors
   };
   Status writeOutput(const std::string& tagDir, const Output& out, ConvertProgress& progress);
   Status writeStateFile(const std::string& path, const Output& out, ConvertProgress& progress);
   std::string trainerStateText() const;
 
-  const convert::LoomCheckpoint& source_;
+  const convert::ResumableCheckpoint& source_;
   convert::LayoutPlan target_;
   checkpoint::StateLayout layout_;
   std::vector<Output> outputs_;
