@@ -1,5 +1,8 @@
 """Checkpoint conversion: Loom's convert job against DeepSpeed 0.19.8's zero_to_fp32.py on the same
-ZeRO-3 checkpoint, in one run: wall time, throughput and peak RSS.
+ZeRO-3 checkpoint, in one run: wall time, throughput and peak RSS; then the same checkpoint made
+resumable on another layout, DeepSpeed's way (ds_to_universal.py, its universal checkpoint) and
+Loom's (a convert job to loom, 4 ranks at ZeRO stage 1), and that Loom checkpoint resharded again
+(to 2 ranks at stage 3).
 
   python3 bench/convert/run.py --bin build/bin [--layers 48] [--hidden 640] [--work DIR]
 
@@ -10,7 +13,8 @@ and Loom's convert job (`loomctl run`, dtype fp32) each write the consolidated f
 their tensors are compared bit for bit. zero_to_fp32's peak RSS is its process's ru_maxrss; Loom's
 is the convert rank's VmHWM (its log's last line), its time the conversion's own (the log) and
 `loomctl run`'s whole (a control plane started and stopped around it). The checkpoint was just
-written, so it is read from the page cache by both.
+written, so it is read from the page cache by both. ds_to_universal runs with its default worker
+processes (4 extracting, 2 merging); its peak RSS is the largest of its own and its children's.
 """
 import argparse
 import glob
@@ -33,6 +37,16 @@ import transformers  # noqa: E402
 
 from make_tiny_model import make_config  # noqa: E402
 from token_file import write_token_file  # noqa: E402
+
+DS_TO_UNIVERSAL = """
+import resource, sys, time
+from deepspeed.checkpoint import ds_to_universal
+sys.argv = ["ds_to_universal", "--input_folder", sys.argv[1], "--output_folder", sys.argv[2]]
+start = time.time()
+ds_to_universal.main(ds_to_universal.parse_arguments())
+rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+print(time.time() - start, rss * 1024)
+"""
 
 ZERO_TO_FP32 = """
 import resource, sys, time
@@ -68,6 +82,27 @@ def checkpoint(work, layers, hidden):
     return out, parameters
 
 
+def loom_convert(bin_dir, work, name, convert):
+    """Runs a convert job: (its own seconds, its peak RSS, `loomctl run`'s whole seconds, its largest tensor)."""
+    spec = {"name": name, "kind": "convert", "resources": {"ranks": 1}, "convert": convert}
+    spec_path = os.path.join(work, name + ".json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    state = os.path.join(work, name + "-state")
+    started = time.time()
+    subprocess.run([os.path.join(os.path.abspath(bin_dir), "loomctl"), "run", spec_path, "--state-dir", state],
+                   check=True, capture_output=True)
+    whole = time.time() - started
+    log = open(glob.glob(os.path.join(state, "jobs", "*", "attempt-1", "rank-0.log"))[0]).read()
+    m = re.search(r"written in ([\d.]+) s .*peak RSS ([\d.]+) (\w+), the largest tensor ([\d.]+) (\w+)", log)
+    units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    return float(m.group(1)), float(m.group(2)) * units[m.group(3)], whole, float(m.group(4)) * units[m.group(5)]
+
+
+def tree_bytes(path):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, names in os.walk(path) for f in names)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin", required=True)
@@ -85,20 +120,8 @@ def main():
     their_seconds, their_rss = map(float, r.stdout.split()[-2:])
 
     ours = os.path.join(work, "loom")
-    spec = {"name": "convert-bench", "kind": "convert", "resources": {"ranks": 1},
-            "convert": {"from": source, "to": "hf", "output": ours, "dtype": "fp32"}}
-    spec_path = os.path.join(work, "convert.json")
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
-    started = time.time()
-    subprocess.run([os.path.join(os.path.abspath(a.bin), "loomctl"), "run", spec_path, "--state-dir",
-                    os.path.join(work, "state")], check=True, capture_output=True)
-    whole = time.time() - started
-    log = open(glob.glob(os.path.join(work, "state", "jobs", "*", "attempt-1", "rank-0.log"))[0]).read()
-    m = re.search(r"written in ([\d.]+) s .*peak RSS ([\d.]+) (\w+), the largest tensor ([\d.]+) (\w+)", log)
-    units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-    our_seconds, our_rss = float(m.group(1)), float(m.group(2)) * units[m.group(3)]
-    largest = float(m.group(4)) * units[m.group(5)]
+    our_seconds, our_rss, whole, largest = loom_convert(a.bin, work, "convert-bench",
+                                                        {"from": source, "to": "hf", "output": ours, "dtype": "fp32"})
 
     from safetensors.torch import load_file
     mine, reference = {}, {}
@@ -120,6 +143,29 @@ def main():
     print(f"| Loom convert job | {our_seconds:.2f} | {output / 1e9 / our_seconds:.2f} | {our_rss / mib:.0f} MiB | "
           f"{our_rss / bound:.2f}x |")
     print(f"| Loom, `loomctl run` end to end | {whole:.2f} | {output / 1e9 / whole:.2f} | | |")
+
+    # Resumable on another layout: DeepSpeed's universal checkpoint, Loom's checkpoint for 4 ranks.
+    tag = open(os.path.join(source, "latest")).read().strip()
+    universal = os.path.join(work, "universal", tag + "_universal")
+    r = subprocess.run([sys.executable, "-c", DS_TO_UNIVERSAL, os.path.join(source, tag), universal], check=True,
+                       capture_output=True, text=True)
+    universal_seconds, universal_rss = map(float, r.stdout.split()[-2:])
+    loom4 = os.path.join(work, "loom-4ranks")
+    to4 = loom_convert(a.bin, work, "to-loom-4ranks", {"from": source, "to": "loom", "output": loom4,
+                                                          "config": os.path.join(work, "model", "config.json"),
+                                                          "layout": {"ranks": 4, "zero_stage": 1}})
+    loom2 = os.path.join(work, "loom-2ranks")
+    to2 = loom_convert(a.bin, work, "to-loom-2ranks", {"from": loom4, "to": "loom", "output": loom2,
+                                                          "layout": {"ranks": 2, "zero_stage": 3}})
+    print()
+    print("| to another layout | seconds | written | peak RSS |")
+    print("|---|---|---|---|")
+    print(f"| ds_to_universal (DeepSpeed 0.19.8), its universal checkpoint | {universal_seconds:.2f} | "
+          f"{tree_bytes(universal) / 1e9:.2f} GB | {universal_rss / mib:.0f} MiB |")
+    print(f"| Loom, DeepSpeed ZeRO-3 x 2 to a Loom checkpoint for ZeRO-1 x 4 | {to4[0]:.2f} | "
+          f"{tree_bytes(loom4) / 1e9:.2f} GB | {to4[1] / mib:.0f} MiB |")
+    print(f"| Loom, that checkpoint resharded to ZeRO-3 x 2 | {to2[0]:.2f} | {tree_bytes(loom2) / 1e9:.2f} GB | "
+          f"{to2[1] / mib:.0f} MiB |")
 
 
 if __name__ == "__main__":

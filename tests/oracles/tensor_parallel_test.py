@@ -116,8 +116,8 @@ def resume(bin_dir, work, data, model_dir, reference_weights):
     check(diff <= 1e-5, f"{name}: final weights vs the uninterrupted 1-rank job, max |difference| = {diff:.2e}")
     other = train_spec(name, model_dir, data, 4, 4, zero, checkpoints, steps=STEPS + 2)
     refused = loom_run(bin_dir, other, work, name + "-tp4", expect_failure=True)
-    check("written at tensor parallel 2 x data parallel 2" in refused and "tensor parallel 4 x data parallel 1" in refused,
-          f"{name}: resuming at tp4 is refused, naming both layouts")
+    check("tensor parallel 2 x 2 data-parallel ranks" in refused and "tensor parallel 4 x 1:" in refused and
+          '"autotp_size":4' in refused, f"{name}: resuming at tp4 is refused, naming both layouts and the convert job")
 
 
 def evaluation(bin_dir, work, data, tokens):

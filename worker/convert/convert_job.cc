@@ -67,6 +67,7 @@ Status runConvertJob(const RankContext& ctx, const planner::JobSpec& spec, Repor
     loom = std::make_unique<LoomWriter>(*resumable, std::move(target));
     RETURN_IF_ERROR(loom->prepare().withContext("convert.layout"));
     totalBytes = loom->totalBytes();
+    largest = loom->largestTensorBytes();
     share = loom->shareBytes(ctx.rank, ctx.worldSize);
     files = loom->fileCount();
   } else {

@@ -16,6 +16,8 @@
 
 namespace loom::convert {
 
+struct DeepSpeedOpening;
+
 // A DeepSpeed 0.19.8 ZeRO stage 1, 2 or 3 checkpoint, consolidated as its zero_to_fp32.py does,
 // without holding any of it: the fp32 master of every trainable parameter from the ranks' flat
 // partitions (stages 1 and 2: each parameter group's partitions end to end, walked in
@@ -60,6 +62,7 @@ class DeepSpeedCheckpoint : public CheckpointSource {
   Status read(const SourceRange& range, const std::string& name, void* out) const override;
 
  private:
+  friend struct DeepSpeedOpening;  // open()'s parts (deepspeed_checkpoint.cc)
   DeepSpeedCheckpoint() = default;
 
   std::string tagDir_, version_;

@@ -123,9 +123,14 @@ Status LoomWriter::prepare() {
       }
     }
   }
+  for (const auto& f : layout_.files)
+    for (const auto& t : f.tensors) largest_ = std::max(largest_, t.numel() * kF32);
   if (source_.modelFiles().empty()) {
     int64_t bytes = 0;
-    for (const auto& t : source_.tensors()) bytes += t.bytes();
+    for (const auto& t : source_.tensors()) {
+      bytes += t.bytes();
+      largest_ = std::max(largest_, t.bytes());
+    }
     outputs_.push_back({.name = "model.safetensors", .bytes = bytes, .model = true});
   }
   for (const std::string& name : source_.modelFiles())

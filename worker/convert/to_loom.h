@@ -32,6 +32,9 @@ class LoomWriter {
   int64_t totalBytes() const;
   int64_t shareBytes(int rank, int ranks) const;
   size_t fileCount() const { return outputs_.size() + 1; }
+  // The largest state tensor (or model tensor, when the model is written here): what a copy
+  // through chunks never holds whole.
+  int64_t largestTensorBytes() const { return largest_; }
 
   Status writeShare(const std::string& dir, int rank, int ranks, ConvertProgress& progress);
   // Rank 0, once every file is there: the manifest and `latest`.
@@ -53,6 +56,7 @@ class LoomWriter {
   convert::LayoutPlan target_;
   checkpoint::StateLayout layout_;
   std::vector<Output> outputs_;
+  int64_t largest_ = 0;
 };
 
 }  // namespace loom::worker
