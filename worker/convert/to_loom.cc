@@ -23,10 +23,11 @@ namespace {
 constexpr int64_t kChunkBytes = int64_t(16) << 20;
 constexpr int64_t kF32 = 4;
 
-// Bytes gathered from many small reads and handed to the sink a chunk at a time.
+// Bytes gathered from many small reads and handed to the sink a chunk at a time, in `data` (of
+// kChunkBytes, allocated once for all the tensors of a file: most are far smaller).
 class ChunkBuffer {
  public:
-  explicit ChunkBuffer(const checkpoint::ByteSink& sink) : sink_(sink), data_(kChunkBytes) {}
+  ChunkBuffer(std::vector<char>& data, const checkpoint::ByteSink& sink) : sink_(sink), data_(data) {}
   // Room for at least one element; the caller writes up to room() bytes at free() and commits.
   StatusOr<char*> free() {
     if (used_ == static_cast<int64_t>(data_.size())) RETURN_IF_ERROR(flush());
@@ -52,7 +53,7 @@ class ChunkBuffer {
 
  private:
   const checkpoint::ByteSink& sink_;
-  std::vector<char> data_;
+  std::vector<char>& data_;
   int64_t used_ = 0;
 };
 
@@ -224,6 +225,7 @@ Status LoomWriter::writeStateFile(const std::string& path, const Output& out, Co
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   // Each source state's ranges with their first elements, found once per file.
   std::map<std::pair<int, std::string>, std::vector<int64_t>> starts;
+  std::vector<char> chunk(kChunkBytes);
   const checkpoint::BytesProducer produce = [&](size_t i, const checkpoint::ByteSink& sink) -> Status {
     if (out.state && i == tensors.size()) {
       const int64_t steps = source_.optimizerSteps();
@@ -235,7 +237,7 @@ Status LoomWriter::writeStateFile(const std::string& path, const Output& out, Co
       return sink(bytes.data(), bytes.size());
     }
     const checkpoint::StateTensor& t = tensors[i];
-    ChunkBuffer buffer(sink);
+    ChunkBuffer buffer(chunk, sink);
     int64_t cursor = 0;
     for (const checkpoint::StatePiece& piece : t.pieces) {
       const std::string& name = plan.parameters[piece.parameter].name;

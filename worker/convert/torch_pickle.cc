@@ -83,6 +83,12 @@ class Reader {
   Reader(const std::string& bytes, const std::string& source) : in_(bytes), source_(source) {}
 
   StatusOr<PickleRef> run();
+  // The opcodes by kind: each says whether `op` is one of its own (and runs it), run() asks each.
+  StatusOr<bool> stackOpcode(unsigned char op);
+  StatusOr<bool> valueOpcode(unsigned char op);
+  StatusOr<bool> containerOpcode(unsigned char op);
+  StatusOr<bool> objectOpcode(unsigned char op);
+  StatusOr<bool> memoOpcode(unsigned char op);
   ~Reader() {
     // Values may point at each other in cycles a hostile pickle builds: break every link of the
     // values the result does not hold (all of them, when there is no result).
@@ -371,238 +377,282 @@ Status Reader::checkAcyclic(const PickleRef& root) {
   return Status::ok();
 }
 
+// PROTO, FRAME, MARK, POP, POP_MARK, DUP: the stream's framing and the stack itself.
+StatusOr<bool> Reader::stackOpcode(unsigned char op) {
+  switch (op) {
+    case 0x80:  // PROTO
+      RETURN_IF_ERROR(need(1));
+      if (const uint64_t p = le(1); p < 2 || p > 5) return error("pickle protocol {} (2 to 5 are read)", p);
+      return true;
+    case 0x95:  // FRAME
+      RETURN_IF_ERROR(need(8));
+      le(8);
+      return true;
+    case '(':  // MARK
+      if (marks_.size() >= kMaxMarks) return error("more than {} nested marks", kMaxMarks);
+      marks_.push_back(stack_.size());
+      return true;
+    case '0': {  // POP
+      ASSIGN_OR_RETURN(PickleRef ignored, pop());
+      return true;
+    }
+    case '1': {  // POP_MARK
+      ASSIGN_OR_RETURN(auto ignored, popMark());
+      return true;
+    }
+    case '2': {  // DUP
+      ASSIGN_OR_RETURN(PickleRef * t, top());
+      stack_.push_back(*t);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+// None, booleans, integers, floats, strings and bytes.
+StatusOr<bool> Reader::valueOpcode(unsigned char op) {
+  switch (op) {
+    case 'N':
+      stack_.push_back(value(Kind::kNone));
+      return true;
+    case 0x88:
+    case 0x89: {  // NEWTRUE, NEWFALSE
+      auto v = value(Kind::kBool);
+      v->boolean = op == 0x88;
+      stack_.push_back(v);
+      return true;
+    }
+    case 'J':
+    case 'K':
+    case 'M': {  // BININT, BININT1, BININT2
+      const int n = op == 'J' ? 4 : op == 'K' ? 1 : 2;
+      RETURN_IF_ERROR(need(n));
+      auto v = value(Kind::kInt);
+      const uint64_t raw = le(n);
+      v->integer = op == 'J' ? static_cast<int32_t>(raw) : static_cast<int64_t>(raw);
+      stack_.push_back(v);
+      return true;
+    }
+    case 0x8a:
+    case 0x8b: {  // LONG1, LONG4
+      const int width = op == 0x8a ? 1 : 4;
+      RETURN_IF_ERROR(need(width));
+      const uint64_t n = le(width);
+      if (n > 8) return error("an integer of {} bytes (at most 8 are read)", n);
+      RETURN_IF_ERROR(need(n));
+      uint64_t raw = le(static_cast<int>(n));
+      if (n > 0 && n < 8 && (raw >> (8 * n - 1)) & 1) raw |= ~uint64_t(0) << (8 * n);  // sign
+      auto v = value(Kind::kInt);
+      v->integer = static_cast<int64_t>(raw);
+      stack_.push_back(v);
+      return true;
+    }
+    case 'G': {  // BINFLOAT, big-endian
+      RETURN_IF_ERROR(need(8));
+      uint64_t raw = 0;
+      for (int i = 0; i < 8; ++i) raw = (raw << 8) | static_cast<unsigned char>(in_[pos_ + i]);
+      pos_ += 8;
+      auto v = value(Kind::kFloat);
+      std::memcpy(&v->real, &raw, 8);
+      stack_.push_back(v);
+      return true;
+    }
+    case 'X':
+    case 0x8c:
+    case 0x8d:
+    case 'T':
+    case 'U':
+    case 'B':
+    case 'C':
+    case 0x8e: {  // BINUNICODE(8), SHORT_BINUNICODE, BINSTRING, SHORT_BINSTRING, BINBYTES(8), SHORT_BINBYTES
+      const int width = (op == 0x8c || op == 'U' || op == 'C') ? 1 : (op == 0x8d || op == 0x8e) ? 8 : 4;
+      RETURN_IF_ERROR(need(width));
+      const uint64_t n = le(width);
+      if (n > in_.size() - pos_) return error("truncated: a string of {} bytes, {} left", n, in_.size() - pos_);
+      auto v = value(op == 'B' || op == 'C' || op == 0x8e ? Kind::kBytes : Kind::kString);
+      ASSIGN_OR_RETURN(v->text, bytes(static_cast<size_t>(n)));
+      stack_.push_back(v);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+// Empty and marked tuples, lists and dicts, and what is appended or set into them.
+StatusOr<bool> Reader::containerOpcode(unsigned char op) {
+  switch (op) {
+    case ')':
+      stack_.push_back(value(Kind::kTuple));
+      return true;
+    case ']':
+      stack_.push_back(value(Kind::kList));
+      return true;
+    case '}':
+      stack_.push_back(value(Kind::kDict));
+      return true;
+    case 0x8f:  // EMPTY_SET: read as a list
+      stack_.push_back(value(Kind::kList));
+      return true;
+    case 't':
+    case 'l':
+    case 0x91: {  // TUPLE, LIST, FROZENSET
+      ASSIGN_OR_RETURN(auto items, popMark());
+      auto v = value(op == 't' ? Kind::kTuple : Kind::kList);
+      v->items = std::move(items);
+      stack_.push_back(v);
+      return true;
+    }
+    case 'd': {  // DICT
+      ASSIGN_OR_RETURN(auto items, popMark());
+      auto v = value(Kind::kDict);
+      RETURN_IF_ERROR(setItems(*v, std::move(items)));
+      stack_.push_back(v);
+      return true;
+    }
+    case 0x85:
+    case 0x86:
+    case 0x87: {  // TUPLE1, TUPLE2, TUPLE3
+      const size_t n = op - 0x84;
+      auto v = value(Kind::kTuple);
+      for (size_t i = 0; i < n; ++i) {
+        ASSIGN_OR_RETURN(PickleRef item, pop());
+        v->items.insert(v->items.begin(), std::move(item));
+      }
+      stack_.push_back(v);
+      return true;
+    }
+    case 'a': {  // APPEND
+      ASSIGN_OR_RETURN(PickleRef item, pop());
+      ASSIGN_OR_RETURN(PickleRef * list, top());
+      if ((*list)->kind != Kind::kList) return error("APPEND to a {}", (*list)->kindName());
+      (*list)->items.push_back(std::move(item));
+      return true;
+    }
+    case 'e':
+    case 0x90: {  // APPENDS, ADDITEMS
+      ASSIGN_OR_RETURN(auto items, popMark());
+      ASSIGN_OR_RETURN(PickleRef * list, top());
+      if ((*list)->kind != Kind::kList) return error("APPENDS to a {}", (*list)->kindName());
+      for (auto& item : items) (*list)->items.push_back(std::move(item));
+      return true;
+    }
+    case 's': {  // SETITEM
+      ASSIGN_OR_RETURN(PickleRef v, pop());
+      ASSIGN_OR_RETURN(PickleRef k, pop());
+      ASSIGN_OR_RETURN(PickleRef * dict, top());
+      RETURN_IF_ERROR(setItems(**dict, {std::move(k), std::move(v)}));
+      return true;
+    }
+    case 'u': {  // SETITEMS
+      ASSIGN_OR_RETURN(auto items, popMark());
+      ASSIGN_OR_RETURN(PickleRef * dict, top());
+      RETURN_IF_ERROR(setItems(**dict, std::move(items)));
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+// Globals (the allowed ones only), REDUCE, NEWOBJ, BUILD and persistent ids: what becomes a
+// tensor, a storage or a record.
+StatusOr<bool> Reader::objectOpcode(unsigned char op) {
+  switch (op) {
+    case 'c': {  // GLOBAL
+      ASSIGN_OR_RETURN(std::string module, line());
+      ASSIGN_OR_RETURN(std::string name, line());
+      RETURN_IF_ERROR(pushGlobal(module, name));
+      return true;
+    }
+    case 0x93: {  // STACK_GLOBAL
+      ASSIGN_OR_RETURN(PickleRef name, pop());
+      ASSIGN_OR_RETURN(PickleRef module, pop());
+      if (!name->isString() || !module->isString()) return error("STACK_GLOBAL of values that are not strings");
+      RETURN_IF_ERROR(pushGlobal(module->text, name->text));
+      return true;
+    }
+    case 'R': {  // REDUCE
+      ASSIGN_OR_RETURN(PickleRef args, pop());
+      ASSIGN_OR_RETURN(PickleRef callable, pop());
+      RETURN_IF_ERROR(reduce(callable, args));
+      return true;
+    }
+    case 0x81: {  // NEWOBJ: cls.__new__(cls, *args)
+      ASSIGN_OR_RETURN(PickleRef args, pop());
+      ASSIGN_OR_RETURN(PickleRef cls, pop());
+      if (!isGlobal(*cls) || !listed(kRecords, globalName(*cls)))
+        return error("NEWOBJ of {}: only DeepSpeed's checkpoint records are made",
+                     isGlobal(*cls) ? globalName(*cls) : cls->kindName());
+      RETURN_IF_ERROR(reduce(cls, args));
+      return true;
+    }
+    case 'b': {  // BUILD
+      ASSIGN_OR_RETURN(PickleRef state, pop());
+      ASSIGN_OR_RETURN(PickleRef * target, top());
+      RETURN_IF_ERROR(build(*target, state));
+      return true;
+    }
+    case 'Q': {  // BINPERSID
+      ASSIGN_OR_RETURN(PickleRef id, pop());
+      ASSIGN_OR_RETURN(PickleRef storage, persistent(id));
+      stack_.push_back(storage);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+// The memo: PUT and GET.
+StatusOr<bool> Reader::memoOpcode(unsigned char op) {
+  switch (op) {
+    case 'q':
+    case 'r':
+    case 0x94: {  // BINPUT, LONG_BINPUT, MEMOIZE
+      uint64_t index = memo_.size();
+      if (op != 0x94) {
+        RETURN_IF_ERROR(need(op == 'q' ? 1 : 4));
+        index = le(op == 'q' ? 1 : 4);
+      }
+      ASSIGN_OR_RETURN(PickleRef * t, top());
+      if (memo_.size() >= kMaxMemo && !memo_.count(index)) return error("more than {} memo entries", kMaxMemo);
+      memo_[index] = *t;
+      return true;
+    }
+    case 'h':
+    case 'j': {  // BINGET, LONG_BINGET
+      RETURN_IF_ERROR(need(op == 'h' ? 1 : 4));
+      const uint64_t index = le(op == 'h' ? 1 : 4);
+      auto it = memo_.find(index);
+      if (it == memo_.end()) return error("memo entry {} was never stored", index);
+      stack_.push_back(it->second);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
 StatusOr<PickleRef> Reader::run() {
   while (true) {
     opcodeAt_ = pos_;
     RETURN_IF_ERROR(need(1));
     const auto op = static_cast<unsigned char>(in_[pos_++]);
-    switch (op) {
-      case 0x80:  // PROTO
-        RETURN_IF_ERROR(need(1));
-        if (const uint64_t p = le(1); p < 2 || p > 5) return error("pickle protocol {} (2 to 5 are read)", p);
-        break;
-      case 0x95:  // FRAME
-        RETURN_IF_ERROR(need(8));
-        le(8);
-        break;
-      case '.': {  // STOP
-        ASSIGN_OR_RETURN(PickleRef result, pop());
-        if (!stack_.empty() || !marks_.empty()) return error("STOP with {} values left on the stack", stack_.size());
-        RETURN_IF_ERROR(checkAcyclic(result));
-        return result;
-      }
-      case '(':  // MARK
-        if (marks_.size() >= kMaxMarks) return error("more than {} nested marks", kMaxMarks);
-        marks_.push_back(stack_.size());
-        break;
-      case '0': {  // POP
-        ASSIGN_OR_RETURN(PickleRef ignored, pop());
-        break;
-      }
-      case '1': {  // POP_MARK
-        ASSIGN_OR_RETURN(auto ignored, popMark());
-        break;
-      }
-      case '2': {  // DUP
-        ASSIGN_OR_RETURN(PickleRef * t, top());
-        stack_.push_back(*t);
-        break;
-      }
-      case 'N':
-        stack_.push_back(value(Kind::kNone));
-        break;
-      case 0x88:
-      case 0x89: {  // NEWTRUE, NEWFALSE
-        auto v = value(Kind::kBool);
-        v->boolean = op == 0x88;
-        stack_.push_back(v);
-        break;
-      }
-      case 'J':
-      case 'K':
-      case 'M': {  // BININT, BININT1, BININT2
-        const int n = op == 'J' ? 4 : op == 'K' ? 1 : 2;
-        RETURN_IF_ERROR(need(n));
-        auto v = value(Kind::kInt);
-        const uint64_t raw = le(n);
-        v->integer = op == 'J' ? static_cast<int32_t>(raw) : static_cast<int64_t>(raw);
-        stack_.push_back(v);
-        break;
-      }
-      case 0x8a:
-      case 0x8b: {  // LONG1, LONG4
-        const int width = op == 0x8a ? 1 : 4;
-        RETURN_IF_ERROR(need(width));
-        const uint64_t n = le(width);
-        if (n > 8) return error("an integer of {} bytes (at most 8 are read)", n);
-        RETURN_IF_ERROR(need(n));
-        uint64_t raw = le(static_cast<int>(n));
-        if (n > 0 && n < 8 && (raw >> (8 * n - 1)) & 1) raw |= ~uint64_t(0) << (8 * n);  // sign
-        auto v = value(Kind::kInt);
-        v->integer = static_cast<int64_t>(raw);
-        stack_.push_back(v);
-        break;
-      }
-      case 'G': {  // BINFLOAT, big-endian
-        RETURN_IF_ERROR(need(8));
-        uint64_t raw = 0;
-        for (int i = 0; i < 8; ++i) raw = (raw << 8) | static_cast<unsigned char>(in_[pos_ + i]);
-        pos_ += 8;
-        auto v = value(Kind::kFloat);
-        std::memcpy(&v->real, &raw, 8);
-        stack_.push_back(v);
-        break;
-      }
-      case 'X':
-      case 0x8c:
-      case 0x8d:
-      case 'T':
-      case 'U':
-      case 'B':
-      case 'C':
-      case 0x8e: {  // BINUNICODE(8), SHORT_BINUNICODE, BINSTRING, SHORT_BINSTRING, BINBYTES(8), SHORT_BINBYTES
-        const int width = (op == 0x8c || op == 'U' || op == 'C') ? 1 : (op == 0x8d || op == 0x8e) ? 8 : 4;
-        RETURN_IF_ERROR(need(width));
-        const uint64_t n = le(width);
-        if (n > in_.size() - pos_) return error("truncated: a string of {} bytes, {} left", n, in_.size() - pos_);
-        auto v = value(op == 'B' || op == 'C' || op == 0x8e ? Kind::kBytes : Kind::kString);
-        ASSIGN_OR_RETURN(v->text, bytes(static_cast<size_t>(n)));
-        stack_.push_back(v);
-        break;
-      }
-      case ')':
-        stack_.push_back(value(Kind::kTuple));
-        break;
-      case ']':
-        stack_.push_back(value(Kind::kList));
-        break;
-      case '}':
-        stack_.push_back(value(Kind::kDict));
-        break;
-      case 0x8f:  // EMPTY_SET: read as a list
-        stack_.push_back(value(Kind::kList));
-        break;
-      case 't':
-      case 'l':
-      case 0x91: {  // TUPLE, LIST, FROZENSET
-        ASSIGN_OR_RETURN(auto items, popMark());
-        auto v = value(op == 't' ? Kind::kTuple : Kind::kList);
-        v->items = std::move(items);
-        stack_.push_back(v);
-        break;
-      }
-      case 'd': {  // DICT
-        ASSIGN_OR_RETURN(auto items, popMark());
-        auto v = value(Kind::kDict);
-        RETURN_IF_ERROR(setItems(*v, std::move(items)));
-        stack_.push_back(v);
-        break;
-      }
-      case 0x85:
-      case 0x86:
-      case 0x87: {  // TUPLE1, TUPLE2, TUPLE3
-        const size_t n = op - 0x84;
-        auto v = value(Kind::kTuple);
-        for (size_t i = 0; i < n; ++i) {
-          ASSIGN_OR_RETURN(PickleRef item, pop());
-          v->items.insert(v->items.begin(), std::move(item));
-        }
-        stack_.push_back(v);
-        break;
-      }
-      case 'a': {  // APPEND
-        ASSIGN_OR_RETURN(PickleRef item, pop());
-        ASSIGN_OR_RETURN(PickleRef * list, top());
-        if ((*list)->kind != Kind::kList) return error("APPEND to a {}", (*list)->kindName());
-        (*list)->items.push_back(std::move(item));
-        break;
-      }
-      case 'e':
-      case 0x90: {  // APPENDS, ADDITEMS
-        ASSIGN_OR_RETURN(auto items, popMark());
-        ASSIGN_OR_RETURN(PickleRef * list, top());
-        if ((*list)->kind != Kind::kList) return error("APPENDS to a {}", (*list)->kindName());
-        for (auto& item : items) (*list)->items.push_back(std::move(item));
-        break;
-      }
-      case 's': {  // SETITEM
-        ASSIGN_OR_RETURN(PickleRef v, pop());
-        ASSIGN_OR_RETURN(PickleRef k, pop());
-        ASSIGN_OR_RETURN(PickleRef * dict, top());
-        RETURN_IF_ERROR(setItems(**dict, {std::move(k), std::move(v)}));
-        break;
-      }
-      case 'u': {  // SETITEMS
-        ASSIGN_OR_RETURN(auto items, popMark());
-        ASSIGN_OR_RETURN(PickleRef * dict, top());
-        RETURN_IF_ERROR(setItems(**dict, std::move(items)));
-        break;
-      }
-      case 'c': {  // GLOBAL
-        ASSIGN_OR_RETURN(std::string module, line());
-        ASSIGN_OR_RETURN(std::string name, line());
-        RETURN_IF_ERROR(pushGlobal(module, name));
-        break;
-      }
-      case 0x93: {  // STACK_GLOBAL
-        ASSIGN_OR_RETURN(PickleRef name, pop());
-        ASSIGN_OR_RETURN(PickleRef module, pop());
-        if (!name->isString() || !module->isString()) return error("STACK_GLOBAL of values that are not strings");
-        RETURN_IF_ERROR(pushGlobal(module->text, name->text));
-        break;
-      }
-      case 'R': {  // REDUCE
-        ASSIGN_OR_RETURN(PickleRef args, pop());
-        ASSIGN_OR_RETURN(PickleRef callable, pop());
-        RETURN_IF_ERROR(reduce(callable, args));
-        break;
-      }
-      case 0x81: {  // NEWOBJ: cls.__new__(cls, *args)
-        ASSIGN_OR_RETURN(PickleRef args, pop());
-        ASSIGN_OR_RETURN(PickleRef cls, pop());
-        if (!isGlobal(*cls) || !listed(kRecords, globalName(*cls)))
-          return error("NEWOBJ of {}: only DeepSpeed's checkpoint records are made",
-                       isGlobal(*cls) ? globalName(*cls) : cls->kindName());
-        RETURN_IF_ERROR(reduce(cls, args));
-        break;
-      }
-      case 'b': {  // BUILD
-        ASSIGN_OR_RETURN(PickleRef state, pop());
-        ASSIGN_OR_RETURN(PickleRef * target, top());
-        RETURN_IF_ERROR(build(*target, state));
-        break;
-      }
-      case 'Q': {  // BINPERSID
-        ASSIGN_OR_RETURN(PickleRef id, pop());
-        ASSIGN_OR_RETURN(PickleRef storage, persistent(id));
-        stack_.push_back(storage);
-        break;
-      }
-      case 'q':
-      case 'r':
-      case 0x94: {  // BINPUT, LONG_BINPUT, MEMOIZE
-        uint64_t index = memo_.size();
-        if (op != 0x94) {
-          RETURN_IF_ERROR(need(op == 'q' ? 1 : 4));
-          index = le(op == 'q' ? 1 : 4);
-        }
-        ASSIGN_OR_RETURN(PickleRef * t, top());
-        if (memo_.size() >= kMaxMemo && !memo_.count(index)) return error("more than {} memo entries", kMaxMemo);
-        memo_[index] = *t;
-        break;
-      }
-      case 'h':
-      case 'j': {  // BINGET, LONG_BINGET
-        RETURN_IF_ERROR(need(op == 'h' ? 1 : 4));
-        const uint64_t index = le(op == 'h' ? 1 : 4);
-        auto it = memo_.find(index);
-        if (it == memo_.end()) return error("memo entry {} was never stored", index);
-        stack_.push_back(it->second);
-        break;
-      }
-      default:
-        return error("opcode 0x{:02x} is not one torch.save writes (protocols 2 to 5, no code): refused", op);
+    if (op == '.') {  // STOP
+      ASSIGN_OR_RETURN(PickleRef result, pop());
+      if (!stack_.empty() || !marks_.empty()) return error("STOP with {} values left on the stack", stack_.size());
+      RETURN_IF_ERROR(checkAcyclic(result));
+      return result;
     }
+    bool known = false;
+    for (auto opcodes : {&Reader::stackOpcode, &Reader::valueOpcode, &Reader::containerOpcode, &Reader::objectOpcode,
+                         &Reader::memoOpcode}) {
+      ASSIGN_OR_RETURN(known, (this->*opcodes)(op));
+      if (known) break;
+    }
+    if (!known) return error("opcode 0x{:02x} is not one torch.save writes (protocols 2 to 5, no code): refused", op);
   }
 }
 
