@@ -2,8 +2,8 @@
 `loomctl run` (a real loomd, real ranks):
 
 1. A tiny llama trains 4 steps under each source layout (ZeRO 1, 2, 3 on 4 ranks, tensor parallel
-   2 x data parallel 2, sequence parallel 2 x data parallel 2, stage 0 on 1 rank; AdamW, and Muon
-   at stage 2) and checkpoints. A convert
+   2 x data parallel 2, sequence parallel 2 x data parallel 2, stage 0 on 1 rank; AdamW, Muon at
+   stage 2, and ZeRO 3 with frozen parameters) and checkpoints. A convert
    job rewrites each checkpoint for another layout (1, 2 and 3 ranks, other stages, tensor
    parallelism on and off), and a job of that layout resumes from it for 4 more steps. Its losses
    equal the uninterrupted run's within 1e-5 at every step, and its final weights within 1e-5.
@@ -35,10 +35,13 @@ from parity_test import check, loom_losses, loom_run  # noqa: E402
 SEQ, STEPS = 16, 8
 HALF = STEPS // 2
 ADAMW = {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.01}}
+# The embedding and the first layer's MLP: no gradient, no optimizer state; stage 3 partitions
+# their weights all the same.
+FROZEN = ("model\\.embed_tokens\\.weight", "model\\.layers\\.0\\.mlp\\..*")
 MUON = {"type": "Muon", "params": {"lr": 0.02, "adam_lr": 2e-3, "momentum": 0.9, "weight_decay": 0.01, "torch_adam": True}}
 
 
-def train_spec(data, model_dir, name, ranks, zero, checkpoints, steps, tp=1, optimizer=ADAMW, sp=1):
+def train_spec(data, model_dir, name, ranks, zero, checkpoints, steps, tp=1, optimizer=ADAMW, sp=1, frozen=()):
     # 12 samples a step split over 1, 2, 3 and 4 data-parallel ranks.
     deepspeed = {"train_batch_size": 12, "gradient_clipping": 1.0, "steps_per_print": 1,
                  "optimizer": optimizer, "zero_optimization": dict({"stage": zero},
@@ -51,7 +54,9 @@ def train_spec(data, model_dir, name, ranks, zero, checkpoints, steps, tp=1, opt
     return {"name": name, "kind": "train", "resources": {"ranks": ranks},
             "model": {"config": model_dir + "/config.json", "weights": model_dir},
             "data": {"train": data, "seq_len": SEQ, "seed": 2},
-            "train": {"steps": steps, "checkpoint_dir": checkpoints}, "deepspeed": deepspeed}
+            "train": dict({"steps": steps, "checkpoint_dir": checkpoints},
+                          **({"frozen_parameters": list(frozen)} if frozen else {})),
+            "deepspeed": deepspeed}
 
 
 def convert_spec(name, source, output, layout, convert_ranks=1):
@@ -86,31 +91,34 @@ def main():
         def run(spec, expect_failure=False):
             return loom_run(bin_dir, spec, work, spec["name"], expect_failure=expect_failure)
 
-        # The uninterrupted runs every resumed one is measured against: AdamW and Muon.
+        # The uninterrupted runs every resumed one is measured against: AdamW, Muon, and AdamW with
+        # parameters frozen.
+        settings = {"adamw": (ADAMW, ()), "muon": (MUON, ()), "frozen": (ADAMW, FROZEN)}
         references = {}
-        for optimizer_name, optimizer in (("adamw", ADAMW), ("muon", MUON)):
-            checkpoints = os.path.join(work, "reference-" + optimizer_name)
-            log = run(train_spec(data, model_dir, "reference-" + optimizer_name, 1, 0, checkpoints, STEPS,
-                                 optimizer=optimizer))
-            references[optimizer_name] = (loom_losses(log), final_weights(checkpoints))
+        for setting, (optimizer, frozen) in settings.items():
+            checkpoints = os.path.join(work, "reference-" + setting)
+            log = run(train_spec(data, model_dir, "reference-" + setting, 1, 0, checkpoints, STEPS,
+                                 optimizer=optimizer, frozen=frozen))
+            references[setting] = (loom_losses(log), final_weights(checkpoints))
 
         # (source layout) -> [(target layout)], each layout (ranks, zero stage, tp); sp splits the
         # sequence of the sp x dp ranks that ZeRO partitions over.
         cases = [
-            ("zero1-4ranks", (4, 1, 1), ADAMW, [(3, 1, 1), (1, 3, 1)]),
-            ("zero2-4ranks", (4, 2, 1), ADAMW, [(1, 0, 1), (2, 2, 2)]),
-            ("zero3-4ranks", (4, 3, 1), ADAMW, [(2, 1, 1), (3, 3, 1)]),
-            ("tp2-dp2-zero1", (4, 1, 2), ADAMW, [(1, 0, 1), (3, 2, 1)]),
-            ("zero0-1rank", (1, 0, 1), ADAMW, [(4, 3, 1)]),
-            ("muon-zero2-4ranks", (4, 2, 1), MUON, [(3, 3, 1), (2, 0, 2)]),
-            ("sp2-dp2-zero2", (4, 2, 1, 2), ADAMW, [(2, 3, 1)]),
+            ("zero1-4ranks", (4, 1, 1), "adamw", [(3, 1, 1), (1, 3, 1)]),
+            ("zero2-4ranks", (4, 2, 1), "adamw", [(1, 0, 1), (2, 2, 2)]),
+            ("zero3-4ranks", (4, 3, 1), "adamw", [(2, 1, 1), (3, 3, 1)]),
+            ("tp2-dp2-zero1", (4, 1, 2), "adamw", [(1, 0, 1), (3, 2, 1)]),
+            ("zero0-1rank", (1, 0, 1), "adamw", [(4, 3, 1)]),
+            ("muon-zero2-4ranks", (4, 2, 1), "muon", [(3, 3, 1), (2, 0, 2)]),
+            ("sp2-dp2-zero2", (4, 2, 1, 2), "adamw", [(2, 3, 1)]),
+            ("frozen-zero3-4ranks", (4, 3, 1), "frozen", [(3, 1, 1), (1, 0, 1)]),
         ]
-        for source_name, (ranks, zero, tp, *sp), optimizer, targets in cases:
-            optimizer_name = "muon" if optimizer is MUON else "adamw"
-            reference_losses, reference_weights = references[optimizer_name]
+        for source_name, (ranks, zero, tp, *sp), setting, targets in cases:
+            optimizer, frozen = settings[setting]
+            reference_losses, reference_weights = references[setting]
             source = os.path.join(work, source_name)
             run(train_spec(data, model_dir, source_name, ranks, zero, source, HALF, tp=tp, optimizer=optimizer,
-                           sp=sp[0] if sp else 1))
+                           sp=sp[0] if sp else 1, frozen=frozen))
             for target_ranks, target_zero, target_tp in targets:
                 target_name = f"{source_name}-to-{target_ranks}ranks-zero{target_zero}-tp{target_tp}"
                 output = os.path.join(work, target_name)
@@ -119,7 +127,7 @@ def main():
                     layout["stage3_param_persistence_threshold"] = 100  # the resuming job's (train_spec)
                 run(convert_spec(target_name + "-convert", source, output, layout))
                 log = run(train_spec(data, model_dir, target_name, target_ranks, target_zero, output, STEPS,
-                                     tp=target_tp, optimizer=optimizer))
+                                     tp=target_tp, optimizer=optimizer, frozen=frozen))
                 check(f"resumed from {output}/global_step{HALF} at step {HALF}" in log,
                       f"{target_name}: resumed at step {HALF}")
                 losses = loom_losses(log)
