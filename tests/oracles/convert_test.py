@@ -9,7 +9,8 @@ loomd and a convert job's rank):
 2. The same checkpoints become Loom checkpoints (`to: loom`, with the model's config.json): Loom
    resumes them on DeepSpeed's layout and on others (1 rank stage 0, 4 ranks stage 1) with the
    losses of DeepSpeed's own continued run over 10 steps, within 1e-5 in fp32 (bf16's resolution
-   in bf16); frozen parameters and a missing config are refused by name.
+   in bf16), a frozen parameter (of the tied qwen2) staying as DeepSpeed left it; a missing config
+   is refused by name.
 3. dtype bf16 equals the fp32 tensors rounded to bf16; shard_size cuts the output into shards
    with an index that names every tensor; 3 ranks that split the shards write the same.
 4. Refusals, naming the file and the offset: a truncated rank file, a corrupted pickle, a pickle
@@ -158,51 +159,59 @@ def conversions(bin_dir, work, data):
 def continued_training(bin_dir, work, data, checkpoints):
     """DeepSpeed's checkpoints into Loom checkpoints (convert.to loom, with the model's config.json):
     Loom resumes them, on DeepSpeed's layout and on others, with the losses of DeepSpeed's own
-    continued run (within 1e-5 in fp32, bf16's resolution in bf16) over 10 steps."""
-    llama = os.path.join(work, "llama")
+    continued run (within 1e-5 in fp32, bf16's resolution in bf16) over 10 steps; a frozen
+    parameter stays frozen, under train.frozen_parameters of its name."""
+    llama, qwen2 = os.path.join(work, "llama"), os.path.join(work, "qwen2-tied")
+    frozen = r"model\.layers\.0\.input_layernorm\.weight"  # as deepspeed_checkpoint() froze it
     checkpoints = dict(checkpoints, **{"z3-fp32": deepspeed_checkpoint(work, data, "z3-fp32", llama, 3, False)})
     more = 10
-    cases = [("z2-fp32", {"ranks": 2}, 1e-5), ("z2-fp32", {"ranks": 1, "zero_stage": 0}, 1e-5),
-             ("z3-fp32", {"ranks": 4, "zero_stage": 1}, 1e-5), ("z3-bf16", {"ranks": 2}, 1e-2)]
+    # (checkpoint, its model, its frozen parameter, the Loom layout, tolerance)
+    cases = [("z2-fp32", llama, None, {"ranks": 2}, 1e-5), ("z2-fp32", llama, None, {"ranks": 1, "zero_stage": 0}, 1e-5),
+             ("z3-fp32", llama, None, {"ranks": 4, "zero_stage": 1}, 1e-5), ("z3-bf16", llama, None, {"ranks": 2}, 1e-2),
+             ("z3-fp32-tied-frozen", qwen2, frozen, {"ranks": 1, "zero_stage": 2}, 1e-5)]
     theirs = {}
-    for name, layout, tolerance in cases:
+    for name, model_dir, frozen_regex, layout, tolerance in cases:
         source = checkpoints[name]
         with open(os.path.join(work, name + "-ds.json")) as f:
             ds_config = json.load(f)
         if name not in theirs:
             out = os.path.join(work, name + "-continued.jsonl")
-            subprocess.run([sys.executable, os.path.join(HERE, "deepspeed_train.py"), "--model", llama, "--data", data,
-                            "--seq-len", str(SEQ), "--data-seed", "1", "--steps", str(more), "--ds-config",
-                            os.path.join(work, name + "-ds.json"), "--world", "2", "--out", out, "--ds-load", source],
-                           check=True, capture_output=True, timeout=600)
+            command = [sys.executable, os.path.join(HERE, "deepspeed_train.py"), "--model", model_dir, "--data", data,
+                       "--seq-len", str(SEQ), "--data-seed", "1", "--steps", str(more), "--ds-config",
+                       os.path.join(work, name + "-ds.json"), "--world", "2", "--out", out, "--ds-load", source]
+            if frozen_regex:
+                command += ["--frozen", frozen_regex]
+            subprocess.run(command, check=True, capture_output=True, timeout=600)
             theirs[name] = {line["step"]: line["loss"] for line in map(json.loads, open(out))}
-        target = f"{name}-to-loom-{layout['ranks']}ranks-zero{layout.get('zero_stage', ds_config['zero_optimization']['stage'])}"
+        stage = layout.get("zero_stage", ds_config["zero_optimization"]["stage"])
+        target = f"{name}-to-loom-{layout['ranks']}ranks-zero{stage}"
         output = os.path.join(work, target)
         spec = {"name": target, "kind": "convert", "resources": {"ranks": 1},
-                "convert": {"from": source, "to": "loom", "output": output, "config": llama + "/config.json",
+                "convert": {"from": source, "to": "loom", "output": output, "config": model_dir + "/config.json",
                             "layout": layout}}
         loom_run(bin_dir, spec, work, target)
         ds_config.pop("train_micro_batch_size_per_gpu")  # 4 samples a step over the new ranks
-        if "zero_stage" in layout:
-            ds_config["zero_optimization"] = {"stage": layout["zero_stage"]}
+        ds_config["zero_optimization"] = {"stage": stage}
         train = {"name": target + "-train", "kind": "train", "resources": {"ranks": layout["ranks"]},
-                 "model": {"config": llama + "/config.json", "weights": llama},
+                 "model": {"config": model_dir + "/config.json", "weights": model_dir},
                  "data": {"train": data, "seq_len": SEQ, "seed": 1},
-                 "train": {"steps": 3 + more, "checkpoint_dir": output}, "deepspeed": dict(ds_config, steps_per_print=1)}
+                 "train": dict({"steps": 3 + more, "checkpoint_dir": output},
+                               **({"frozen_parameters": [frozen_regex]} if frozen_regex else {})),
+                 "deepspeed": dict(ds_config, steps_per_print=1)}
         log = loom_run(bin_dir, train, work, target + "-train")
         ours = parity_test.loom_losses(log)
         worst = max(abs(ours.get(s, 0) - l) / l for s, l in theirs[name].items())
         check("resumed from" in log and len(ours) == more and worst <= tolerance,
               f"{target}: {len(ours)} losses after resuming vs DeepSpeed's own continued run, worst relative "
               f"difference {worst:.2e}")
-    # Frozen parameters would need the resuming job to name them: refused, naming the parameter.
-    spec = {"name": "frozen-to-loom", "kind": "convert", "resources": {"ranks": 1},
-            "convert": {"from": checkpoints["z3-fp32-tied-frozen"], "to": "loom", "output": os.path.join(work, "fz"),
-                        "config": os.path.join(work, "qwen2-tied", "config.json"), "layout": {"ranks": 2}}}
-    refused = loom_run(bin_dir, spec, work, "frozen-to-loom", expect_failure=True)
-    check("parameter model.layers.0.input_layernorm.weight is frozen" in refused,
-          "a DeepSpeed checkpoint with frozen parameters to loom is refused, naming the parameter")
-    spec["convert"].pop("config")
+        if frozen_regex:
+            before = load_dir(os.path.join(output, "global_step3"))
+            after = load_dir(os.path.join(output, f"global_step{3 + more}"))
+            key = "model.layers.0.input_layernorm.weight"
+            check(torch.equal(before[key], after[key]), f"{target}: the frozen parameter is as DeepSpeed left it")
+    spec = {"name": "no-config-to-loom", "kind": "convert", "resources": {"ranks": 1},
+            "convert": {"from": checkpoints["z2-fp32"], "to": "loom", "output": os.path.join(work, "nc"),
+                        "layout": {"ranks": 2}}}
     refused = loom_run(bin_dir, spec, work, "no-config-to-loom", expect_failure=True)
     check("convert.config: " in refused and "does not keep the model's config.json" in refused,
           "a DeepSpeed checkpoint to loom without convert.config is refused, naming the field")

@@ -1,6 +1,7 @@
 #include "worker/convert/deepspeed_resumable.h"
 
 #include <filesystem>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -9,6 +10,20 @@
 #include "worker/optim/loss_scaler.h"
 
 namespace loom::convert {
+
+namespace {
+
+// A regular expression (ECMAScript, as train.frozen_parameters reads them) matching `name` alone.
+std::string exactPattern(const std::string& name) {
+  std::string out;
+  for (char c : name) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<DeepSpeedResumable>> DeepSpeedResumable::open(std::unique_ptr<DeepSpeedCheckpoint> checkpoint,
                                                                        const std::string& configPath) {
@@ -31,10 +46,8 @@ StatusOr<std::unique_ptr<DeepSpeedResumable>> DeepSpeedResumable::open(std::uniq
                            "version (fp32 and bf16 are)",
                            ds.tagDir());
   for (const SourceTensor& t : ds.tensors()) {
-    if (t.role == SourceTensor::Role::kFrozen)
-      return invalidArgument("{}: parameter {} is frozen: frozen parameters are not carried over to loom in this "
-                             "version (convert to hf, and train from those weights with train.frozen_parameters)",
-                             ds.tagDir(), t.name);
+    // A frozen parameter becomes train.frozen_parameters' pattern of exactly its name.
+    if (t.role == SourceTensor::Role::kFrozen) out->frozen_.push_back(exactPattern(t.name));
     if (t.role == SourceTensor::Role::kTrainable) out->masters_[t.name] = &t;
   }
   out->tag_ = std::filesystem::path(ds.tagDir()).lexically_normal().filename().string();
@@ -48,7 +61,7 @@ StatusOr<std::unique_ptr<DeepSpeedResumable>> DeepSpeedResumable::open(std::uniq
                    {"tensor_parallel", 1},
                    {"sequence_parallel", 1},
                    {"zero_stage", ds.zeroStage()},
-                   {"frozen_parameters", nlohmann::json::array()},
+                   {"frozen_parameters", out->frozen_},
                    {"loss_scaler", scaler.state()},
                    {"deepspeed", config->toJson()}};
   out->checkpoint_ = std::move(checkpoint);

@@ -17,9 +17,9 @@ namespace loom::convert {
 // global_samples, the ds_config it ran with, read as Loom reads a job's `deepspeed`). DeepSpeed
 // does not keep the model's config.json: `configPath` names it (convert.config).
 //
-// Refused, naming what: an fp16 checkpoint (its dynamic loss scale is not carried over), frozen
-// parameters (the resuming job would have to name them in train.frozen_parameters), and a ds_config
-// Loom does not run.
+// Frozen parameters become train.frozen_parameters of their exact names (escaped), which the
+// resuming job lists the same. Refused, naming what: an fp16 checkpoint (its dynamic loss scale is
+// not carried over) and a ds_config Loom does not run.
 class DeepSpeedResumable : public ResumableCheckpoint {
  public:
   static StatusOr<std::unique_ptr<DeepSpeedResumable>> open(std::unique_ptr<DeepSpeedCheckpoint> checkpoint,
