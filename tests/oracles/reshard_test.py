@@ -125,7 +125,9 @@ def main():
                 layout = {"ranks": target_ranks, "zero_stage": target_zero, "autotp_size": target_tp}
                 if target_zero == 3:
                     layout["stage3_param_persistence_threshold"] = 100  # the resuming job's (train_spec)
-                run(convert_spec(target_name + "-convert", source, output, layout))
+                log = run(convert_spec(target_name + "-convert", source, output, layout))
+                check(f"resumes from it with train.checkpoint_dir {output}" in log,
+                      f"{target_name}: the convert job says where to point train.checkpoint_dir")
                 log = run(train_spec(data, model_dir, target_name, target_ranks, target_zero, output, STEPS,
                                      tp=target_tp, optimizer=optimizer, frozen=frozen))
                 check(f"resumed from {output}/global_step{HALF} at step {HALF}" in log,

@@ -93,9 +93,14 @@ Status runConvertJob(const RankContext& ctx, const planner::JobSpec& spec, Repor
     RETURN_IF_ERROR(output->finish([&](const std::string& dir) { return hf->complete(dir); }));
   }
   progress.finished();
-  if (ctx.rank == 0)
+  if (ctx.rank == 0) {
     printDone(*output, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), ctx.worldSize,
               files, totalBytes, largest);
+    if (loom)
+      std::printf("convert: a train job of that layout resumes from it with train.checkpoint_dir %s\n",
+                  output->output().c_str());
+    std::fflush(stdout);
+  }
   return Status::ok();
 }
 
