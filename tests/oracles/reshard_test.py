@@ -185,6 +185,10 @@ def main():
                       expect_failure=True)
         check("convert.layout" in refused and "train_batch_size: 12 is not divisible" in refused,
               "a layout the batch does not split over is refused, naming the field")
+        missing = os.path.join(work, "no-such-checkpoint")
+        refused = run(convert_spec("missing", missing, os.path.join(work, "missing-out"), {"ranks": 2}),
+                      expect_failure=True)
+        check(f"convert.from: {missing} does not exist" in refused, "a `from` that does not exist is refused, naming it")
         broken = os.path.join(work, "broken")
         shutil.copytree(source, broken)
         rank_file = os.path.join(broken, tag, "rank_00002.safetensors")

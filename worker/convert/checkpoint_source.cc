@@ -26,9 +26,15 @@ bool isLoomCheckpoint(const std::string& from) {
   return files::exists(tagDir + "/manifest.json") && files::exists(tagDir + "/trainer_state.json");
 }
 
+Status checkExists(const std::string& from) {
+  if (!files::exists(from)) return notFound("{} does not exist", from);
+  return Status::ok();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<CheckpointSource>> openCheckpoint(const std::string& from) {
+  RETURN_IF_ERROR(checkExists(from));
   if (isLoomCheckpoint(from)) {
     ASSIGN_OR_RETURN(auto loom, LoomCheckpoint::open(from));
     return std::unique_ptr<CheckpointSource>(std::move(loom));
@@ -38,6 +44,7 @@ StatusOr<std::unique_ptr<CheckpointSource>> openCheckpoint(const std::string& fr
 }
 
 StatusOr<std::unique_ptr<ResumableCheckpoint>> openResumable(const std::string& from, const std::string& modelConfig) {
+  RETURN_IF_ERROR(checkExists(from));
   if (isLoomCheckpoint(from)) {
     ASSIGN_OR_RETURN(auto loom, LoomCheckpoint::open(from));
     return std::unique_ptr<ResumableCheckpoint>(std::move(loom));
