@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/human_bytes.h"
+#include "common/shape.h"
 
 namespace loom::planner {
 
@@ -29,8 +30,7 @@ MemoryEstimate estimateMemory(const ModelConfig& c, const std::vector<ParameterI
   } dense, expert;
   int64_t largestParameter = 0;
   for (size_t i = 0; i < parameters.size(); ++i) {
-    int64_t n = 1;
-    for (int64_t d : layouts[i].localShape) n *= d;
+    const int64_t n = numelOf(layouts[i].localShape);
     Held& h = parameters[i].expert >= 0 ? expert : dense;
     h.all += n;
     if (parameters[i].trainable) h.trainable += n;

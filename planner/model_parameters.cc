@@ -2,13 +2,11 @@
 
 #include <fmt/format.h>
 
+#include "common/shape.h"
+
 namespace loom::planner {
 
-int64_t ParameterInfo::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t ParameterInfo::numel() const { return numelOf(shape); }
 
 namespace {
 

@@ -1,21 +1,12 @@
 #include "planner/plan.h"
 
+#include "common/shape.h"
 #include "planner/mesh.h"
 
 namespace loom::planner {
 
-namespace {
-
-int64_t product(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-}  // namespace
-
-int64_t ParameterSpec::numel() const { return product(shape); }
-int64_t ParameterSpec::localNumel() const { return product(localShape); }
+int64_t ParameterSpec::numel() const { return numelOf(shape); }
+int64_t ParameterSpec::localNumel() const { return numelOf(localShape); }
 
 int64_t Plan::totalElements() const {
   int64_t n = 0;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "common/shape.h"
 
 namespace loom::checkpoint {
 
@@ -39,11 +40,7 @@ Status preadAll(int fd, int64_t offset, int64_t bytes, void* out, const std::str
 
 }  // namespace
 
-int64_t StoredTensor::numel() const {
-  int64_t n = 1;
-  for (int64_t d : entry.shape) n *= d;
-  return n;
-}
+int64_t StoredTensor::numel() const { return numelOf(entry.shape); }
 
 SafetensorsFile::~SafetensorsFile() {
   if (fd_ >= 0) ::close(fd_);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/shape.h"
 #include "planner/mesh.h"
 #include "planner/optimizer_rules.h"
 
@@ -84,11 +85,7 @@ void stage3(const planner::Plan& plan, const planner::DeepSpeedConfig& config, i
 
 }  // namespace
 
-int64_t StateTensor::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t StateTensor::numel() const { return numelOf(shape); }
 
 std::string rankFileName(int rank) { return fmt::format("rank_{:05d}.safetensors", rank); }
 

@@ -1,6 +1,7 @@
 #include "worker/convert/checkpoint_source.h"
 
 #include "common/files.h"
+#include "common/shape.h"
 #include "worker/checkpoint/manifest.h"
 #include "worker/convert/deepspeed_checkpoint.h"
 #include "worker/convert/deepspeed_resumable.h"
@@ -8,11 +9,7 @@
 
 namespace loom::convert {
 
-int64_t SourceTensor::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t SourceTensor::numel() const { return numelOf(shape); }
 
 namespace {
 

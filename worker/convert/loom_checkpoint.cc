@@ -22,12 +22,6 @@ constexpr int64_t kF32 = 4;
 
 bool trains(const planner::ParameterSpec& p) { return p.trainable && !p.frozen; }
 
-int64_t wholeNumel(const planner::ParameterSpec& p) {
-  int64_t n = 1;
-  for (int64_t d : p.shape) n *= d;
-  return n;
-}
-
 // A run of a parameter's state in one file: elements [whole, whole + length) of the whole
 // parameter, at byte `offset` of file `file`.
 struct StoredRun {
@@ -160,11 +154,11 @@ Status LoomCheckpoint::mapState() {
         if (k == fileIndex_.end()) continue;
         const checkpoint::StoredTensor* stored = files_[k->second]->find(p.name);
         if (!stored) continue;
-        if (stored->entry.dtype != "F32" || stored->numel() != wholeNumel(p))
+        if (stored->entry.dtype != "F32" || stored->numel() != p.numel())
           return invalidArgument("{}: {} is {} of {} elements; an fp32 stage 0 checkpoint keeps F32 of {}",
-                                 files_[k->second]->path(), p.name, stored->entry.dtype, stored->numel(), wholeNumel(p));
+                                 files_[k->second]->path(), p.name, stored->entry.dtype, stored->numel(), p.numel());
         runs[{static_cast<int>(i), "master"}].push_back(
-            {.whole = 0, .length = wholeNumel(p), .file = k->second, .offset = stored->offset});
+            {.whole = 0, .length = p.numel(), .file = k->second, .offset = stored->offset});
       }
     }
   }
@@ -190,8 +184,8 @@ Status LoomCheckpoint::mapState() {
         out.push_back({.file = r.file, .offset = r.offset + skip * kF32, .bytes = (r.length - skip) * kF32});
         covered = r.whole + r.length;
       }
-      if (covered != wholeNumel(p))
-        return invalidArgument("{}: {}'s {} covers {} of its {} elements", tagDir_, p.name, name, covered, wholeNumel(p));
+      if (covered != p.numel())
+        return invalidArgument("{}: {}'s {} covers {} of its {} elements", tagDir_, p.name, name, covered, p.numel());
     }
   }
   return Status::ok();

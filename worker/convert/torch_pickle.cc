@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "common/shape.h"
+
 namespace loom::convert {
 
 namespace {
@@ -658,11 +660,7 @@ StatusOr<PickleRef> Reader::run() {
 
 }  // namespace
 
-int64_t TensorRef::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t TensorRef::numel() const { return numelOf(shape); }
 
 bool TensorRef::contiguous() const {
   int64_t expected = 1;
