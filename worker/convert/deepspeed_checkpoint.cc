@@ -558,15 +558,6 @@ std::string DeepSpeedCheckpoint::describe() const {
                      zeroStage_, worldSize_);
 }
 
-Status DeepSpeedCheckpoint::read(const SourceTensor& t, void* out) const {
-  auto* p = static_cast<char*>(out);
-  for (const SourceRange& r : t.ranges) {
-    RETURN_IF_ERROR(read(r, t.name, p));
-    p += r.bytes;
-  }
-  return Status::ok();
-}
-
 Status DeepSpeedCheckpoint::read(const SourceRange& range, const std::string& name, void* out) const {
   return archives_[range.file]->read(*range.member, range.offset, range.bytes, out).withContext("tensor " + name);
 }

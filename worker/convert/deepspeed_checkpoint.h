@@ -56,8 +56,6 @@ class DeepSpeedCheckpoint : public CheckpointSource {
   int64_t globalSamples() const { return globalSamples_; }
   const nlohmann::json& config() const { return config_; }
 
-  // The tensor's bytes (t.bytes() of them) into `out`.
-  Status read(const SourceTensor& t, void* out) const;
   // The bytes of one range (or a part of one) of tensor `name` into `out`.
   Status read(const SourceRange& range, const std::string& name, void* out) const override;
 
