@@ -95,8 +95,7 @@ Status parseMuon(ObjectReader& p, OptimizerConfig* o) {
   // adam_w_mode: the auxiliary Adam's weight decay, decoupled (default) or an L2 term; Muon's own
   // is always decoupled. torch_adam picks DeepSpeed's implementation of that Adam, the same update.
   RETURN_IF_ERROR(p.readBool("adam_w_mode", &o->decoupledWeightDecay));
-  bool torchAdam = false;
-  RETURN_IF_ERROR(p.readBool("torch_adam", &torchAdam));
+  RETURN_IF_ERROR(p.readBool("torch_adam", &o->torchAdam));
   return p.rejectUnknown();
 }
 
@@ -146,8 +145,7 @@ Status parseOptimizer(const json& object, OptimizerConfig* o) {
     bool amsgrad = false;
     RETURN_IF_ERROR(p.readBool("amsgrad", &amsgrad));
     if (amsgrad) return invalidArgument("deepspeed.optimizer.params.amsgrad: true is not supported (as in DeepSpeed)");
-    bool torchAdam = false;  // which implementation DeepSpeed picks; the update is the same
-    RETURN_IF_ERROR(p.readBool("torch_adam", &torchAdam));
+    RETURN_IF_ERROR(p.readBool("torch_adam", &o->torchAdam));
     if (o->type == OptimizerType::kAdam) RETURN_IF_ERROR(p.readBool("adam_w_mode", &o->decoupledWeightDecay));
   }
   // Adagrad's weight decay is an L2 term, as in DeepSpeedCPUAdagrad and torch.
@@ -405,6 +403,7 @@ json DeepSpeedConfig::toJson() const {
     optimizerParams["bias_correction"] = o.biasCorrection;
   if (o.type == OptimizerType::kAdam || o.type == OptimizerType::kMuon)
     optimizerParams["adam_w_mode"] = o.decoupledWeightDecay;
+  if (o.torchAdam) optimizerParams["torch_adam"] = true;
   if (o.type == OptimizerType::kMuon) {
     optimizerParams.erase("lr");
     optimizerParams.update({{"adam_lr", o.lr},

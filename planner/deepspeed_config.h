@@ -56,6 +56,10 @@ struct OptimizerConfig {
   // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false; then weight decay is an
   // L2 term added to the gradient.
   bool decoupledWeightDecay = true;
+  // torch_adam: DeepSpeed runs torch.optim's Adam/AdamW instead of its own FusedAdam or CPU Adam.
+  // The update is the same; what differs is how its state keeps the step count (a tensor in
+  // torch's, an int in DeepSpeed's), which a checkpoint written for DeepSpeed must match.
+  bool torchAdam = false;
   MuonConfig muon;  // type kMuon only
 
   // The elementwise optimizer of the parameters Muon does not take: this one, or Muon's AdamW.

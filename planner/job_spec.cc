@@ -245,6 +245,11 @@ Status parseConvert(const json& object, JobSpec* spec) {
   }
   if (c.dtype != "keep" && c.dtype != "fp32" && c.dtype != "bf16")
     return invalidArgument("convert.dtype: \"{}\" is not one of keep, fp32, bf16", c.dtype);
+  // A training checkpoint keeps its state in fp32, in files its layout fixes.
+  if (c.to != "hf" && c.dtype != "keep")
+    return invalidArgument("convert.dtype: only a conversion to hf has a dtype (convert.to is {})", c.to);
+  if (c.to != "hf" && r.find("shard_size"))
+    return invalidArgument("convert.shard_size: only a conversion to hf is cut into shards (convert.to is {})", c.to);
   if (c.from.empty() || c.output.empty()) return invalidArgument("convert.{}: must not be empty", c.from.empty() ? "from" : "output");
   return r.rejectUnknown();
 }
@@ -275,11 +280,6 @@ int64_t JobSpec::deviceMemoryBytes() const {
 Status checkRunnable(const JobSpec& spec) {
   const DeepSpeedConfig& ds = spec.deepspeed;
   constexpr const char* kPlanned = "is planned (loomctl plan) but not run by the workers yet";
-  if (spec.kind == JobKind::kConvert) {
-    if (spec.convert.to == "deepspeed_universal")
-      return invalidArgument("convert.to: deepspeed_universal: this version converts to hf (consolidated safetensors) "
-                             "and loom (a training checkpoint of another layout) only");
-  }
   // AutoEP replaces the MoE layers (its routing settings change the results), so even one
   // expert-parallel rank is not run.
   if (ds.expertParallel.enabled)
@@ -401,11 +401,11 @@ json JobSpec::toJson() const {
     if (train.profileStep > 0) j["train"]["profile_step"] = train.profileStep;
   }
   if (kind == JobKind::kConvert) {
-    j["convert"] = {{"from", convert.from},
-                    {"to", convert.to},
-                    {"output", convert.output},
-                    {"shard_size", convert.shardBytes},
-                    {"dtype", convert.dtype}};
+    j["convert"] = {{"from", convert.from}, {"to", convert.to}, {"output", convert.output}};
+    if (convert.to == "hf") {
+      j["convert"]["shard_size"] = convert.shardBytes;
+      j["convert"]["dtype"] = convert.dtype;
+    }
     if (convert.to == "loom") {
       json layout{{"ranks", convert.layout.ranks}};
       if (convert.layout.zeroStage >= 0) layout["zero_stage"] = convert.layout.zeroStage;

@@ -2,7 +2,8 @@
 ZeRO-3 checkpoint, in one run: wall time, throughput and peak RSS; then the same checkpoint made
 resumable on another layout, DeepSpeed's way (ds_to_universal.py, its universal checkpoint) and
 Loom's (a convert job to loom, 4 ranks at ZeRO stage 1), and that Loom checkpoint resharded again
-(to 2 ranks at stage 3).
+(to 2 ranks at stage 3); then the universal checkpoint written by Loom (to: deepspeed_universal)
+from the DeepSpeed checkpoint and from the Loom one.
 
   python3 bench/convert/run.py --bin build/bin [--layers 48] [--hidden 640] [--work DIR]
 
@@ -157,6 +158,12 @@ def main():
     loom2 = os.path.join(work, "loom-2ranks")
     to2 = loom_convert(a.bin, work, "to-loom-2ranks", {"from": loom4, "to": "loom", "output": loom2,
                                                           "layout": {"ranks": 2, "zero_stage": 3}})
+    ds_universal = os.path.join(work, "loom-universal")
+    to_universal = loom_convert(a.bin, work, "to-universal", {"from": source, "to": "deepspeed_universal",
+                                                               "output": ds_universal})
+    loom_universal = os.path.join(work, "loom-4ranks-universal")
+    from_loom = loom_convert(a.bin, work, "loom-to-universal", {"from": loom4, "to": "deepspeed_universal",
+                                                                 "output": loom_universal})
     print()
     print("| to another layout | seconds | written | peak RSS |")
     print("|---|---|---|---|")
@@ -166,6 +173,10 @@ def main():
           f"{tree_bytes(loom4) / 1e9:.2f} GB | {to4[1] / mib:.0f} MiB |")
     print(f"| Loom, that checkpoint resharded to ZeRO-3 x 2 | {to2[0]:.2f} | {tree_bytes(loom2) / 1e9:.2f} GB | "
           f"{to2[1] / mib:.0f} MiB |")
+    print(f"| Loom, DeepSpeed ZeRO-3 x 2 to a DeepSpeed universal checkpoint | {to_universal[0]:.2f} | "
+          f"{tree_bytes(ds_universal) / 1e9:.2f} GB | {to_universal[1] / mib:.0f} MiB |")
+    print(f"| Loom, the ZeRO-1 x 4 Loom checkpoint to a DeepSpeed universal checkpoint | {from_loom[0]:.2f} | "
+          f"{tree_bytes(loom_universal) / 1e9:.2f} GB | {from_loom[1] / mib:.0f} MiB |")
 
 
 if __name__ == "__main__":

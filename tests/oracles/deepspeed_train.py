@@ -3,7 +3,7 @@ the samples Loom feeds.
 
   python3 deepspeed_train.py --model DIR --data FILE.tokens --seq-len N --data-seed S --steps N
                              --ds-config FILE.json [--world N] --out FILE.jsonl [--save-dir DIR]
-                             [--ds-checkpoint DIR] [--ds-load DIR] [--frozen REGEX]
+                             [--ds-checkpoint DIR] [--ds-load DIR [--universal]] [--frozen REGEX]
 
 Writes one JSON line per optimizer step to --out (and stdout, from rank 0):
   {"step": s (1-based), "loss": mean loss over the step's micro-batches and ranks,
@@ -67,6 +67,8 @@ def worker(rank, world, port, a):
 
     with open(a.ds_config) as f:
         config = json.load(f)
+    if a.universal:  # what a universal checkpoint's users set: its loader, not ZeRO's
+        config["checkpoint"] = {"load_universal": True}
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32, attn_implementation="sdpa")
     if a.frozen:
@@ -149,6 +151,7 @@ def main():
     p.add_argument("--save-dir")
     p.add_argument("--ds-checkpoint")
     p.add_argument("--ds-load", help="resume from this DeepSpeed checkpoint directory and train --steps more")
+    p.add_argument("--universal", action="store_true", help="--ds-load names a universal checkpoint")
     p.add_argument("--frozen", help="parameters whose names match this regex are not trained")
     a = p.parse_args()
     port = free_port()

@@ -40,14 +40,15 @@ StatusOr<std::unique_ptr<CheckpointSource>> openCheckpoint(const std::string& fr
   return std::unique_ptr<CheckpointSource>(std::move(deepspeed));
 }
 
-StatusOr<std::unique_ptr<ResumableCheckpoint>> openResumable(const std::string& from, const std::string& modelConfig) {
+StatusOr<std::unique_ptr<ResumableCheckpoint>> openResumable(const std::string& from, const std::string& modelConfig,
+                                                             bool needModel) {
   RETURN_IF_ERROR(checkExists(from));
   if (isLoomCheckpoint(from)) {
     ASSIGN_OR_RETURN(auto loom, LoomCheckpoint::open(from));
     return std::unique_ptr<ResumableCheckpoint>(std::move(loom));
   }
   ASSIGN_OR_RETURN(auto deepspeed, DeepSpeedCheckpoint::open(from));
-  ASSIGN_OR_RETURN(auto resumable, DeepSpeedResumable::open(std::move(deepspeed), modelConfig));
+  ASSIGN_OR_RETURN(auto resumable, DeepSpeedResumable::open(std::move(deepspeed), modelConfig, needModel));
   return std::unique_ptr<ResumableCheckpoint>(std::move(resumable));
 }
 

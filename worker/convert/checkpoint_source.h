@@ -88,7 +88,9 @@ class ResumableCheckpoint : public CheckpointSource {
 // directory whose `latest` names one) or a DeepSpeed one, by what `from` holds.
 StatusOr<std::unique_ptr<CheckpointSource>> openCheckpoint(const std::string& from);
 // The same as a checkpoint to resume from: a Loom one as it is, a DeepSpeed one with the model's
-// config.json at `modelConfig` (convert.config), which DeepSpeed does not keep.
-StatusOr<std::unique_ptr<ResumableCheckpoint>> openResumable(const std::string& from, const std::string& modelConfig);
+// config.json at `modelConfig` (convert.config), which DeepSpeed does not keep; where the target
+// does not need the model (`needModel` false: a universal checkpoint), it may be empty.
+StatusOr<std::unique_ptr<ResumableCheckpoint>> openResumable(const std::string& from, const std::string& modelConfig,
+                                                             bool needModel);
 
 }  // namespace loom::convert

@@ -26,24 +26,27 @@ std::string exactPattern(const std::string& name) {
 }  // namespace
 
 StatusOr<std::unique_ptr<DeepSpeedResumable>> DeepSpeedResumable::open(std::unique_ptr<DeepSpeedCheckpoint> checkpoint,
-                                                                       const std::string& configPath) {
+                                                                       const std::string& configPath,
+                                                                       bool needModel) {
   std::unique_ptr<DeepSpeedResumable> out(new DeepSpeedResumable());
   const DeepSpeedCheckpoint& ds = *checkpoint;
-  if (configPath.empty())
+  if (configPath.empty() && needModel)
     return invalidArgument("convert.config: {} is a DeepSpeed checkpoint, which does not keep the model's "
                            "config.json: name it (the HF model directory's config.json) to convert to loom",
                            ds.tagDir());
-  ASSIGN_OR_RETURN(out->configText_, files::readFile(configPath));
-  auto model = planner::parseModelConfig(out->configText_, configPath);
-  if (!model.isOk()) return model.status().withContext("convert.config");
-  out->model_ = *model;
+  if (!configPath.empty()) {
+    ASSIGN_OR_RETURN(out->configText_, files::readFile(configPath));
+    auto model = planner::parseModelConfig(out->configText_, configPath);
+    if (!model.isOk()) return model.status().withContext("convert.config");
+    out->model_ = *model;
+  }
   if (!ds.config().is_object())
     return invalidArgument("{}: the model states keep no ds_config: the settings it trained with are unknown", ds.tagDir());
   auto config = planner::parseDeepSpeedConfig(ds.config(), ds.worldSize(), /*training=*/true);
   if (!config.isOk()) return config.status().withContext(ds.tagDir() + ": ds_config");
   if (config->precision == planner::Precision::kFp16)
-    return invalidArgument("{}: an fp16 checkpoint: its dynamic loss scale is not carried over to loom in this "
-                           "version (fp32 and bf16 are)",
+    return invalidArgument("{}: an fp16 checkpoint: its dynamic loss scale is not carried over by a conversion "
+                           "to loom or deepspeed_universal in this version (fp32 and bf16 are)",
                            ds.tagDir());
   for (const SourceTensor& t : ds.tensors()) {
     // A frozen parameter becomes train.frozen_parameters' pattern of exactly its name.

@@ -15,7 +15,8 @@ namespace loom::convert {
 // the fp32 masters and the optimizer's moments of every trained parameter, laid out as
 // DeepSpeedCheckpoint finds them, and where training stood (global_steps, skipped_steps,
 // global_samples, the ds_config it ran with, read as Loom reads a job's `deepspeed`). DeepSpeed
-// does not keep the model's config.json: `configPath` names it (convert.config).
+// does not keep the model's config.json: `configPath` names it (convert.config), which may be
+// empty when `needModel` is false (model() and modelConfigText() are then empty).
 //
 // Frozen parameters become train.frozen_parameters of their exact names (escaped), which the
 // resuming job lists the same. Refused, naming what: an fp16 checkpoint (its dynamic loss scale is
@@ -23,7 +24,7 @@ namespace loom::convert {
 class DeepSpeedResumable : public ResumableCheckpoint {
  public:
   static StatusOr<std::unique_ptr<DeepSpeedResumable>> open(std::unique_ptr<DeepSpeedCheckpoint> checkpoint,
-                                                            const std::string& configPath);
+                                                            const std::string& configPath, bool needModel);
 
   std::string describe() const override { return checkpoint_->describe(); }
   const std::vector<SourceTensor>& tensors() const override { return checkpoint_->tensors(); }

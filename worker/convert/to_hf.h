@@ -7,6 +7,7 @@
 #include "worker/checkpoint/safetensors_writer.h"
 #include "worker/convert/checkpoint_source.h"
 #include "worker/convert/convert_progress.h"
+#include "worker/convert/convert_writer.h"
 
 namespace loom::worker {
 
@@ -14,24 +15,23 @@ namespace loom::worker {
 // cut into shards of convert.shard_size (shard s written by rank s % ranks into `dir`), each
 // tensor read, cast (convert.dtype) and written in chunks of at most 64 MiB. `complete` (rank 0,
 // once every shard is there) writes the index.
-class HfWriter {
+class HfWriter : public ConvertWriter {
  public:
   HfWriter(const convert::CheckpointSource& source, const planner::ConvertSpec& spec);
   Status check() const { return status_; }
-  int64_t totalBytes() const { return totalBytes_; }
-  int64_t largestTensorBytes() const { return largest_; }
-  size_t fileCount() const { return plan_.files.size() + (plan_.files.size() > 1 ? 1 : 0); }
+  int64_t totalBytes() const override { return totalBytes_; }
+  int64_t largestTensorBytes() const override { return largest_; }
+  size_t fileCount() const override { return plan_.files.size() + (plan_.files.size() > 1 ? 1 : 0); }
   // The bytes rank `rank` of `ranks` writes.
-  int64_t shareBytes(int rank, int ranks) const;
+  int64_t shareBytes(int rank, int ranks) const override;
 
-  Status writeShare(const std::string& dir, int rank, int ranks, ConvertProgress& progress);
-  Status complete(const std::string& dir) const;
+  Status writeShare(const std::string& dir, int rank, int ranks, ConvertProgress& progress) override;
+  Status complete(const std::string& dir) const override;
 
  private:
   const convert::CheckpointSource& source_;
   Status status_;
   std::vector<checkpoint::SafetensorsEntry> entries_;
-  std::vector<std::string> storedAs_;  // safetensors' name of each tensor's stored dtype
   checkpoint::ShardPlan plan_;
   int64_t totalBytes_ = 0, largest_ = 0;
 };

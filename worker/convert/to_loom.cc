@@ -11,6 +11,7 @@
 #include "worker/checkpoint/manifest.h"
 #include "worker/checkpoint/safetensors_writer.h"
 #include "worker/checkpoint/shard_layout.h"
+#include "worker/convert/chunk_copy.h"
 #include "worker/convert/to_hf.h"
 
 namespace loom::worker {
@@ -20,75 +21,13 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int64_t kChunkBytes = int64_t(16) << 20;
 constexpr int64_t kF32 = 4;
-
-// Bytes gathered from many small reads and handed to the sink a chunk at a time, in `data` (of
-// kChunkBytes, allocated once for all the tensors of a file: most are far smaller).
-class ChunkBuffer {
- public:
-  ChunkBuffer(std::vector<char>& data, const checkpoint::ByteSink& sink) : sink_(sink), data_(data) {}
-  // Room for at least one element; the caller writes up to room() bytes at free() and commits.
-  StatusOr<char*> free() {
-    if (used_ == static_cast<int64_t>(data_.size())) RETURN_IF_ERROR(flush());
-    return data_.data() + used_;
-  }
-  int64_t room() const { return static_cast<int64_t>(data_.size()) - used_; }
-  void commit(int64_t bytes) { used_ += bytes; }
-  Status zeros(int64_t bytes) {
-    while (bytes > 0) {
-      ASSIGN_OR_RETURN(char* at, free());
-      const int64_t n = std::min(bytes, room());
-      std::fill(at, at + n, 0);
-      commit(n);
-      bytes -= n;
-    }
-    return Status::ok();
-  }
-  Status flush() {
-    if (used_) RETURN_IF_ERROR(sink_(data_.data(), static_cast<size_t>(used_)));
-    used_ = 0;
-    return Status::ok();
-  }
-
- private:
-  const checkpoint::ByteSink& sink_;
-  std::vector<char>& data_;
-  int64_t used_ = 0;
-};
-
-// Elements [whole, whole + length) of one parameter's state from the source's ranges (`starts`:
-// each range's first element) into `buffer`, range by range.
-Status copyWhole(const convert::ResumableCheckpoint& source, const std::vector<convert::SourceRange>& ranges,
-                 const std::vector<int64_t>& starts, int64_t whole, int64_t length, const std::string& name,
-                 ChunkBuffer& buffer) {
-  size_t r = std::upper_bound(starts.begin(), starts.end(), whole) - starts.begin() - 1;
-  while (length > 0) {
-    const convert::SourceRange& range = ranges[r];
-    const int64_t within = whole - starts[r];
-    const int64_t inRange = range.bytes / kF32 - within;
-    if (inRange <= 0) {
-      ++r;
-      continue;
-    }
-    ASSIGN_OR_RETURN(char* at, buffer.free());
-    const int64_t n = std::min({length, inRange, buffer.room() / kF32});
-    convert::SourceRange piece = range;
-    piece.offset += within * kF32;
-    piece.bytes = n * kF32;
-    RETURN_IF_ERROR(source.read(piece, name, at));
-    buffer.commit(n * kF32);
-    whole += n;
-    length -= n;
-  }
-  return Status::ok();
-}
 
 Status copyFileDurably(const std::string& from, const std::string& to) {
   ASSIGN_OR_RETURN(auto writer, files::AtomicFileWriter::open(to));
   std::FILE* in = std::fopen(from.c_str(), "rb");
   if (!in) return notFound("{}: cannot open", from);
-  std::vector<char> chunk(kChunkBytes);
+  std::vector<char> chunk(convert::kStateChunkBytes);
   size_t n;
   Status status = Status::ok();
   while (status.isOk() && (n = std::fread(chunk.data(), 1, chunk.size(), in)) > 0) status = writer->append(chunk.data(), n);
@@ -225,7 +164,7 @@ Status LoomWriter::writeStateFile(const std::string& path, const Output& out, Co
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   // Each source state's ranges with their first elements, found once per file.
   std::map<std::pair<int, std::string>, std::vector<int64_t>> starts;
-  std::vector<char> chunk(kChunkBytes);
+  std::vector<char> chunk(convert::kStateChunkBytes);
   const checkpoint::BytesProducer produce = [&](size_t i, const checkpoint::ByteSink& sink) -> Status {
     if (out.state && i == tensors.size()) {
       const int64_t steps = source_.optimizerSteps();
@@ -237,24 +176,18 @@ Status LoomWriter::writeStateFile(const std::string& path, const Output& out, Co
       return sink(bytes.data(), bytes.size());
     }
     const checkpoint::StateTensor& t = tensors[i];
-    ChunkBuffer buffer(chunk, sink);
+    convert::ChunkBuffer buffer(chunk, sink);
     int64_t cursor = 0;
     for (const checkpoint::StatePiece& piece : t.pieces) {
       const std::string& name = plan.parameters[piece.parameter].name;
       const std::vector<convert::SourceRange>* ranges = source_.state(name, t.state);
       if (!ranges) return invalidArgument("convert.from: {} has no {} for parameter {}", source_.tagDir(), t.state, name);
       auto [it, added] = starts.try_emplace({piece.parameter, t.state});
-      if (added) {
-        int64_t at = 0;
-        for (const auto& r : *ranges) {
-          it->second.push_back(at);
-          at += r.bytes / kF32;
-        }
-      }
+      if (added) it->second = convert::rangeStarts(*ranges);
       RETURN_IF_ERROR(buffer.zeros((piece.at - cursor) * kF32));
       const auto shard = checkpoint::shardLayout(plan.parameters[piece.parameter], out.state->tpRank, plan.mesh.tp);
       for (const checkpoint::ElementRun& run : checkpoint::wholeRuns(shard, piece.offset, piece.length))
-        RETURN_IF_ERROR(copyWhole(source_, *ranges, it->second, run.whole, run.length, name + " " + t.state, buffer));
+        RETURN_IF_ERROR(convert::copyWhole(source_, *ranges, it->second, run.whole, run.length, name + " " + t.state, buffer));
       cursor = piece.at + piece.length;
     }
     RETURN_IF_ERROR(buffer.zeros((t.numel() - cursor) * kF32));

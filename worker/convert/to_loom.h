@@ -6,6 +6,7 @@
 #include "common/status.h"
 #include "worker/checkpoint/state_layout.h"
 #include "worker/convert/convert_progress.h"
+#include "worker/convert/convert_writer.h"
 #include "worker/convert/layout_plan.h"
 #include "worker/convert/checkpoint_source.h"
 
@@ -24,21 +25,21 @@ namespace loom::worker {
 // parameter is ever assembled whole. A rank's RNG state goes to the same rank (rank r % the
 // source's ranks where the target has more). The files are split over the convert job's ranks
 // (file i by rank i % ranks).
-class LoomWriter {
+class LoomWriter : public ConvertWriter {
  public:
   LoomWriter(const convert::ResumableCheckpoint& source, convert::LayoutPlan target);
   // The target's state layout, checked: InvalidArgument naming what the two layouts disagree on.
   Status prepare();
-  int64_t totalBytes() const;
-  int64_t shareBytes(int rank, int ranks) const;
-  size_t fileCount() const { return outputs_.size() + 1; }
+  int64_t totalBytes() const override;
+  int64_t shareBytes(int rank, int ranks) const override;
+  size_t fileCount() const override { return outputs_.size() + 1; }
   // The largest state tensor (or model tensor, when the model is written here): what a copy
   // through chunks never holds whole.
-  int64_t largestTensorBytes() const { return largest_; }
+  int64_t largestTensorBytes() const override { return largest_; }
 
-  Status writeShare(const std::string& dir, int rank, int ranks, ConvertProgress& progress);
+  Status writeShare(const std::string& dir, int rank, int ranks, ConvertProgress& progress) override;
   // Rank 0, once every file is there: the manifest and `latest`.
-  Status complete(const std::string& dir) const;
+  Status complete(const std::string& dir) const override;
 
  private:
   struct Output {

@@ -22,6 +22,12 @@ constexpr uint32_t kLocalHeader = 0x04034b50;
 constexpr int64_t kEndOfDirectoryBytes = 22, kLocatorBytes = 20, kZip64EndBytes = 56;
 constexpr int64_t kDirectoryEntryBytes = 46, kLocalHeaderBytes = 30;
 constexpr uint16_t kZip64Extra = 0x0001;
+constexpr uint32_t kDataDescriptor = 0x08074b50;
+constexpr uint16_t kPaddingExtra = 0x4246;  // what PyTorch's writer pads with, so a reader skips it
+constexpr uint16_t kFollowedByDescriptor = 0x0008;
+constexpr uint16_t kDosDate1980 = (0 << 9) | (1 << 5) | 1;  // 1980-01-01: every member the same date
+constexpr uint64_t kNeeds64 = 0xffffffff;
+constexpr int64_t kDataAlignment = 64;
 
 // Little-endian fields of a byte buffer, every read checked against its end.
 class Fields {
@@ -223,6 +229,149 @@ StatusOr<std::string> ZipArchive::readAll(const ZipEntry& entry) const {
     return invalidArgument("{}: member {} (offset {}) is corrupt: CRC-32 {:08x}, the directory says {:08x}", path_,
                            entry.name, entry.offset, static_cast<uint32_t>(crc), entry.crc32);
   return out;
+}
+
+StatusOr<ZipWriter> ZipWriter::create(const std::string& path, uint64_t zip64From) {
+  ZipWriter zip;
+  zip.path_ = path;
+  zip.zip64From_ = std::min<uint64_t>(zip64From, kNeeds64);
+  ASSIGN_OR_RETURN(zip.file_, files::AtomicFileWriter::open(path));
+  return zip;
+}
+
+Status ZipWriter::append(const void* data, size_t bytes) {
+  RETURN_IF_ERROR(file_->append(data, bytes));
+  offset_ += static_cast<int64_t>(bytes);
+  return Status::ok();
+}
+
+Status ZipWriter::appendLe(uint64_t value, int bytes) {
+  unsigned char le[8];
+  for (int i = 0; i < bytes; ++i) le[i] = static_cast<unsigned char>(value >> (8 * i));
+  return append(le, static_cast<size_t>(bytes));
+}
+
+Status ZipWriter::add(const std::string& name, const std::string& bytes) {
+  return add(name, static_cast<int64_t>(bytes.size()), [&](const Sink& sink) { return sink(bytes.data(), bytes.size()); });
+}
+
+Status ZipWriter::add(const std::string& name, int64_t size, const std::function<Status(const Sink&)>& write) {
+  if (name.size() > 0xffff) return invalidArgument("{}: member name of {} bytes is too long for zip", path_, name.size());
+  Member member{.name = name, .headerOffset = offset_, .size = size};
+  const bool zip64 = static_cast<uint64_t>(size) >= zip64From_;
+  // The local header: its CRC-32 and sizes come after the data (the descriptor), ZIP64's sizes
+  // as 0 until then; padding in the extra field puts the data on a 64-byte boundary.
+  const int64_t zip64Bytes = zip64 ? 20 : 0;
+  const int64_t unpadded = offset_ + kLocalHeaderBytes + static_cast<int64_t>(name.size()) + zip64Bytes + 4;
+  const int64_t padding = (kDataAlignment - unpadded % kDataAlignment) % kDataAlignment;
+  RETURN_IF_ERROR(appendLe(kLocalHeader, 4));
+  RETURN_IF_ERROR(appendLe(zip64 ? 45 : 20, 2));
+  RETURN_IF_ERROR(appendLe(kFollowedByDescriptor, 2));
+  RETURN_IF_ERROR(appendLe(0, 2));  // stored
+  RETURN_IF_ERROR(appendLe(0, 2));
+  RETURN_IF_ERROR(appendLe(kDosDate1980, 2));
+  RETURN_IF_ERROR(appendLe(0, 4));
+  RETURN_IF_ERROR(appendLe(zip64 ? kNeeds64 : 0, 4));
+  RETURN_IF_ERROR(appendLe(zip64 ? kNeeds64 : 0, 4));
+  RETURN_IF_ERROR(appendLe(name.size(), 2));
+  RETURN_IF_ERROR(appendLe(static_cast<uint64_t>(zip64Bytes + 4 + padding), 2));
+  RETURN_IF_ERROR(append(name.data(), name.size()));
+  if (zip64) {
+    RETURN_IF_ERROR(appendLe(kZip64Extra, 2));
+    RETURN_IF_ERROR(appendLe(16, 2));
+    RETURN_IF_ERROR(appendLe(0, 8));
+    RETURN_IF_ERROR(appendLe(0, 8));
+  }
+  RETURN_IF_ERROR(appendLe(kPaddingExtra, 2));
+  RETURN_IF_ERROR(appendLe(static_cast<uint64_t>(padding), 2));
+  RETURN_IF_ERROR(append(std::string(static_cast<size_t>(padding), '\0').data(), static_cast<size_t>(padding)));
+
+  uLong crc = crc32(0L, Z_NULL, 0);
+  int64_t written = 0;
+  RETURN_IF_ERROR(write([&](const void* data, size_t bytes) -> Status {
+    if (written + static_cast<int64_t>(bytes) > size)
+      return internalError("{}: member {}: more than the {} bytes it was added with", path_, name, size);
+    // crc32 takes at most 4 GiB at a time.
+    for (size_t done = 0; done < bytes;) {
+      const size_t n = std::min<size_t>(bytes - done, size_t(1) << 30);
+      crc = crc32(crc, static_cast<const Bytef*>(data) + done, static_cast<uInt>(n));
+      done += n;
+    }
+    written += static_cast<int64_t>(bytes);
+    return append(data, bytes);
+  }));
+  if (written != size)
+    return internalError("{}: member {}: {} bytes written, {} expected", path_, name, written, size);
+  member.crc32 = static_cast<uint32_t>(crc);
+  RETURN_IF_ERROR(appendLe(kDataDescriptor, 4));
+  RETURN_IF_ERROR(appendLe(member.crc32, 4));
+  RETURN_IF_ERROR(appendLe(static_cast<uint64_t>(size), zip64 ? 8 : 4));
+  RETURN_IF_ERROR(appendLe(static_cast<uint64_t>(size), zip64 ? 8 : 4));
+  members_.push_back(std::move(member));
+  return Status::ok();
+}
+
+Status ZipWriter::finish() {
+  const int64_t directoryOffset = offset_;
+  for (const Member& m : members_) {
+    const bool bigSize = static_cast<uint64_t>(m.size) >= zip64From_;
+    const bool bigOffset = static_cast<uint64_t>(m.headerOffset) >= zip64From_;
+    const int extra = (bigSize ? 16 : 0) + (bigOffset ? 8 : 0);
+    RETURN_IF_ERROR(appendLe(kDirectoryEntry, 4));
+    RETURN_IF_ERROR(appendLe(extra ? 45 : 20, 2));  // made by
+    RETURN_IF_ERROR(appendLe(extra ? 45 : 20, 2));  // needed
+    RETURN_IF_ERROR(appendLe(kFollowedByDescriptor, 2));
+    RETURN_IF_ERROR(appendLe(0, 2));
+    RETURN_IF_ERROR(appendLe(0, 2));
+    RETURN_IF_ERROR(appendLe(kDosDate1980, 2));
+    RETURN_IF_ERROR(appendLe(m.crc32, 4));
+    RETURN_IF_ERROR(appendLe(bigSize ? kNeeds64 : static_cast<uint64_t>(m.size), 4));
+    RETURN_IF_ERROR(appendLe(bigSize ? kNeeds64 : static_cast<uint64_t>(m.size), 4));
+    RETURN_IF_ERROR(appendLe(m.name.size(), 2));
+    RETURN_IF_ERROR(appendLe(extra ? extra + 4 : 0, 2));
+    RETURN_IF_ERROR(appendLe(0, 2));  // comment
+    RETURN_IF_ERROR(appendLe(0, 2));  // disk
+    RETURN_IF_ERROR(appendLe(0, 2));  // internal attributes
+    RETURN_IF_ERROR(appendLe(0, 4));  // external attributes
+    RETURN_IF_ERROR(appendLe(bigOffset ? kNeeds64 : static_cast<uint64_t>(m.headerOffset), 4));
+    RETURN_IF_ERROR(append(m.name.data(), m.name.size()));
+    if (extra) {
+      RETURN_IF_ERROR(appendLe(kZip64Extra, 2));
+      RETURN_IF_ERROR(appendLe(static_cast<uint64_t>(extra), 2));
+      if (bigSize) RETURN_IF_ERROR(appendLe(static_cast<uint64_t>(m.size), 8));
+      if (bigSize) RETURN_IF_ERROR(appendLe(static_cast<uint64_t>(m.size), 8));
+      if (bigOffset) RETURN_IF_ERROR(appendLe(static_cast<uint64_t>(m.headerOffset), 8));
+    }
+  }
+  const uint64_t directorySize = static_cast<uint64_t>(offset_ - directoryOffset);
+  const uint64_t count = members_.size();
+  const bool zip64 = count >= 0xffff || directorySize >= zip64From_ || static_cast<uint64_t>(directoryOffset) >= zip64From_;
+  if (zip64) {
+    const int64_t recordOffset = offset_;
+    RETURN_IF_ERROR(appendLe(kZip64EndOfDirectory, 4));
+    RETURN_IF_ERROR(appendLe(kZip64EndBytes - 12, 8));
+    RETURN_IF_ERROR(appendLe(45, 2));
+    RETURN_IF_ERROR(appendLe(45, 2));
+    RETURN_IF_ERROR(appendLe(0, 4));
+    RETURN_IF_ERROR(appendLe(0, 4));
+    RETURN_IF_ERROR(appendLe(count, 8));
+    RETURN_IF_ERROR(appendLe(count, 8));
+    RETURN_IF_ERROR(appendLe(directorySize, 8));
+    RETURN_IF_ERROR(appendLe(static_cast<uint64_t>(directoryOffset), 8));
+    RETURN_IF_ERROR(appendLe(kZip64Locator, 4));
+    RETURN_IF_ERROR(appendLe(0, 4));
+    RETURN_IF_ERROR(appendLe(static_cast<uint64_t>(recordOffset), 8));
+    RETURN_IF_ERROR(appendLe(1, 4));
+  }
+  RETURN_IF_ERROR(appendLe(kEndOfDirectory, 4));
+  RETURN_IF_ERROR(appendLe(0, 2));
+  RETURN_IF_ERROR(appendLe(0, 2));
+  RETURN_IF_ERROR(appendLe(zip64 ? 0xffff : count, 2));
+  RETURN_IF_ERROR(appendLe(zip64 ? 0xffff : count, 2));
+  RETURN_IF_ERROR(appendLe(zip64 ? kNeeds64 : directorySize, 4));
+  RETURN_IF_ERROR(appendLe(zip64 ? kNeeds64 : static_cast<uint64_t>(directoryOffset), 4));
+  RETURN_IF_ERROR(appendLe(0, 2));
+  return file_->commit();
 }
 
 }  // namespace loom::convert

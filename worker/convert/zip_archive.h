@@ -1,9 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/files.h"
 #include "common/status.h"
 
 namespace loom::convert {
@@ -48,6 +51,42 @@ class ZipArchive {
   int fd_ = -1;
   int64_t fileSize_ = 0;
   std::vector<ZipEntry> entries_;
+};
+
+// A zip archive written as torch.save writes one, member after member, each stored (not
+// compressed) with its data 64-byte aligned (so that torch.load(mmap=True) maps tensors in place),
+// ZIP64 where a size or an offset needs it. A member's bytes stream through once: its CRC-32 and
+// size follow it in a data descriptor and the central directory, so no member is held whole. The
+// file appears at `path` on finish() (through files::AtomicFileWriter), or not at all.
+class ZipWriter {
+ public:
+  // `zip64From`: the size or offset from which a record is ZIP64 (4 GiB - 1, as the format needs;
+  // lower in tests, to write the ZIP64 records of small files).
+  static StatusOr<ZipWriter> create(const std::string& path, uint64_t zip64From = 0xffffffff);
+
+  // Takes the next piece of a member's bytes.
+  using Sink = std::function<Status(const void* data, size_t bytes)>;
+  // Member `name` of exactly `size` bytes, which `write` hands to the sink it is given.
+  Status add(const std::string& name, int64_t size, const std::function<Status(const Sink&)>& write);
+  Status add(const std::string& name, const std::string& bytes);
+  // The central directory; then the file is durable and in place.
+  Status finish();
+
+ private:
+  struct Member {
+    std::string name;
+    int64_t headerOffset = 0, size = 0;
+    uint32_t crc32 = 0;
+  };
+  ZipWriter() = default;
+  Status append(const void* data, size_t bytes);
+  Status appendLe(uint64_t value, int bytes);
+
+  std::string path_;
+  uint64_t zip64From_ = 0xffffffff;
+  std::unique_ptr<files::AtomicFileWriter> file_;
+  int64_t offset_ = 0;
+  std::vector<Member> members_;
 };
 
 }  // namespace loom::convert

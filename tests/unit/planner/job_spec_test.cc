@@ -169,10 +169,17 @@ TEST_CASE("convert jobs: the section is read with its defaults - what does not f
   CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
     "convert": {"from": "/ckpt", "output": "/out", "dtype": "fp8"}})") ==
         "convert.dtype: \"fp8\" is not one of keep, fp32, bf16");
+  CHECK(parseJobSpec(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
+    "convert": {"from": "/ckpt", "output": "/out", "to": "deepspeed_universal"}})")->convert.to == "deepspeed_universal");
   CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
-    "convert": {"from": "/ckpt", "output": "/out", "to": "deepspeed_universal"}})") ==
-        "convert.to: deepspeed_universal: this version converts to hf (consolidated safetensors) and loom (a training "
-        "checkpoint of another layout) only");
+    "convert": {"from": "/ckpt", "output": "/out", "to": "deepspeed_universal", "dtype": "bf16"}})") ==
+        "convert.dtype: only a conversion to hf has a dtype (convert.to is deepspeed_universal)");
+  CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
+    "convert": {"from": "/ckpt", "output": "/out", "to": "loom", "shard_size": "1GB", "layout": {"ranks": 2}}})") ==
+        "convert.shard_size: only a conversion to hf is cut into shards (convert.to is loom)");
+  CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
+    "convert": {"from": "/ckpt", "output": "/out", "to": "deepspeed_universal", "config": "/m/config.json"}})") ==
+        "convert.config: only a conversion to loom reads the model's config (convert.to is deepspeed_universal)");
   CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1},
     "convert": {"from": "/ckpt", "output": "/out", "to": "loom"}})") ==
         "convert.layout: a conversion to loom needs the layout to write for (at least its ranks)");
