@@ -6,7 +6,8 @@
    stage 2, and ZeRO 3 with frozen parameters) and checkpoints. A convert
    job rewrites each checkpoint for another layout (1, 2 and 3 ranks, other stages, tensor
    parallelism on and off), and a job of that layout resumes from it for 4 more steps. Its losses
-   equal the uninterrupted run's within 1e-5 at every step, and its final weights within 1e-5.
+   equal the uninterrupted run's within 1e-5 at every step, and its final weights within 1e-5
+   (Muon's within 1e-4: across layouts its updates differ by that much uninterrupted too).
 2. Two convert ranks split the files and write the same checkpoint; a Loom checkpoint converts to
    HF safetensors whose tensors are its fp32 masters.
 3. Refusals: a layout the batch does not split over (naming the field), a DeepSpeed checkpoint to
@@ -38,6 +39,10 @@ ADAMW = {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.01}}
 # The embedding and the first layer's MLP: no gradient, no optimizer state; stage 3 partitions
 # their weights all the same.
 FROZEN = ("model\\.embed_tokens\\.weight", "model\\.layers\\.0\\.mlp\\..*")
+# Muon's Newton-Schulz iteration carries the ranks' other summation orders into the weights: on
+# an Intel Xeon, uninterrupted Muon runs on 4 ranks at ZeRO 2, 3 ranks at ZeRO 3 and tp2 end 2.8e-5
+# to 3.9e-5 from the 1-rank run, without any reshard.
+WEIGHT_TOLERANCE = {"muon": 1e-4}
 MUON = {"type": "Muon", "params": {"lr": 0.02, "adam_lr": 2e-3, "momentum": 0.9, "weight_decay": 0.01, "torch_adam": True}}
 
 
@@ -140,8 +145,9 @@ def main():
                       f"difference {worst:.2e}")
                 weights = final_weights(output)
                 diff = max((weights[k] - reference_weights[k]).abs().max().item() for k in reference_weights)
-                check(diff <= 1e-5, f"{target_name}: final weights vs the uninterrupted run, max |difference| = "
-                      f"{diff:.2e}")
+                tolerance = WEIGHT_TOLERANCE.get(setting, 1e-5)
+                check(diff <= tolerance, f"{target_name}: final weights vs the uninterrupted run, max |difference| = "
+                      f"{diff:.2e} (within {tolerance:g})")
 
         # The control: the same resumption with Adam's moments zeroed (the masters kept) does not
         # give those losses, so the comparisons above see the optimizer state.
