@@ -39,9 +39,10 @@ ADAMW = {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.01}}
 # The embedding and the first layer's MLP: no gradient, no optimizer state; stage 3 partitions
 # their weights all the same.
 FROZEN = ("model\\.embed_tokens\\.weight", "model\\.layers\\.0\\.mlp\\..*")
-# Muon's Newton-Schulz iteration carries the ranks' other summation orders into the weights: on
-# an Intel Xeon, uninterrupted Muon runs on 4 ranks at ZeRO 2, 3 ranks at ZeRO 3 and tp2 end 2.8e-5
-# to 3.9e-5 from the 1-rank run, without any reshard.
+# Where oneDNN has fp16 (AVX512-FP16, AMX) Muon's gram iteration runs in fp16, as DeepSpeed's
+# does, and spreads the ranks' other summation orders into the weights: on such a Xeon,
+# uninterrupted Muon runs on 4 ranks at ZeRO 2, 3 ranks at ZeRO 3 and tp2 end 2.8e-5 to 3.9e-5
+# from the 1-rank run, without any reshard (muon_test.py's layouts, the same).
 WEIGHT_TOLERANCE = {"muon": 1e-4}
 MUON = {"type": "Muon", "params": {"lr": 0.02, "adam_lr": 2e-3, "momentum": 0.9, "weight_decay": 0.01, "torch_adam": True}}
 
