@@ -64,7 +64,7 @@ Status UniversalWriter::prepare() {
     const int64_t bytes = t.numel() * kF32;
     largest_ = std::max(largest_, bytes);
     ++parameters_;
-    if (t.role == convert::SourceTensor::Role::kFrozen || !source_.state(t.name, "master")) {
+    if (t.role == convert::SourceTensor::Role::kFrozen) {
       outputs_.push_back({.name = folder + "fp32.pt", .content = Content::kFrozenWeight, .tensor = &t, .bytes = bytes});
       continue;
     }
