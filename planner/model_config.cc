@@ -1,5 +1,7 @@
 #include "planner/model_config.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace loom::planner {
@@ -18,6 +20,17 @@ const char* modelFamilyName(ModelFamily family) {
     case ModelFamily::kDeepseekV3: return "deepseek_v3";
   }
   return "?";
+}
+
+bool ModelConfig::isMoeLayer(int64_t layer) const {
+  if (!isMoe() || layer < firstDenseLayers || (layer + 1) % sparseStep != 0) return false;
+  return std::find(mlpOnlyLayers.begin(), mlpOnlyLayers.end(), layer) == mlpOnlyLayers.end();
+}
+
+int64_t ModelConfig::numMoeLayers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < numLayers; ++l) n += isMoeLayer(l) ? 1 : 0;
+  return n;
 }
 
 namespace {
@@ -137,8 +150,7 @@ Status parseNumerics(const json& j, const std::string& source, ModelConfig* c) {
   if (auto act = j.find("hidden_act"); act != j.end() && act->is_string() && act->get<std::string>() != "silu")
     return invalidArgument("{}: hidden_act: \"{}\" is not supported (Llama-family MLPs use silu)", source,
                            act->get<std::string>());
-  // Only deepseek_v3 may ask for yarn: the worker refuses it (it trains dense models), so a yarn
-  // it does not compute cannot reach a model it builds.
+  // Only deepseek_v3 may ask for yarn: the families whose HF models Loom checks yarn against.
   RETURN_IF_ERROR(parseRope(j, source, c->family == ModelFamily::kDeepseekV3, &c->rope));
   // Mistral attends through a sliding window; Qwen's optional per-layer windows are not built.
   if (c->family == ModelFamily::kMistral || c->family == ModelFamily::kMixtral) {
@@ -297,17 +309,31 @@ StatusOr<ModelConfig> parseModelConfig(const std::string& text, const std::strin
     RETURN_IF_ERROR(parseDeepseekExperts(j, source, &c));
   } else if (c.family == ModelFamily::kQwen2Moe || c.family == ModelFamily::kQwen3Moe) {
     RETURN_IF_ERROR(boolean("norm_topk_prob", &c.router.normalizeTopK));
-    RETURN_IF_ERROR(integer("num_experts", &c.numExperts, true, 1));
+    // transformers 5 writes qwen3_moe's num_experts under its attribute name, num_local_experts.
+    const bool localName = !j.contains("num_experts") && j.contains("num_local_experts");
+    RETURN_IF_ERROR(integer(localName ? "num_local_experts" : "num_experts", &c.numExperts, true, 1));
     if (c.family == ModelFamily::kQwen2Moe)
       RETURN_IF_ERROR(integer("shared_expert_intermediate_size", &c.sharedExpertIntermediateSize, true, 1));
     RETURN_IF_ERROR(integer("moe_intermediate_size", &c.expertIntermediateSize, true, 1));
-    int64_t sparseStep = 1;
-    RETURN_IF_ERROR(integer("decoder_sparse_step", &sparseStep, false, 1));
-    auto dense = j.find("mlp_only_layers");
-    if (sparseStep != 1 || (dense != j.end() && dense->is_array() && !dense->empty()))
-      return invalidArgument("{}: decoder_sparse_step and mlp_only_layers: models mixing dense and expert layers are "
-                             "not supported yet",
-                             source);
+    RETURN_IF_ERROR(integer("decoder_sparse_step", &c.sparseStep, false, 1));
+    if (auto dense = j.find("mlp_only_layers"); dense != j.end() && !dense->is_null()) {
+      if (!dense->is_array()) return invalidArgument("{}: mlp_only_layers: must be a list of layer indices", source);
+      for (const auto& layer : *dense) {
+        if (!layer.is_number_integer() || layer.get<int64_t>() < 0 || layer.get<int64_t>() >= c.numLayers)
+          return invalidArgument("{}: mlp_only_layers: {} is not a layer index (0 to {})", source, layer.dump(),
+                                 c.numLayers - 1);
+        c.mlpOnlyLayers.push_back(layer.get<int64_t>());
+      }
+    }
+  }
+  if (c.family == ModelFamily::kMixtral || c.family == ModelFamily::kQwen2Moe || c.family == ModelFamily::kQwen3Moe) {
+    RETURN_IF_ERROR(boolean("output_router_logits", &c.outputRouterLogits));
+    ASSIGN_OR_RETURN(c.routerAuxLossCoef, number(j, "router_aux_loss_coef", c.routerAuxLossCoef, source));
+    // Mixtral's jitter multiplies the router's input by noise while training; not built.
+    ASSIGN_OR_RETURN(const double jitter, number(j, "router_jitter_noise", 0.0, source));
+    if (jitter != 0.0)
+      return invalidArgument("{}: router_jitter_noise: {} is not supported (0: no noise on the router's input)",
+                             source, jitter);
   }
   RETURN_IF_ERROR(parseNumerics(j, source, &c));
   if (c.isMoe()) {

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -11,8 +12,8 @@ enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, 
 const char* modelFamilyName(ModelFamily family);
 
 // Rotary position embedding: HF's rope_parameters (transformers 5) or rope_theta + rope_scaling
-// (transformers 4). Types default, linear and llama3; yarn for deepseek_v3 only (the worker does
-// not compute yarn yet, and refuses deepseek_v3); others are refused by name.
+// (transformers 4). Types default, linear and llama3; yarn for deepseek_v3 only (as HF's
+// DeepSeek-V3 builds it); others are refused by name.
 struct RopeConfig {
   enum class Type { kDefault, kLinear, kLlama3, kYarn };
   Type type = Type::kDefault;
@@ -89,9 +90,18 @@ struct ModelConfig {
   // first_k_dense_replace (deepseek_v3): layers below this index have a dense MLP of
   // intermediate_size instead of experts.
   int64_t firstDenseLayers = 0;
+  // decoder_sparse_step and mlp_only_layers (qwen*_moe): layer l has experts when (l + 1) is a
+  // multiple of the step and l is not listed; the others have a dense MLP of intermediate_size.
+  int64_t sparseStep = 1;
+  std::vector<int64_t> mlpOnlyLayers;
   RouterConfig router;
+  // The router's load-balancing loss (output_router_logits, router_aux_loss_coef: mixtral and
+  // qwen*_moe), added to the loss as transformers adds it; deepseek_v3 has none.
+  bool outputRouterLogits = false;
+  double routerAuxLossCoef = 0.001;
   bool isMoe() const { return numExperts > 0; }
-  bool isMoeLayer(int64_t layer) const { return isMoe() && layer >= firstDenseLayers; }
+  bool isMoeLayer(int64_t layer) const;
+  int64_t numMoeLayers() const;
 
   // Numerics: what the worker needs to compute what HF computes (the planner ignores them).
   double rmsNormEps = 1e-6;

@@ -153,7 +153,7 @@ StatusOr<std::vector<TpLayout>> layoutTensorParallel(const ModelConfig& c, const
                              tp, c.numKvHeads);
     kvReplication = tp / static_cast<int>(c.numKvHeads);  // each rank holds one KV head, shared by tp/kv ranks
   }
-  const bool denseMlps = !c.isMoe() || c.firstDenseLayers > 0;  // deepseek_v3's first layers are dense
+  const bool denseMlps = c.numMoeLayers() < c.numLayers;  // deepseek_v3's first layers, qwen*_moe's mlp_only_layers
   if (denseMlps && c.intermediateSize % tp != 0)
     return invalidArgument("tensor parallel {}: intermediate_size {} is not a multiple of it", tp, c.intermediateSize);
   if (c.sharedExpertIntermediateSize % tp != 0)

@@ -105,6 +105,38 @@ TEST_CASE("mixture-of-experts models: routers - experts tagged - published count
   CHECK(countParameters(enumerateParameters(qwen3_30b)) == 30'532'122'624);  // Qwen3-30B-A3B
 }
 
+TEST_CASE("Qwen-MoE dense layers: decoder_sparse_step and mlp_only_layers", "[planner]") {
+  const std::string base = R"({"model_type": "qwen3_moe", "vocab_size": 32, "hidden_size": 8,
+    "intermediate_size": 24, "moe_intermediate_size": 4, "num_hidden_layers": 4, "num_attention_heads": 2,
+    "head_dim": 4, "num_experts_per_tok": 2, )";
+  // transformers 5 saves qwen3_moe's num_experts as num_local_experts.
+  auto stepped = parse(base + R"("num_local_experts": 4, "decoder_sparse_step": 2})");
+  CHECK(stepped.numExperts == 4);
+  CHECK_FALSE(stepped.isMoeLayer(0));
+  CHECK(stepped.isMoeLayer(1));
+  CHECK_FALSE(stepped.isMoeLayer(2));
+  CHECK(stepped.isMoeLayer(3));
+  CHECK(stepped.numMoeLayers() == 2);
+  auto listed = parse(base + R"("num_experts": 4, "mlp_only_layers": [0, 2], "output_router_logits": true,
+    "router_aux_loss_coef": 0.01})");
+  CHECK(listed.numMoeLayers() == 2);
+  CHECK(listed.outputRouterLogits);
+  CHECK(listed.routerAuxLossCoef == 0.01);
+  bool denseMlp = false;
+  for (const auto& p : enumerateParameters(listed)) denseMlp |= p.name == "model.layers.2.mlp.gate_proj.weight";
+  CHECK(denseMlp);
+  auto error = [&](const std::string& tail) {
+    auto c = parseModelConfig(base + R"("num_experts": 4, )" + tail, "q/config.json");
+    REQUIRE_FALSE(c.isOk());
+    return c.status().message();
+  };
+  CHECK(error(R"("mlp_only_layers": [4]})") ==
+        "q/config.json: mlp_only_layers: 4 is not a layer index (0 to 3)");
+  CHECK(error(R"("mlp_only_layers": 1})") == "q/config.json: mlp_only_layers: must be a list of layer indices");
+  CHECK(error(R"("router_jitter_noise": 0.1})") ==
+        "q/config.json: router_jitter_noise: 0.1 is not supported (0: no noise on the router's input)");
+}
+
 TEST_CASE("Qwen2-MoE: shared expert and its gate - published count", "[planner]") {
   auto qwen15_moe = parse(R"({"model_type": "qwen2_moe", "vocab_size": 151936, "hidden_size": 2048,
     "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,

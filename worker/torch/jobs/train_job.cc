@@ -44,6 +44,9 @@ class Trainer final : public JobRunner {
 
  private:
   Status trainStep();
+  // MoE models: the experts' load over the step (rows per expert, max, min, max over mean) and
+  // the mean load-balancing loss (aux_loss) when the model adds one; empty for a dense model.
+  StatusOr<std::map<std::string, double>> mixtureOfExpertsMetrics(const at::Tensor& auxSum);
   // trainStep under the profiler; rank 0 prints where the step's time went.
   Status profiledTrainStep();
   Status evaluateNow();
@@ -210,9 +213,10 @@ Status Trainer::trainStep() {
   const double scale = scaler_.scale();
   const at::Device device = built_.model->device();
   zero_->zeroGradients();
+  built_.model->takeExpertLoad();  // what evaluation between steps routed is not the step's load
   // Summed on the device: reading each micro-batch's loss would stop the host until the GPU
   // catches up, before it could queue the backward.
-  at::Tensor lossSum;
+  at::Tensor lossSum, auxSum;
   for (int64_t m = 0; m < gas; ++m) {
     const int64_t start = train::microBatchStart(step_, ds_.trainBatchSize, m, micro, dpRank, dpSize);
     std::vector<int64_t> samples;
@@ -223,6 +227,8 @@ Status Trainer::trainStep() {
     at::Tensor loss = built_.model->loss(batch.inputs.to(device), batch.labels.to(device), batch.layout.to(device)) *
                       batch.share();
     lossSum = lossSum.defined() ? lossSum + loss.detach().to(at::kDouble) : loss.detach().to(at::kDouble);
+    if (const at::Tensor& aux = built_.model->auxLoss(); aux.defined())
+      auxSum = auxSum.defined() ? auxSum + aux.detach().to(at::kDouble) : aux.detach().to(at::kDouble);
     // DeepSpeed scales by 1 / gradient_accumulation_steps: the step's gradient is the mean. The
     // gradients are averaged over dp x sp, where the parts over sp are to be summed: hence x sp.
     (loss * (scale * spSize / static_cast<double>(gas))).backward();
@@ -236,6 +242,8 @@ Status Trainer::trainStep() {
     RETURN_IF_ERROR(dp().allReduce(lossTensor, ReduceOp::kSum)->wait().withContext("loss all-reduce"));
     loss = lossTensor.item<double>() / dpSize;
   }
+  using Metrics = std::map<std::string, double>;
+  ASSIGN_OR_RETURN(Metrics moeMetrics, mixtureOfExpertsMetrics(auxSum));
   ASSIGN_OR_RETURN(const double gradNorm, zero_->reduce(scale));
   const bool overflow = ds_.precision == planner::Precision::kFp16 && !std::isfinite(gradNorm);
   const train::LearningRates rates = train::learningRates(ds_.scheduler, ds_.optimizer, appliedSteps_);
@@ -263,6 +271,7 @@ Status Trainer::trainStep() {
                                         {"skipped_steps", static_cast<double>(skippedSteps_)},
                                         {"progress", static_cast<double>(step_) / spec_.train.steps}};
   if (!overflow) metrics["grad_norm"] = gradNorm;
+  metrics.merge(moeMetrics);
   if (ds_.optimizer.type == planner::OptimizerType::kMuon) metrics["muon_lr"] = rates.muonLr;
   if (step_ == 1 || step_ % ds_.stepsPerPrint == 0) metrics.merge(memoryMetrics());
   if (step_ == 1 && ctx_.rank == 0) {
@@ -284,6 +293,37 @@ Status Trainer::trainStep() {
     std::fflush(stdout);
   }
   return Status::ok();
+}
+
+StatusOr<std::map<std::string, double>> Trainer::mixtureOfExpertsMetrics(const at::Tensor& auxSum) {
+  std::map<std::string, double> out;
+  const std::vector<int64_t> load = built_.model->takeExpertLoad();
+  if (load.empty()) return out;
+  // The step's rows per expert, over the MoE layers and every rank's tokens; with it the mean
+  // load-balancing loss of the micro-batches, over the ranks.
+  const int64_t experts = static_cast<int64_t>(load.size());
+  at::Tensor summed = at::zeros({experts + 1}, at::kDouble);
+  for (int64_t e = 0; e < experts; ++e) summed[e] = static_cast<double>(load[e]);
+  if (auxSum.defined()) summed[experts] = auxSum.cpu().item<double>() / ds_.gradientAccumulationSteps;
+  if (dp().size() > 1) {
+    at::Tensor onDevice = summed.to(built_.model->device());
+    RETURN_IF_ERROR(dp().allReduce(onDevice, ReduceOp::kSum)->wait().withContext("expert load all-reduce"));
+    summed = onDevice.cpu();
+  }
+  const at::Tensor rows = summed.narrow(0, 0, experts);
+  const double mean = rows.mean().item<double>();
+  out["expert_load_max"] = rows.max().item<double>();
+  out["expert_load_min"] = rows.min().item<double>();
+  out["expert_load_imbalance"] = mean > 0 ? out["expert_load_max"] / mean : 0;
+  if (auxSum.defined()) out["aux_loss"] = summed[experts].item<double>() / dp().size();
+  if (ctx_.rank == 0 && (step_ + 1 == 1 || (step_ + 1) % ds_.stepsPerPrint == 0)) {
+    std::vector<int64_t> perExpert(experts);
+    for (int64_t e = 0; e < experts; ++e) perExpert[e] = static_cast<int64_t>(rows[e].item<double>());
+    std::printf("step %lld: expert load (rows per expert, all MoE layers) [%s]%s\n", static_cast<long long>(step_ + 1),
+                fmt::format("{}", fmt::join(perExpert, ", ")).c_str(),
+                auxSum.defined() ? fmt::format(" aux_loss {:.6f}", out["aux_loss"]).c_str() : "");
+  }
+  return out;
 }
 
 Status Trainer::profiledTrainStep() {

@@ -1,6 +1,7 @@
 #include "worker/torch/model/decoder_model.h"
 
 #include <cmath>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -24,26 +25,6 @@ bool endsWith(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-at::Tensor ropeInverseFrequencies(const planner::ModelConfig& config) {
-  using Type = planner::RopeConfig::Type;
-  const auto& rope = config.rope;
-  const int64_t dim = config.headDim;
-  at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
-  at::Tensor inv = 1.0 / at::pow(rope.theta, exponents);
-  if (rope.type == Type::kLinear) return inv / rope.factor;
-  if (rope.type != Type::kLlama3) return inv;
-  // Llama 3: long wavelengths slowed by `factor`, short ones kept, the band between blended.
-  const double oldContext = static_cast<double>(rope.originalMaxPositions);
-  const double lowFreqWavelen = oldContext / rope.lowFreqFactor;
-  const double highFreqWavelen = oldContext / rope.highFreqFactor;
-  at::Tensor wavelen = 2 * M_PI / inv;
-  at::Tensor scaled = at::where(wavelen > lowFreqWavelen, inv / rope.factor, inv);
-  at::Tensor smooth = (oldContext / wavelen - rope.lowFreqFactor) / (rope.highFreqFactor - rope.lowFreqFactor);
-  at::Tensor smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled;
-  at::Tensor medium = (wavelen < highFreqWavelen).logical_not().logical_and((wavelen > lowFreqWavelen).logical_not());
-  return at::where(medium, smoothed, scaled);
-}
-
 namespace {
 
 at::Tensor plainLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
@@ -59,12 +40,6 @@ DecoderModel::DecoderModel(const planner::ModelConfig& config, at::ScalarType dt
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const planner::ModelConfig& config,
                                                              at::ScalarType dtype, at::Device device,
                                                              ModelShards shards) {
-  if (config.rope.type == planner::RopeConfig::Type::kYarn)
-    return invalidArgument("model: rope_type yarn is not built by the worker yet (default, linear, llama3)");
-  if (config.isMoe())
-    return invalidArgument("model: {} is a mixture-of-experts model; this version trains dense decoders only "
-                           "(llama, mistral, qwen2, qwen3)",
-                           planner::modelFamilyName(config.family));
   const auto enumerated = planner::enumerateParameters(config);
   if (!shards.tp) shards.tp = std::make_shared<backends::SelfCommunicator>("tensor");
   if (!shards.sp) shards.sp = std::make_shared<backends::SelfCommunicator>("sequence");
@@ -76,7 +51,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const planner::Mode
   std::unique_ptr<DecoderModel> model(new DecoderModel(config, dtype, device, std::move(shards)));
   for (size_t i = 0; i < enumerated.size(); ++i) {
     at::Tensor t = at::empty(model->layoutOf(static_cast<int>(i)).local, at::TensorOptions().dtype(dtype).device(device));
-    t.set_requires_grad(true);
+    t.set_requires_grad(enumerated[i].trainable);  // buffers (the score-correction bias) get no gradient
     model->parameters_.emplace_back(enumerated[i].name, std::move(t));
   }
   model->bindLayers();
@@ -85,18 +60,44 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const planner::Mode
 }
 
 at::Tensor DecoderModel::parameter(const std::string& name) const {
-  for (const auto& [n, t] : parameters_) {
-    if (n == name) return t;
+  auto it = index_.find(name);
+  return it == index_.end() ? at::Tensor() : parameters_[it->second].second;
+}
+
+void DecoderModel::bindExperts(Layer& l, const std::string& p) {
+  const bool mixtral = config_.family == planner::ModelFamily::kMixtral;
+  const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  MoeWeights& w = l.experts;
+  l.moe = true;
+  w.router = parameter(moe + "gate.weight");
+  w.scoreCorrection = parameter(moe + "gate.e_score_correction_bias");
+  // This rank's experts: the first one it holds on (all of them without expert parallelism).
+  w.firstExpert = -1;
+  for (int64_t e = 0; e < config_.numExperts; ++e) {
+    const std::string ex = fmt::format("{}experts.{}.", moe, e);
+    at::Tensor gate = parameter(ex + (mixtral ? "w1.weight" : "gate_proj.weight"));
+    if (!gate.defined()) continue;
+    if (w.firstExpert < 0) w.firstExpert = e;
+    w.gate.push_back(gate);
+    w.up.push_back(parameter(ex + (mixtral ? "w3.weight" : "up_proj.weight")));
+    w.down.push_back(parameter(ex + (mixtral ? "w2.weight" : "down_proj.weight")));
   }
-  return {};
+  const std::string shared = moe + (config_.family == planner::ModelFamily::kDeepseekV3 ? "shared_experts." : "shared_expert.");
+  w.sharedGate = parameter(shared + "gate_proj.weight");
+  w.sharedUp = parameter(shared + "up_proj.weight");
+  w.sharedDown = parameter(shared + "down_proj.weight");
+  w.sharedExpertGate = parameter(moe + "shared_expert_gate.weight");
+  // Whole on every tensor-parallel rank, but each rank's gradient covers its experts' columns only.
+  sumGradientOverGroup(w.router, *shards_.tp);
+  sumGradientOverGroup(w.sharedExpertGate, *shards_.tp);
 }
 
 void DecoderModel::bindLayers() {
+  index_.clear();
+  for (size_t i = 0; i < parameters_.size(); ++i) index_[parameters_[i].first] = static_cast<int>(i);
   auto indexOf = [&](const std::string& name) {
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      if (parameters_[i].first == name) return static_cast<int>(i);
-    }
-    return -1;
+    auto it = index_.find(name);
+    return it == index_.end() ? -1 : it->second;
   };
   blockParameters_.assign(numBlocks(), {});
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -137,8 +138,34 @@ void DecoderModel::bindLayers() {
         .gateBias = parameter(p + "mlp.gate_proj.bias"),
         .upBias = parameter(p + "mlp.up_proj.bias"),
         .downBias = parameter(p + "mlp.down_proj.bias"),
-        .kvLayout = layoutOf(indexOf(p + "self_attn.k_proj.weight")),
+        .kvLayout = config_.isMla() ? ShardLayout{} : layoutOf(indexOf(p + "self_attn.k_proj.weight")),
+        .latent = {},
+        .moe = false,
+        .experts = {},
     });
+    Layer& l = layers_.back();
+    if (config_.isMla()) {
+      const std::string a = p + "self_attn.";
+      l.latent = LatentAttentionWeights{.q = parameter(a + "q_proj.weight"),
+                                        .qA = parameter(a + "q_a_proj.weight"),
+                                        .qABias = parameter(a + "q_a_proj.bias"),
+                                        .qANorm = parameter(a + "q_a_layernorm.weight"),
+                                        .qB = parameter(a + "q_b_proj.weight"),
+                                        .kvA = parameter(a + "kv_a_proj_with_mqa.weight"),
+                                        .kvABias = parameter(a + "kv_a_proj_with_mqa.bias"),
+                                        .kvANorm = parameter(a + "kv_a_layernorm.weight"),
+                                        .kvB = parameter(a + "kv_b_proj.weight")};
+      // The latents are whole on every tensor-parallel rank, but each rank's gradient covers its
+      // heads only.
+      for (at::Tensor* t : {&l.latent.qA, &l.latent.qABias, &l.latent.qANorm, &l.latent.kvA, &l.latent.kvABias,
+                            &l.latent.kvANorm})
+        sumGradientOverGroup(*t, *shards_.tp);
+    }
+    if (config_.isMoeLayer(i)) bindExperts(l, p);
+  }
+  if (config_.isMla()) {
+    kvHeads_ = heads_;
+    return;  // latent attention's projections down to the latents are whole; its up projections split by heads
   }
   kvHeads_ = layers_.empty() ? config_.numKvHeads : layers_.front().k.size(0) / config_.headDim;
   // Gradients each rank computes only in part: q/k norms (applied to this rank's heads) and KV
@@ -157,7 +184,7 @@ void DecoderModel::initRandom(int64_t seed) {
     auto& [name, t] = parameters_[i];
     if (endsWith(name, "norm.weight")) {
       t.fill_(1.0);
-    } else if (endsWith(name, ".bias")) {
+    } else if (endsWith(name, ".bias") || endsWith(name, "e_score_correction_bias")) {
       t.zero_();
     } else {
       // Drawn whole in fp32 (every rank draws the same sequence) and cast, so a bf16 model starts
@@ -198,8 +225,9 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::rotary(int64_t seqLen) {
     at::Tensor positions = at::arange(seqLen, at::kLong).to(at::kFloat);
     at::Tensor freqs = at::outer(positions, inverseFrequencies_);  // [S, D/2]
     at::Tensor angles = at::cat({freqs, freqs}, -1);
-    cos_ = angles.cos().to(device_, dtype_);
-    sin_ = angles.sin().to(device_, dtype_);
+    const double factor = ropeAttentionFactor(config_);  // yarn scales the tables themselves
+    cos_ = (angles.cos() * factor).to(device_, dtype_);
+    sin_ = (angles.sin() * factor).to(device_, dtype_);
     rotarySeqLen_ = seqLen;
   }
   return {cos_, sin_};
@@ -284,6 +312,22 @@ at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& input)
   return rowParallel(mine.reshape({b, s, heads_ * d}), l.o, l.oBias);
 }
 
+at::Tensor DecoderModel::moeBlock(const Layer& l, const at::Tensor& input) {
+  backends::Communicator& tp = *shards_.tp;
+  const at::Tensor x = copyToTensorParallel(input, tp);
+  const at::Tensor rows = x.reshape({-1, x.size(-1)});
+  Routing routing;
+  at::Tensor out = moeForward(config_, rows, l.experts, linear_, expertParallel_, &routing);
+  if (config_.outputRouterLogits && at::GradMode::is_enabled()) loadBalancing_.add(routing.logits, config_.expertsPerToken);
+  if (expertLoad_.empty()) expertLoad_.assign(routing.tokensPerExpert.size(), 0);
+  for (size_t e = 0; e < expertLoad_.size(); ++e) expertLoad_[e] += routing.tokensPerExpert[e];
+  // Under tensor parallelism each rank computed its columns of every expert: the sums add up.
+  if (tp.size() > 1) out = reduceFromTensorParallel(out, tp);
+  return out.view(input.sizes());
+}
+
+std::vector<int64_t> DecoderModel::takeExpertLoad() { return std::exchange(expertLoad_, {}); }
+
 at::Tensor DecoderModel::mlpBlock(const Layer& l, const at::Tensor& input) {
   backends::Communicator& tp = *shards_.tp;
   const at::Tensor x = copyToTensorParallel(input, tp);
@@ -297,11 +341,21 @@ at::Tensor DecoderModel::block(int index, const at::Tensor& input) {
   if (index == numBlocks() - 1)
     return linear_(copyToTensorParallel(ops().rmsNorm(input, finalNorm_, config_.rmsNormEps), tp), head_, {});
   const Layer& layer = layers_[index - 1];
-  at::Tensor h = input + attentionBlock(layer, ops().rmsNorm(input, layer.inputNorm, config_.rmsNormEps));
-  return h + mlpBlock(layer, ops().rmsNorm(h, layer.postNorm, config_.rmsNormEps));
+  const at::Tensor normed = ops().rmsNorm(input, layer.inputNorm, config_.rmsNormEps);
+  at::Tensor h = input + (config_.isMla() ? latentAttentionBlock(layer, normed) : attentionBlock(layer, normed));
+  const at::Tensor mlpInput = ops().rmsNorm(h, layer.postNorm, config_.rmsNormEps);
+  return h + (layer.moe ? moeBlock(layer, mlpInput) : mlpBlock(layer, mlpInput));
+}
+
+at::Tensor DecoderModel::latentAttentionBlock(const Layer& l, const at::Tensor& input) {
+  const at::Tensor x = copyToTensorParallel(input, *shards_.tp);
+  const at::Tensor attended =
+      latentAttention(config_, l.latent, x, heads_, batchCos_, batchSin_, attentionMask_, linear_);
+  return rowParallel(attended, l.o, l.oBias);
 }
 
 at::Tensor DecoderModel::logits(const at::Tensor& tokens, const TokenLayout& layout) {
+  loadBalancing_.clear();
   prepareBatch(tokens, layout);
   at::Tensor h = tokens;
   for (int i = 0; i < numBlocks(); ++i) h = runner_ ? runner_->run(*this, i, h) : block(i, h);
@@ -310,7 +364,15 @@ at::Tensor DecoderModel::logits(const at::Tensor& tokens, const TokenLayout& lay
 
 at::Tensor DecoderModel::loss(const at::Tensor& inputs, const at::Tensor& labels, const TokenLayout& layout) {
   at::Tensor out = logits(inputs, layout);
-  return crossEntropy(out.view({-1, out.size(-1)}), labels.reshape({-1}));
+  at::Tensor loss = crossEntropy(out.view({-1, out.size(-1)}), labels.reshape({-1}));
+  auxLoss_ = loadBalancing_.value(config_.numExperts);
+  loadBalancing_.clear();
+  if (!auxLoss_.defined()) return loss;
+  // Every tensor-parallel rank computes the same load-balancing loss from the same whole router,
+  // whose gradients are then summed over the group: each rank contributes its 1/tp share.
+  const double tp = shards_.tp->size();
+  const at::Tensor aux = tp == 1 ? auxLoss_ : auxLoss_.detach() + (auxLoss_ - auxLoss_.detach()) / tp;
+  return loss + config_.routerAuxLossCoef * aux.to(loss.scalar_type());
 }
 
 namespace {

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -11,6 +12,9 @@
 #include "common/status.h"
 #include "planner/model_config.h"
 #include "worker/torch/checkpoint/safetensors.h"
+#include "worker/torch/model/latent_attention.h"
+#include "worker/torch/model/moe.h"
+#include "worker/torch/model/rope.h"
 #include "worker/torch/model/token_layout.h"
 #include "worker/torch/parallel/tensor_shards.h"
 
@@ -28,6 +32,8 @@ struct ModelShards {
   std::shared_ptr<backends::Communicator> sp;
 };
 
+class ExpertParallel;
+
 // Runs the model's blocks when something must happen around each (ZeRO stage 3 gathers a
 // block's parameters before it and releases them after). Without one, blocks run directly.
 class BlockRunner {
@@ -38,8 +44,11 @@ class BlockRunner {
 };
 
 // A Llama-family decoder (llama, mistral, qwen2, qwen3) computing what Hugging Face's
-// *ForCausalLM computes: RMSNorm, split-half RoPE (default, linear or llama3 frequencies),
-// grouped-query causal attention (optionally windowed), SwiGLU MLP, tied or untied head. Its
+// *ForCausalLM computes: RMSNorm, split-half RoPE (default, linear, llama3 or yarn frequencies),
+// grouped-query causal attention (optionally windowed), SwiGLU MLP, tied or untied head; and the
+// mixture-of-experts decoders (mixtral, qwen2_moe, qwen3_moe, deepseek_v3 with its latent
+// attention), whose MoE layers route each token to its top-k experts (model/moe.h) and whose
+// router load-balancing loss joins the loss where the config asks for it. Its
 // parameters are exactly those the planner enumerates for the config (names and shapes as HF
 // has them), so HF safetensors load as they are and what it saves loads into HF.
 //
@@ -97,11 +106,20 @@ class DecoderModel {
   void setBlockRunner(BlockRunner* runner) { runner_ = runner; }
   // How the model's linear layers run: at::linear unless replaced (ZeRO-3 needs one whose
   // backward keeps the weight parameter itself, not a view of its data).
-  using LinearFn = at::Tensor (*)(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+  using LinearFn = worker::LinearFn;
   void setLinear(LinearFn linear) { linear_ = linear; }
   // Mean cross-entropy of the next-token predictions over the labels that are not -100: inputs
-  // and labels [B, s], as logits() takes them.
+  // and labels [B, s], as logits() takes them. With output_router_logits, plus
+  // router_aux_loss_coef x the router's load-balancing loss over this forward (transformers'
+  // load_balancing_loss_func), which auxLoss() then holds.
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& labels, const TokenLayout& layout = {});
+  // The load-balancing loss of the last loss() (before its coefficient); undefined without one.
+  const at::Tensor& auxLoss() const { return auxLoss_; }
+  // Rows sent to each expert, summed over the MoE layers and the forwards since the last
+  // takeExpertLoad() ([E] int64 on the host; empty for a dense model): the experts' load.
+  std::vector<int64_t> takeExpertLoad();
+  // Expert parallelism: the MoE layers send tokens to the ranks of `ep` that own their experts.
+  void setExpertParallel(ExpertParallel* ep) { expertParallel_ = ep; }
   // Over logits as logits() returns them, rows [N, V / tp] and labels [N]: the mean
   // cross-entropy, log p(label), the softmax's entropy and KL(teacher || this) per row, in fp32.
   // They are vocabulary-parallel over the tensor-parallel group, in blocks of rows that never
@@ -119,6 +137,9 @@ class DecoderModel {
     at::Tensor inputNorm, q, k, v, o, qBias, kBias, vBias, oBias, qNorm, kNorm;
     at::Tensor postNorm, gate, up, down, gateBias, upBias, downBias;
     ShardLayout kvLayout;  // k_proj's (v_proj's is the same): KV heads shared by several ranks
+    LatentAttentionWeights latent;  // deepseek_v3's attention (in place of q, k, v)
+    bool moe = false;               // experts in place of gate, up and down
+    MoeWeights experts;
   };
 
   DecoderModel(const planner::ModelConfig& config, at::ScalarType dtype, at::Device device, ModelShards shards);
@@ -131,6 +152,9 @@ class DecoderModel {
   // Hkv, D], RoPE applied -> [B, S, Hq * D].
   at::Tensor attendWhole(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
   at::Tensor mlpBlock(const Layer& layer, const at::Tensor& x);
+  at::Tensor moeBlock(const Layer& layer, const at::Tensor& x);
+  at::Tensor latentAttentionBlock(const Layer& layer, const at::Tensor& x);
+  void bindExperts(Layer& layer, const std::string& prefix);
   // A row-parallel linear layer (o_proj, down_proj): this rank's input features, outputs summed over
   // the tensor-parallel group, the bias added once.
   at::Tensor rowParallel(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
@@ -147,11 +171,16 @@ class DecoderModel {
   int64_t vocabStart_ = 0;           // this rank's first vocabulary row
   int64_t lossBlockRows_ = 0;
   std::vector<std::pair<std::string, at::Tensor>> parameters_;
+  std::unordered_map<std::string, int> index_;  // into parameters_, by name
   at::Tensor embed_, finalNorm_, head_;
   std::vector<Layer> layers_;
   std::vector<std::vector<int>> blockParameters_;
   BlockRunner* runner_ = nullptr;
   LinearFn linear_;
+  ExpertParallel* expertParallel_ = nullptr;
+  LoadBalancingLoss loadBalancing_;  // of the forward in flight, with output_router_logits
+  at::Tensor auxLoss_;
+  std::vector<int64_t> expertLoad_;
   at::Tensor inverseFrequencies_;  // [head_dim / 2], fp32
   int64_t rotarySeqLen_ = 0;
   at::Tensor cos_, sin_;
@@ -160,8 +189,5 @@ class DecoderModel {
   // causal).
   at::Tensor batchCos_, batchSin_, attentionMask_;
 };
-
-// RoPE inverse frequencies as HF computes them (fp32), for the config's rope type.
-at::Tensor ropeInverseFrequencies(const planner::ModelConfig& config);
 
 }  // namespace loom::worker

@@ -61,6 +61,12 @@ std::vector<double> trainableNormWeights(const DecoderModel& model) {
   return out;
 }
 
+at::Tensor flatSquares(const at::Tensor& flat) {
+  if (flat.numel() == 0) return at::zeros({1}, flat.options().dtype(at::kDouble));
+  const at::Tensor norms = at::stack(at::_foreach_norm(flat.reshape({-1}).split(int64_t{1} << 16))).to(at::kDouble);
+  return norms.square().sum().reshape({1});
+}
+
 at::Tensor weightedSquares(const std::vector<at::Tensor>& pieces, const std::vector<double>& weights,
                            const at::TensorOptions& options) {
   at::Tensor total = at::zeros({1}, options.dtype(at::kDouble));

@@ -42,6 +42,10 @@ int64_t stateBytes(const Optimizer& optimizer);
 double tensorParallelNormWeight(const ShardLayout& layout, int tp);
 // The norm weight of each parameter of `model` that requires a gradient, in the model's order.
 std::vector<double> trainableNormWeights(const DecoderModel& model);
+// ||flat||^2 as a float64 tensor [1] on flat's device: the norms of chunks of 2^16 elements,
+// squared and summed in float64. One fp32 reduction over millions of gradients loses digits
+// (1e-5 relative at a few hundred thousand), which the gradient norm and its clipping would carry.
+at::Tensor flatSquares(const at::Tensor& flat);
 // sum_i weights[i] * ||pieces[i]||^2, as a float64 tensor [1] on `options`' device.
 at::Tensor weightedSquares(const std::vector<at::Tensor>& pieces, const std::vector<double>& weights,
                            const at::TensorOptions& options);

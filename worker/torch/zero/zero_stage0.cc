@@ -82,7 +82,7 @@ class ZeroStage0 final : public ZeroEngine {
     if (muon_) RETURN_IF_ERROR(muon_->update(lossScale));
     lossScale_ = lossScale;
     backends::Communicator& tp = model_.tensorParallel();
-    if (tp.size() == 1) return at::linalg_vector_norm(gradFlat_, 2).item<double>() / lossScale;
+    if (tp.size() == 1) return std::sqrt(flatSquares(gradFlat_).item<double>()) / lossScale;
     // Each rank holds its pieces of the tensor-parallel parameters: their squares add up over the group.
     at::Tensor squares = weightedSquares(gradViews_, normWeights_, gradFlat_.options());
     RETURN_IF_ERROR(sumOver(tp, squares, "gradient norm all-reduce over the tensor-parallel group"));

@@ -309,7 +309,7 @@ StatusOr<double> ZeroStage12::reduce(double lossScale) {
   backends::Communicator& tp = model_.tensorParallel();
   at::Tensor squares;
   if (tp.size() == 1) {
-    squares = at::linalg_vector_norm(gradPartition_, 2).to(at::kDouble).square().reshape({1});
+    squares = flatSquares(gradPartition_);
   } else {
     // The partition's pieces of each parameter, weighted so that the sum over the tensor-parallel
     // group counts each distinct piece once.

@@ -1,0 +1,181 @@
+"""Mixture-of-experts models against transformers, and their training across layouts, end to end
+through `loomctl run` (real loomd, real CPU ranks over UCX):
+
+1. HF parity: for mixtral, qwen2_moe (shared expert, a dense layer by mlp_only_layers), qwen3_moe
+   (dense layers by decoder_sparse_step) and deepseek_v3 (latent attention with a query latent,
+   yarn, a dense first layer, group-limited routing over n_group 4 with score-correction biases,
+   a shared expert), Loom's eval job writes per-token logprobs of a random HF model; transformers
+   computes them in fp32. Max difference <= 1e-5.
+2. The load-balancing loss: qwen2_moe asks for it (output_router_logits, router_aux_loss_coef
+   0.02). Loom's first-step loss and gradient norm, on one rank with the whole batch in one
+   micro-batch, equal transformers' loss (cross entropy + coef x aux) and the norm of its
+   gradients within 1e-5 relative; the aux_loss metric equals transformers' aux_loss.
+3. Training: 20 fp32 steps of each family on 2 data-parallel ranks at ZeRO 0, 2 and 3 against the
+   same job on 1 rank: losses within 1e-5 relative at every step, final weights within 1e-5; and
+   a deepseek_v3 whose score-correction biases keep experts 6 and 7 from every token: their
+   gradients are zero, no rank waits for another, and the layouts still agree.
+
+  python3 tests/oracles/moe_test.py --bin build/bin [--only parity|aux|training]
+"""
+import argparse
+import os
+import re
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+import parity_test  # noqa: E402
+from make_tiny_model import MOE_FAMILIES, make_moe_model  # noqa: E402
+from parity_test import check, compare_with_one_rank, final_weights, loom_run, step_lines  # noqa: E402
+from token_file import sample, write_token_file  # noqa: E402
+
+SEQ, VOCAB, STEPS = 24, 300, 20
+
+
+def save(family, work, seed=1):
+    model_dir = os.path.join(work, family)
+    model = make_moe_model(family, VOCAB, seed).eval()
+    model.save_pretrained(model_dir, safe_serialization=True)
+    return model, model_dir
+
+
+def token_data(work, samples, seed=5):
+    tokens = np.random.default_rng(seed).integers(0, VOCAB, samples * SEQ + 1)
+    path = os.path.join(work, f"moe-{samples}.tokens")
+    write_token_file(path, tokens, VOCAB, "uint16")
+    return path, tokens
+
+
+def batch(tokens, samples):
+    pairs = [sample(tokens, i, SEQ) for i in range(samples)]
+    inputs = torch.from_numpy(np.stack([x for x, _ in pairs])).long()
+    labels = torch.from_numpy(np.stack([y for _, y in pairs])).long()
+    return inputs, labels
+
+
+def parity(bin_dir, work):
+    samples = 8
+    data, tokens = token_data(work, samples)
+    inputs, labels = batch(tokens, samples)
+    for family in MOE_FAMILIES:
+        model, model_dir = save(family, work)
+        out = os.path.join(work, family + "-logprobs.safetensors")
+        loom_run(bin_dir, {
+            "name": "moe-parity-" + family, "kind": "eval", "resources": {"ranks": 1},
+            "model": {"config": model_dir + "/config.json", "weights": model_dir},
+            "data": {"eval": data, "seq_len": SEQ},
+            "eval": {"logprobs_output": out},
+            "deepspeed": {"train_micro_batch_size_per_gpu": 4}}, work, "moe-parity-" + family)
+        ours = load_file(out)["logprobs"]
+        with torch.no_grad():
+            logits = model(input_ids=inputs).logits.float()
+        theirs = torch.log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+        diff = (ours - theirs).abs().max().item() if ours.shape == theirs.shape else float("inf")
+        check(diff <= 1e-5, f"parity {family}: max |logprob difference| vs transformers = {diff:.2e}")
+
+
+def train_spec(name, model_dir, data, ranks, zero, checkpoints, steps=STEPS, batch_size=8, micro=2, lr=3e-3):
+    ds = {"train_batch_size": batch_size, "train_micro_batch_size_per_gpu": micro, "gradient_clipping": 1.0,
+          "steps_per_print": 1,
+          "optimizer": {"type": "AdamW", "params": {"lr": lr, "weight_decay": 0.01}},
+          "zero_optimization": zero}
+    return {"name": name, "kind": "train", "resources": {"ranks": ranks},
+            "model": {"config": model_dir + "/config.json", "weights": model_dir},
+            "data": {"train": data, "seq_len": SEQ, "seed": 4},
+            "train": {"steps": steps, "checkpoint_dir": checkpoints}, "deepspeed": ds}
+
+
+def aux_loss(bin_dir, work):
+    samples = 4
+    data, tokens = token_data(work, samples, seed=9)
+    model, model_dir = save("qwen2_moe", work, seed=3)
+    spec = train_spec("moe-aux", model_dir, data, 1, {"stage": 0}, os.path.join(work, "aux-ckpt"), steps=1,
+                      batch_size=samples, micro=samples)
+    log = loom_run(bin_dir, spec, work, "moe-aux")
+    first = step_lines(log).get(1, {})
+    inputs, labels = batch(tokens, samples)
+    # The step's samples are all four, in some order: their mean loss and the aux loss over all
+    # their rows do not depend on it. Loom's labels are the next tokens, already shifted.
+    model.train()
+    out = model(input_ids=inputs)
+    cross_entropy = torch.nn.functional.cross_entropy(out.logits.reshape(-1, VOCAB), labels.reshape(-1))
+    total = cross_entropy + model.config.router_aux_loss_coef * out.aux_loss
+    total.backward()
+    norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters() if p.grad is not None)).item()
+    loss, aux = total.item(), out.aux_loss.item()
+    rel = abs(first.get("loss", 0) - loss) / loss
+    check(rel <= 1e-5, f"aux: first-step loss {first.get('loss')} vs transformers' {loss:.6f} (with "
+                       f"{model.config.router_aux_loss_coef} x aux {aux:.6f}), relative difference {rel:.2e}")
+    rel = abs(first.get("grad_norm", 0) - norm) / norm
+    check(rel <= 1e-5, f"aux: first-step gradient norm {first.get('grad_norm')} vs transformers' {norm:.6f}, "
+                       f"relative difference {rel:.2e}")
+    match = re.search(r"step 1: expert load .* aux_loss ([0-9.]+)", log)
+    ours = float(match.group(1)) if match else float("nan")
+    check(abs(ours - aux) <= 1e-5, f"aux: the aux_loss metric {ours} vs transformers' aux_loss {aux:.6f}")
+
+
+def save_idle_experts(work):
+    """deepseek_v3 whose last group (experts 6 and 7) is never chosen: their score-correction
+    biases of -1 put the group's score below every other's."""
+    model = make_moe_model("deepseek_v3", VOCAB, 2)
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer[6:] = -1.0
+    model_dir = os.path.join(work, "deepseek_v3-idle")
+    model.save_pretrained(model_dir, safe_serialization=True)
+    return model_dir
+
+
+def expert_loads(log):
+    return [[int(n) for n in m.group(1).split(", ")] for m in re.finditer(r"expert load \([^)]*\) \[([^\]]*)\]", log)]
+
+
+def training(bin_dir, work):
+    data, _ = token_data(work, 64, seed=11)
+    models = {family: save(family, work, seed=2)[1] for family in MOE_FAMILIES}
+    models["deepseek_v3-idle"] = save_idle_experts(work)
+    for family, model_dir in models.items():
+        runs = {}
+        for name, ranks, zero in [("1rank", 1, {"stage": 0}), ("dp2-zero0", 2, {"stage": 0}),
+                                  ("dp2-zero2", 2, {"stage": 2, "reduce_bucket_size": 3000}),
+                                  ("dp2-zero3", 2, {"stage": 3, "stage3_param_persistence_threshold": 100})]:
+            checkpoints = os.path.join(work, f"{family}-{name}-ckpt")
+            log = loom_run(bin_dir, train_spec(f"moe-{family}-{name}", model_dir, data, ranks, zero, checkpoints),
+                           work, f"moe-{family}-{name}")
+            runs[name] = (log, final_weights(checkpoints, STEPS))
+        reference_log, reference_weights = runs.pop("1rank")
+        if family.endswith("-idle"):
+            loads = expert_loads(reference_log)
+            check(len(loads) == STEPS and all(load[6] == load[7] == 0 and min(load[:6]) > 0 for load in loads),
+                  f"training {family}: experts 6 and 7 get no row in any of the {len(loads)} steps, the others do")
+        for name, (log, weights) in runs.items():
+            compare_with_one_rank(f"training {family} {name}", log, weights, reference_log, reference_weights)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bin", required=True)
+    p.add_argument("--only", choices=["parity", "aux", "training"])
+    a = p.parse_args()
+    bin_dir = os.path.abspath(a.bin)
+    with tempfile.TemporaryDirectory() as work:
+        if a.only in (None, "parity"):
+            parity(bin_dir, work)
+        if a.only in (None, "aux"):
+            aux_loss(bin_dir, work)
+        if a.only in (None, "training"):
+            training(bin_dir, work)
+    if parity_test.failures:
+        raise SystemExit(f"{len(parity_test.failures)} check(s) failed")
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+#include "worker/torch/model/moe.h"
+
+#include <limits>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "worker/torch/model/ops.h"
+#include "worker/torch/parallel/expert_parallel.h"
+
+namespace loom::worker {
+
+namespace {
+
+using Scoring = planner::RouterConfig::Scoring;
+
+// deepseek_v3's choice: the experts of the topk_group best groups (a group scores as the sum of
+// its best two experts' biased scores), the top k of those by biased score.
+at::Tensor groupLimitedTopK(const planner::ModelConfig& config, const at::Tensor& choice) {
+  const planner::RouterConfig& r = config.router;
+  const int64_t n = choice.size(0), perGroup = config.numExperts / r.groups;
+  const at::Tensor grouped = choice.view({n, r.groups, perGroup});
+  const at::Tensor groupScores = std::get<0>(grouped.topk(2, -1)).sum(-1);  // [N, G]
+  const at::Tensor kept = std::get<1>(groupScores.topk(r.groupsPerToken, -1, /*largest=*/true, /*sorted=*/false));
+  const at::Tensor groupMask = at::zeros_like(groupScores).scatter_(1, kept, 1.0).to(at::kBool);
+  const at::Tensor expertMask = groupMask.unsqueeze(-1).expand({n, r.groups, perGroup}).reshape({n, -1});
+  const at::Tensor masked = choice.masked_fill(expertMask.logical_not(), -std::numeric_limits<float>::infinity());
+  return std::get<1>(masked.topk(config.expertsPerToken, -1, /*largest=*/true, /*sorted=*/false));
+}
+
+}  // namespace
+
+Routing routeTokens(const planner::ModelConfig& config, const at::Tensor& x, const MoeWeights& w) {
+  const planner::RouterConfig& r = config.router;
+  Routing out;
+  out.logits = at::linear(x.to(at::kFloat), w.router.to(at::kFloat));
+  if (r.scoring == Scoring::kSoftmax) {
+    auto [weights, experts] = at::softmax(out.logits, -1).topk(config.expertsPerToken, -1);
+    out.weights = r.normalizeTopK ? weights / weights.sum(-1, /*keepdim=*/true) : weights;
+    out.experts = experts;
+  } else {
+    const at::Tensor scores = out.logits.sigmoid();
+    at::Tensor choice = scores;
+    if (w.scoreCorrection.defined()) choice = scores + w.scoreCorrection.to(at::kFloat);
+    {
+      at::NoGradGuard noGrad;  // which experts, not how much: no gradient flows through the choice
+      out.experts = r.groups > 1 ? groupLimitedTopK(config, choice.detach())
+                                 : std::get<1>(choice.detach().topk(config.expertsPerToken, -1, true, false));
+    }
+    at::Tensor weights = scores.gather(1, out.experts);
+    if (r.normalizeTopK) weights = weights / (weights.sum(-1, /*keepdim=*/true) + 1e-20);
+    out.weights = weights;
+  }
+  if (r.scalingFactor != 1.0) out.weights = out.weights * r.scalingFactor;
+  return out;
+}
+
+at::Tensor groupedExpertSwiglu(const at::Tensor& rows, const std::vector<int64_t>& counts, const MoeWeights& w,
+                               LinearFn linear) {
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(w.gate.size());
+  int64_t offset = 0;
+  for (size_t e = 0; e < w.gate.size(); ++e) {
+    const at::Tensor group = rows.narrow(0, offset, counts[e]);
+    const at::Tensor hidden = ops().swiglu(linear(group, w.gate[e], {}), linear(group, w.up[e], {}));
+    outputs.push_back(linear(hidden, w.down[e], {}));
+    offset += counts[e];
+  }
+  return at::cat(outputs, 0);
+}
+
+at::Tensor moeForward(const planner::ModelConfig& config, const at::Tensor& x, const MoeWeights& w, LinearFn linear,
+                      ExpertParallel* ep, Routing* routing) {
+  *routing = routeTokens(config, x, w);
+  const int64_t topK = config.expertsPerToken;
+  // Each (token, choice) pair becomes a row, the rows grouped by expert (a stable sort keeps each
+  // group in token order).
+  const at::Tensor flatExperts = routing->experts.reshape({-1});
+  const at::Tensor order = std::get<1>(at::sort(flatExperts, /*stable=*/std::optional<bool>(true), /*dim=*/0));
+  const at::Tensor tokenOfRow = order.div(topK, "floor");
+  const at::Tensor counts = at::bincount(flatExperts, {}, config.numExperts).cpu();
+  routing->tokensPerExpert.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
+  const std::vector<int64_t>& perExpert = routing->tokensPerExpert;
+  const at::Tensor rows = x.index_select(0, tokenOfRow);
+  at::Tensor expertOut;
+  if (ep) {
+    expertOut = ep->run(rows, perExpert, w, linear);
+  } else {
+    expertOut = groupedExpertSwiglu(rows, perExpert, w, linear);
+  }
+  const at::Tensor rowWeights = routing->weights.reshape({-1}).index_select(0, order).unsqueeze(1);
+  const at::Tensor weighted = (expertOut.to(at::kFloat) * rowWeights).to(x.scalar_type());
+  at::Tensor out = at::zeros_like(x).index_add(0, tokenOfRow, weighted);
+  if (w.sharedGate.defined()) {
+    at::Tensor shared = linear(ops().swiglu(linear(x, w.sharedGate, {}), linear(x, w.sharedUp, {})), w.sharedDown, {});
+    if (w.sharedExpertGate.defined()) shared = at::sigmoid(linear(x, w.sharedExpertGate, {})) * shared;
+    out = out + shared;
+  }
+  return out;
+}
+
+void LoadBalancingLoss::add(const at::Tensor& routerLogits, int64_t topK) {
+  const at::Tensor probabilities = at::softmax(routerLogits.to(at::kFloat), -1);
+  at::Tensor chosen;
+  {
+    at::NoGradGuard noGrad;
+    chosen = at::bincount(std::get<1>(probabilities.topk(topK, -1)).reshape({-1}), {}, routerLogits.size(1))
+                 .to(at::kFloat);
+  }
+  const at::Tensor summed = probabilities.sum(0);
+  assignments_ = assignments_.defined() ? assignments_ + chosen : chosen;
+  probabilities_ = probabilities_.defined() ? probabilities_ + summed : summed;
+  rows_ += routerLogits.size(0);
+}
+
+at::Tensor LoadBalancingLoss::value(int64_t numExperts) const {
+  if (!assignments_.defined()) return {};
+  const double rows = static_cast<double>(rows_);
+  return ((assignments_ / rows) * (probabilities_ / rows)).sum() * static_cast<double>(numExperts);
+}
+
+void LoadBalancingLoss::clear() {
+  assignments_ = at::Tensor();
+  probabilities_ = at::Tensor();
+  rows_ = 0;
+}
+
+}  // namespace loom::worker
