@@ -26,6 +26,26 @@ std::vector<int> parametersOfRank(const Plan& plan, int rank) {
   return out;
 }
 
+Plan planOfRank(const Plan& plan, int rank) {
+  if (plan.mesh.ep == 1) return plan;
+  const std::vector<int> held = parametersOfRank(plan, rank);
+  std::vector<int> renumbered(plan.parameters.size(), -1);
+  Plan out = plan;
+  out.parameters.clear();
+  for (int i : held) {
+    renumbered[i] = static_cast<int>(out.parameters.size());
+    out.parameters.push_back(plan.parameters[i]);
+  }
+  auto mesh = Mesh::create(plan.mesh.world, plan.mesh.tp, plan.mesh.sp, plan.mesh.ep);
+  const int expertIndex = mesh.isOk() ? mesh->expertIndex(rank) : 0;
+  for (FlatBufferSpec& buffer : out.zero.buffers) {
+    std::vector<int> members = buffer.members[buffer.experts ? expertIndex : 0];
+    for (int& i : members) i = renumbered[i];
+    buffer.members = {std::move(members)};
+  }
+  return out;
+}
+
 int64_t shardElements(const Plan& plan, int rank) {
   int64_t n = 0;
   for (int i : parametersOfRank(plan, rank)) n += plan.parameters[i].localNumel();

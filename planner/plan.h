@@ -125,6 +125,10 @@ struct Plan {
 // Indices of the parameters `rank` holds (a part of, under tensor parallelism): every dense one,
 // and the experts of its expert-parallel index.
 std::vector<int> parametersOfRank(const Plan& plan, int rank);
+// The Plan as `rank` executes it: its parameters only (parametersOfRank), in the same order, the
+// ZeRO buffers' members renumbered into that list, and each expert buffer left with the one
+// members list of this rank's expert-parallel index. Without expert parallelism it equals `plan`.
+Plan planOfRank(const Plan& plan, int rank);
 // Elements of the model shard `rank` holds in its layers: tensor-parallel shapes, its experts.
 int64_t shardElements(const Plan& plan, int rank);
 // Elements of the model's weights `rank` keeps between uses: at stage 3 its partitions plus the

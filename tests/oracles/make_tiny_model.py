@@ -34,7 +34,7 @@ MOE_FAMILIES = {
         max_position_embeddings=256, sliding_window=None),
     "qwen2_moe": lambda vocab: transformers.Qwen2MoeConfig(
         vocab_size=vocab, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=96, moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=6,
+        intermediate_size=96, moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=8,
         num_experts_per_tok=2, norm_topk_prob=False, mlp_only_layers=[1], output_router_logits=True,
         router_aux_loss_coef=0.02, max_position_embeddings=256, use_sliding_window=False),
     "qwen3_moe": lambda vocab: transformers.Qwen3MoeConfig(

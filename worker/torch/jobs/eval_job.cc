@@ -20,7 +20,7 @@ class EvalRunner final : public JobRunner {
   Status run() override {
     const planner::JobSpec& spec = rank_.spec;
     const RankMesh& mesh = rank_.mesh;
-    ASSIGN_OR_RETURN(BuiltModel built, buildModel(spec, rank_.plan, rank_.device, mesh));
+    ASSIGN_OR_RETURN(BuiltModel built, buildModel(spec, rank_.local, rank_.device, mesh));
     ASSIGN_OR_RETURN(TokenSamples data, TokenSamples::open(spec.data.eval, spec.data.seqLen,
                                                            built.model->config().vocabSize, "data.eval"));
     // The KL's reference: the same config and layout, its own weights.
@@ -28,7 +28,7 @@ class EvalRunner final : public JobRunner {
     if (!spec.eval.klReference.empty()) {
       planner::JobSpec referenceSpec = spec;
       referenceSpec.model.weights = spec.eval.klReference;
-      auto referenceModel = buildModel(referenceSpec, rank_.plan, rank_.device, mesh);
+      auto referenceModel = buildModel(referenceSpec, rank_.local, rank_.device, mesh);
       if (!referenceModel.isOk()) return referenceModel.status().withContext("eval.kl_reference");
       reference = std::move(referenceModel->model);
     }

@@ -37,7 +37,8 @@ Status runPlannedJob(const RankContext& ctx, const planner::JobSpec& spec, const
 
   setThreadsForRanks(ctx.localWorldSize);
   RETURN_IF_ERROR(loadKernels(spec));
-  RankSetup rank{.context = ctx, .spec = spec, .plan = plan, .progress = progress,
+  RankSetup rank{.context = ctx, .spec = spec, .plan = plan, .local = planner::planOfRank(plan, ctx.rank),
+                 .progress = progress,
                  .device = rankDevice(spec, ctx.localRank), .world = {}, .mesh = {}};
   if (ctx.worldSize > 1) {
     ASSIGN_OR_RETURN(rank.world, connectWorld(ctx, spec, homeOf(spec)));

@@ -21,6 +21,9 @@ struct RankSetup {
   const RankContext& context;
   const planner::JobSpec& spec;
   const planner::Plan& plan;
+  // The Plan as this rank executes it (planner::planOfRank): under expert parallelism its own
+  // experts only. The model and the ZeRO engines are built from it.
+  planner::Plan local;
   TorchRuntime::ProgressFn progress;
   at::Device device;
   World world;

@@ -65,7 +65,9 @@ class Trainer final : public JobRunner {
   std::map<std::string, double> memoryMetrics() const;
   // Whether each rank's file holds its optimizer state: under ZeRO (its partition) and under
   // tensor parallelism (its pieces); else rank 0 saves the one whole state.
-  bool statePerRank() const { return checkpoint::statePerRank(ds_.zero.stage, tp()); }
+  // Under expert parallelism each rank holds its own experts' state, at every stage.
+  bool statePerRank() const { return checkpoint::statePerRank(ds_.zero.stage, tp()) || ep() > 1; }
+  int ep() const { return rank_.mesh.expert->size(); }
   // The convert job that rewrites train.checkpoint_dir for this job's layout (JSON, for errors).
   std::string convertJobForThisLayout() const;
 
@@ -97,7 +99,7 @@ std::map<std::string, double> Trainer::memoryMetrics() const {
 }
 
 Status Trainer::setUp() {
-  ASSIGN_OR_RETURN(built_, buildModel(spec_, rank_.plan, rank_.device, rank_.mesh));
+  ASSIGN_OR_RETURN(built_, buildModel(spec_, rank_.local, rank_.device, rank_.mesh));
   const auto& config = built_.model->config();
   ASSIGN_OR_RETURN(auto train, TokenSamples::open(spec_.data.train, spec_.data.seqLen, config.vocabSize, "data.train"));
   train_.emplace(std::move(train));
@@ -109,8 +111,9 @@ Status Trainer::setUp() {
 
   const int64_t parameterCount = rank_.plan.totalElements();
   // The ZeRO partitions are the Plan's, laid out for this data-parallel group.
-  RETURN_IF_ERROR(checkZeroPlan(ds_, rank_.plan, *built_.model, dp()));
-  zero_ = makeZeroEngine(ds_, rank_.plan, *built_.model, &dp());
+  RETURN_IF_ERROR(checkZeroPlan(ds_, rank_.local, *built_.model, dp()));
+  zero_ = makeZeroEngine(ds_, rank_.local, *built_.model,
+                         {.dense = &dp(), .expertData = rank_.mesh.expertData.get(), .expert = rank_.mesh.expert.get()});
   if (spec_.train.resume && !spec_.train.checkpointDir.empty()) RETURN_IF_ERROR(resume());
 
   if (ctx_.rank == 0) {
@@ -160,6 +163,11 @@ Status Trainer::resume() {
   // at its own stage, tensor parallelism and data-parallel size only; a stage 0 checkpoint without
   // tensor parallelism at any size. Another layout is a convert job away.
   const int writtenTp = t.value("tensor_parallel", 1), stage = t.value("zero_stage", 0);
+  const int writtenEp = t.value("expert_parallel", 1);
+  if (writtenEp != ep())
+    return failedPrecondition("{}: written at expert parallel {}, this job runs expert parallel {}: each rank's file "
+                              "holds the experts of its own expert-parallel index, so it resumes at its own ep only",
+                              where, writtenEp, ep());
   const int writtenDp = t.value("dp_world_size", dp().size());
   // Stage 3's parts also depend on which parameters its thresholds keep whole.
   const json writtenZero = t.value("deepspeed", json::object()).value("zero_optimization", json::object());
@@ -359,16 +367,31 @@ Status Trainer::evaluateNow() {
 }
 
 WeightStream Trainer::weightStream() {
-  // Every rank gathers each whole tensor with the others: stage 3 its parts over the
-  // data-parallel group, then tensor parallelism its pieces.
+  // Every rank gathers each whole tensor with the others: stage 3 its parts over its ZeRO group,
+  // then tensor parallelism its pieces; an expert then goes from the rank of each expert-parallel
+  // group that holds it to the others. Every expert of the model is in the stream, by HF name.
   WeightStream stream;
   const DecoderModel& model = *built_.model;
-  for (size_t i = 0; i < model.parameters().size(); ++i)
-    stream.entries.push_back(
-        {model.parameters()[i].first, model.dtype(), model.shards().layouts[i].whole});
-  stream.produce = [this](size_t i) -> StatusOr<at::Tensor> {
-    ASSIGN_OR_RETURN(at::Tensor piece, zero_->weightPiece(static_cast<int>(i)));
-    return wholeParameter(*built_.model, static_cast<int>(i), piece);
+  const std::vector<planner::ParameterSpec>& all = rank_.plan.parameters;
+  std::vector<int> local(all.size(), -1);  // the whole Plan's parameter -> this rank's model parameter
+  for (size_t i = 0, m = 0; i < all.size() && m < model.parameters().size(); ++i)
+    if (all[i].name == model.parameters()[m].first) local[i] = static_cast<int>(m++);
+  for (const planner::ParameterSpec& p : all) stream.entries.push_back({p.name, model.dtype(), p.shape});
+  stream.produce = [this, local](size_t i) -> StatusOr<at::Tensor> {
+    const planner::ParameterSpec& p = rank_.plan.parameters[i];
+    at::Tensor whole;
+    if (local[i] >= 0) {
+      ASSIGN_OR_RETURN(at::Tensor piece, zero_->weightPiece(local[i]));
+      ASSIGN_OR_RETURN(whole, wholeParameter(*built_.model, local[i], piece));
+    }
+    if (p.expert < 0 || ep() == 1) return whole;
+    backends::Communicator& experts = *rank_.mesh.expert;
+    at::Tensor wire = built_.model->device().is_cpu()
+                          ? experts.allocate(p.shape, built_.model->dtype())
+                          : at::empty(p.shape, at::TensorOptions().dtype(built_.model->dtype()).device(built_.model->device()));
+    if (whole.defined()) wire.copy_(whole);
+    RETURN_IF_ERROR(experts.broadcast(wire, p.expertOwner)->wait().withContext(fmt::format("broadcast of {}", p.name)));
+    return wire;
   };
   return stream;
 }
@@ -389,6 +412,7 @@ Status Trainer::saveNow() {
                  {"train_batch_size", ds_.trainBatchSize},
                  {"dp_world_size", dp().size()},
                  {"tensor_parallel", tp()},
+                 {"expert_parallel", ep()},
                  {"sequence_parallel", sp().size()},
                  {"zero_stage", ds_.zero.stage},
                  {"frozen_parameters", spec_.train.frozenParameters},

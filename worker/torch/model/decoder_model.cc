@@ -1,6 +1,7 @@
 #include "worker/torch/model/decoder_model.h"
 
 #include <cmath>
+#include <unordered_set>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -40,9 +41,19 @@ DecoderModel::DecoderModel(const planner::ModelConfig& config, at::ScalarType dt
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const planner::ModelConfig& config,
                                                              at::ScalarType dtype, at::Device device,
                                                              ModelShards shards) {
-  const auto enumerated = planner::enumerateParameters(config);
   if (!shards.tp) shards.tp = std::make_shared<backends::SelfCommunicator>("tensor");
   if (!shards.sp) shards.sp = std::make_shared<backends::SelfCommunicator>("sequence");
+  if (!shards.ep) shards.ep = std::make_shared<backends::SelfCommunicator>("expert");
+  // This rank's parameters: every dense one and, under expert parallelism, its own experts.
+  const int ep = shards.ep->size();
+  if (ep > 1 && (!config.isMoe() || config.numExperts % ep != 0))
+    return invalidArgument("model: expert parallel {} needs a mixture-of-experts model whose experts it divides ({} "
+                           "has {})",
+                           ep, planner::modelFamilyName(config.family), config.numExperts);
+  const int64_t perRank = config.isMoe() ? config.numExperts / ep : 0;
+  std::vector<planner::ParameterInfo> enumerated;
+  for (auto& p : planner::enumerateParameters(config))
+    if (p.expert < 0 || p.expert / perRank == shards.ep->rank()) enumerated.push_back(std::move(p));
   if (shards.layouts.empty()) {
     for (const auto& p : enumerated) shards.layouts.push_back(ShardLayout{.whole = p.shape, .local = p.shape});
   }
@@ -54,6 +65,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const planner::Mode
     t.set_requires_grad(enumerated[i].trainable);  // buffers (the score-correction bias) get no gradient
     model->parameters_.emplace_back(enumerated[i].name, std::move(t));
   }
+  if (ep > 1) model->expertParallel_ = std::make_unique<ExpertParallel>(model->shards_.ep, config.numExperts);
   model->bindLayers();
   model->inverseFrequencies_ = ropeInverseFrequencies(config);
   return model;
@@ -209,9 +221,14 @@ Status DecoderModel::loadWeights(const TensorMap& weights, const std::string& so
                              c10::str(it->second.sizes()), c10::str(at::IntArrayRef(layout.whole)));
     t.copy_(takeShard(it->second, layout));
   }
+  std::unordered_set<std::string> otherRanksExperts;  // under expert parallelism, in the file but not here
+  if (shards_.ep->size() > 1) {
+    for (const auto& p : planner::enumerateParameters(config_))
+      if (p.expert >= 0 && !parameter(p.name).defined()) otherRanksExperts.insert(p.name);
+  }
   for (const auto& [name, tensor] : weights) {
     if (name == "lm_head.weight" && config_.tieWordEmbeddings) continue;
-    if (parameter(name).defined()) continue;
+    if (parameter(name).defined() || otherRanksExperts.count(name)) continue;
     // Rotary caches some exporters store are derived, not learned.
     if (endsWith(name, "rotary_emb.inv_freq")) continue;
     return invalidArgument("{}: tensor {} is not a parameter of this {} model", source, name,
@@ -317,7 +334,7 @@ at::Tensor DecoderModel::moeBlock(const Layer& l, const at::Tensor& input) {
   const at::Tensor x = copyToTensorParallel(input, tp);
   const at::Tensor rows = x.reshape({-1, x.size(-1)});
   Routing routing;
-  at::Tensor out = moeForward(config_, rows, l.experts, linear_, expertParallel_, &routing);
+  at::Tensor out = moeForward(config_, rows, l.experts, linear_, expertParallel_.get(), &routing);
   if (config_.outputRouterLogits && at::GradMode::is_enabled()) loadBalancing_.add(routing.logits, config_.expertsPerToken);
   if (expertLoad_.empty()) expertLoad_.assign(routing.tokensPerExpert.size(), 0);
   for (size_t e = 0; e < expertLoad_.size(); ++e) expertLoad_[e] += routing.tokensPerExpert[e];

@@ -16,6 +16,7 @@
 #include "worker/torch/model/moe.h"
 #include "worker/torch/model/rope.h"
 #include "worker/torch/model/token_layout.h"
+#include "worker/torch/parallel/expert_parallel.h"
 #include "worker/torch/parallel/tensor_shards.h"
 
 namespace loom::worker {
@@ -26,13 +27,15 @@ class DecoderModel;
 // order, from the Plan (parallel/tensor_shards.h). With `tp` of size 1 every layout is whole.
 // `sp`, the sequence-parallel group, shares the tokens of each sample (parameters are whole over
 // it); null or of size 1, each rank sees whole samples.
+// `ep`, the expert-parallel group, splits each MoE layer's experts: this rank holds experts
+// rank*E/ep to (rank+1)*E/ep - 1 and `layouts` covers the parameters it holds only (the Plan's
+// planOfRank); null or of size 1, every expert.
 struct ModelShards {
   std::shared_ptr<backends::Communicator> tp;
   std::vector<ShardLayout> layouts;
   std::shared_ptr<backends::Communicator> sp;
+  std::shared_ptr<backends::Communicator> ep;
 };
-
-class ExpertParallel;
 
 // Runs the model's blocks when something must happen around each (ZeRO stage 3 gathers a
 // block's parameters before it and releases them after). Without one, blocks run directly.
@@ -118,8 +121,8 @@ class DecoderModel {
   // Rows sent to each expert, summed over the MoE layers and the forwards since the last
   // takeExpertLoad() ([E] int64 on the host; empty for a dense model): the experts' load.
   std::vector<int64_t> takeExpertLoad();
-  // Expert parallelism: the MoE layers send tokens to the ranks of `ep` that own their experts.
-  void setExpertParallel(ExpertParallel* ep) { expertParallel_ = ep; }
+  // Under expert parallelism, the dispatch to the ranks that own the experts; null otherwise.
+  ExpertParallel* expertParallel() const { return expertParallel_.get(); }
   // Over logits as logits() returns them, rows [N, V / tp] and labels [N]: the mean
   // cross-entropy, log p(label), the softmax's entropy and KL(teacher || this) per row, in fp32.
   // They are vocabulary-parallel over the tensor-parallel group, in blocks of rows that never
@@ -177,7 +180,7 @@ class DecoderModel {
   std::vector<std::vector<int>> blockParameters_;
   BlockRunner* runner_ = nullptr;
   LinearFn linear_;
-  ExpertParallel* expertParallel_ = nullptr;
+  std::unique_ptr<ExpertParallel> expertParallel_;
   LoadBalancingLoss loadBalancing_;  // of the forward in flight, with output_router_logits
   at::Tensor auxLoss_;
   std::vector<int64_t> expertLoad_;

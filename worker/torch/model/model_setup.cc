@@ -86,7 +86,7 @@ Status checkAgainstPlan(const DecoderModel& model, const planner::Plan& plan) {
 }
 
 ModelShards shardsOf(const planner::Plan& plan, const RankMesh& mesh) {
-  ModelShards shards{.tp = mesh.tensor, .layouts = {}, .sp = mesh.sequence};
+  ModelShards shards{.tp = mesh.tensor, .layouts = {}, .sp = mesh.sequence, .ep = mesh.expert};
   for (const auto& p : plan.parameters)
     shards.layouts.push_back(shardLayout(p, shards.tp->rank(), shards.tp->size()));
   return shards;
@@ -94,6 +94,20 @@ ModelShards shardsOf(const planner::Plan& plan, const RankMesh& mesh) {
 
 // train.frozen_parameters: autograd gives them no gradient, and the ZeRO engines leave
 // parameters that do not require one out of the optimizer (trainableParameters()).
+// expert_parallel (AutoEP) routes as its settings say, what they leave "auto" being the model's
+// (the Plan's routing, resolved by the planner). DeepSpeed's route scale: routed_scaling_factor
+// where the config or the model gives one, else route_scale.
+void routeAsPlanned(planner::ModelConfig& config, const planner::ExpertRouting& r) {
+  planner::RouterConfig& router = config.router;
+  router.scoring = r.scoring;
+  router.normalizeTopK = r.normalizeTopK;
+  const bool modelScales = config.family == planner::ModelFamily::kDeepseekV3;
+  router.scalingFactor = modelScales || r.routedScalingFactor != 1.0 ? r.routedScalingFactor : r.routeScale;
+  router.groups = r.groups;
+  router.groupsPerToken = r.groupsPerToken;
+  config.expertsPerToken = r.topK;
+}
+
 void freezeParameters(DecoderModel& model, const planner::TrainSpec& train) {
   for (const auto& [name, t] : model.parameters())
     if (train.freezes(name)) t.requires_grad_(false);
@@ -109,9 +123,13 @@ StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, const planner::Pla
   built.configText = *text;
   auto config = planner::parseModelConfig(*text, spec.model.config);
   if (!config.isOk()) return config.status().withContext("model.config");
-  if (mesh.tensor->size() != plan.mesh.tp || mesh.sequence->size() != plan.mesh.sp)
-    return internalError("plan: tensor parallel {} x sequence parallel {}, but this rank's groups have {} and {} ranks",
-                         plan.mesh.tp, plan.mesh.sp, mesh.tensor->size(), mesh.sequence->size());
+  if (plan.routing) routeAsPlanned(*config, *plan.routing);
+  if (mesh.tensor->size() != plan.mesh.tp || mesh.sequence->size() != plan.mesh.sp ||
+      mesh.expert->size() != plan.mesh.ep)
+    return internalError("plan: tensor parallel {} x sequence parallel {}, expert parallel {}, but this rank's groups "
+                         "have {}, {} and {} ranks",
+                         plan.mesh.tp, plan.mesh.sp, plan.mesh.ep, mesh.tensor->size(), mesh.sequence->size(),
+                         mesh.expert->size());
   if (device.is_cuda() && !at::hasCUDA())
     return failedPrecondition("resources.device: cuda, but this rank sees no CUDA device (or libtorch has no CUDA)");
   makeCurrent(device);

@@ -34,10 +34,20 @@ Routing routeTokens(const planner::ModelConfig& config, const at::Tensor& x, con
   const planner::RouterConfig& r = config.router;
   Routing out;
   out.logits = at::linear(x.to(at::kFloat), w.router.to(at::kFloat));
-  if (r.scoring == Scoring::kSoftmax) {
+  if (r.scoring == Scoring::kSoftmax && r.groups == 1) {
     auto [weights, experts] = at::softmax(out.logits, -1).topk(config.expertsPerToken, -1);
     out.weights = r.normalizeTopK ? weights / weights.sum(-1, /*keepdim=*/true) : weights;
     out.experts = experts;
+  } else if (r.scoring == Scoring::kSoftmax) {
+    // AutoEP's num_expert_groups over softmax scores: chosen as deepseek_v3 chooses, weighted by
+    // the softmax.
+    const at::Tensor probabilities = at::softmax(out.logits, -1);
+    {
+      at::NoGradGuard noGrad;
+      out.experts = groupLimitedTopK(config, probabilities.detach());
+    }
+    const at::Tensor weights = probabilities.gather(1, out.experts);
+    out.weights = r.normalizeTopK ? weights / weights.sum(-1, /*keepdim=*/true) : weights;
   } else {
     const at::Tensor scores = out.logits.sigmoid();
     at::Tensor choice = scores;

@@ -36,12 +36,12 @@ Status checkZeroPlan(const planner::DeepSpeedConfig& config, const planner::Plan
 }
 
 std::unique_ptr<ZeroEngine> makeZeroEngine(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
-                                           DecoderModel& model, backends::Communicator* comm) {
+                                           DecoderModel& model, const ZeroGroups& groups) {
   switch (config.zero.stage) {
-    case 0: return makeZeroStage0(config, plan, model, comm);
+    case 0: return makeZeroStage0(config, plan, model, groups);
     case 1:
-    case 2: return makeZeroStage12(config, plan, model, comm);
-    default: return makeZeroStage3(config, plan, model, comm);
+    case 2: return makeZeroStage12(config, plan, model, groups);
+    default: return makeZeroStage3(config, plan, model, groups);
   }
 }
 

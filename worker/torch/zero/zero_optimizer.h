@@ -50,6 +50,18 @@ class ZeroEngine {
   virtual StatusOr<at::Tensor> weightPiece(int parameter) = 0;
 };
 
+// The groups a ZeRO engine works over (null where a job has one rank). Dense gradients are
+// averaged over `dense` (dp x sp) and partitioned there. An expert's gradient arrives at the rank
+// that holds it from every rank of its expert-parallel group (the dispatch's backward), so it is
+// summed over `expertData` (dp x sp / ep, the ranks holding the same experts), partitioned there,
+// and divided by the dense group's size: the mean over all the step's samples, as on one rank.
+// The gradient norm counts each expert once: its squares are summed over `expert`.
+struct ZeroGroups {
+  backends::Communicator* dense = nullptr;
+  backends::Communicator* expertData = nullptr;
+  backends::Communicator* expert = nullptr;
+};
+
 // The engine for config.zero.stage over the data-parallel group `comm`, with the partitions the
 // Plan laid out (its flat buffers at stages 1 and 2, each parameter's part at stage 3). Stages 2
 // and 3 take over running the model's blocks, to act inside its backward.
@@ -61,6 +73,6 @@ Status checkZeroPlan(const planner::DeepSpeedConfig& config, const planner::Plan
                      const backends::Communicator& dp);
 
 std::unique_ptr<ZeroEngine> makeZeroEngine(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
-                                           DecoderModel& model, backends::Communicator* comm);
+                                           DecoderModel& model, const ZeroGroups& groups);
 
 }  // namespace loom::worker

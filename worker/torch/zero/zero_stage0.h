@@ -10,6 +10,6 @@ namespace loom::worker {
 // all-reduced and averaged once per step), the whole optimizer state and, under bf16 / fp16, the
 // whole fp32 masters.
 std::unique_ptr<ZeroEngine> makeZeroStage0(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
-                                           DecoderModel& model, backends::Communicator* comm);
+                                           DecoderModel& model, const ZeroGroups& groups);
 
 }  // namespace loom::worker

@@ -23,7 +23,7 @@ using backends::ReduceOp;
 class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBackwardHooks {
  public:
   ZeroStage12(const planner::DeepSpeedConfig& config, const planner::Plan& plan, DecoderModel& model,
-              backends::Communicator* comm);
+              const ZeroGroups& groups);
 
   void zeroGradients() override;
   Status accumulate() override;
@@ -93,8 +93,8 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
 };
 
 ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, const planner::Plan& fullPlan, DecoderModel& model,
-                         backends::Communicator* comm)
-    : config_(config), stage_(config.zero.stage), comm_(comm), model_(model),
+                         const ZeroGroups& groups)
+    : config_(config), stage_(config.zero.stage), comm_(groups.dense), model_(model),
       f32_(at::TensorOptions().dtype(at::kFloat).device(model.device())),
       hostF32_(config.zero.offloadOptimizer == "cpu"
                    ? at::TensorOptions().dtype(at::kFloat).pinned_memory(model.device().is_cuda() &&
@@ -102,6 +102,7 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, const planner::
                    : f32_) {
   at::NoGradGuard noGrad;
   const planner::ZeroPlan& plan = fullPlan.zero;
+  backends::Communicator* comm = comm_;
   dp_ = comm ? comm->size() : 1;
   rank_ = comm ? comm->rank() : 0;
   blockOfModelBlock_.assign(model.numBlocks(), -1);
@@ -393,8 +394,8 @@ StatusOr<at::Tensor> ZeroStage12::weightPiece(int parameter) { return model_.par
 }  // namespace
 
 std::unique_ptr<ZeroEngine> makeZeroStage12(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
-                                            DecoderModel& model, backends::Communicator* comm) {
-  return std::make_unique<ZeroStage12>(config, plan, model, comm);
+                                            DecoderModel& model, const ZeroGroups& groups) {
+  return std::make_unique<ZeroStage12>(config, plan, model, groups);
 }
 
 }  // namespace loom::worker

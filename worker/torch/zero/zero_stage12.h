@@ -19,6 +19,6 @@ namespace loom::worker {
 //   overlap_comm), in reduce_bucket_size pieces; only the rank's part is kept across
 //   micro-batches.
 std::unique_ptr<ZeroEngine> makeZeroStage12(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
-                                            DecoderModel& model, backends::Communicator* comm);
+                                            DecoderModel& model, const ZeroGroups& groups);
 
 }  // namespace loom::worker

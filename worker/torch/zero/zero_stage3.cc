@@ -28,7 +28,7 @@ using torch::autograd::tensor_list;
 class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBackwardHooks {
  public:
   ZeroStage3(const planner::DeepSpeedConfig& config, const planner::Plan& plan, DecoderModel& model,
-             backends::Communicator* comm);
+             const ZeroGroups& groups);
 
   void zeroGradients() override;
   // Reduced during backward, block by block; the embedding's (whose input is the tokens, which
@@ -124,11 +124,12 @@ at::Tensor parameterLinear(const at::Tensor& x, const at::Tensor& weight, const 
 }
 
 ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, const planner::Plan& plan, DecoderModel& model,
-                       backends::Communicator* comm)
-    : config_(config), model_(model), comm_(comm), dtype_(model.dtype()),
+                       const ZeroGroups& groups)
+    : config_(config), model_(model), comm_(groups.dense), dtype_(model.dtype()),
       f32_(at::TensorOptions().dtype(at::kFloat).device(model.device())), modelOptions_(f32_.dtype(model.dtype())),
       wireType_(gradientWireType(config, model)) {
   at::NoGradGuard noGrad;
+  backends::Communicator* comm = comm_;
   dp_ = comm ? comm->size() : 1;
   rank_ = comm ? comm->rank() : 0;
   const size_t count = model.parameters().size();
@@ -465,8 +466,8 @@ StatusOr<at::Tensor> ZeroStage3::weightPiece(int parameter) {
 }  // namespace
 
 std::unique_ptr<ZeroEngine> makeZeroStage3(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
-                                           DecoderModel& model, backends::Communicator* comm) {
-  return std::make_unique<ZeroStage3>(config, plan, model, comm);
+                                           DecoderModel& model, const ZeroGroups& groups) {
+  return std::make_unique<ZeroStage3>(config, plan, model, groups);
 }
 
 }  // namespace loom::worker

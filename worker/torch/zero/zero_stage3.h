@@ -20,6 +20,6 @@ class DecoderModel;
 // So a rank holds 1/dp of the parameters plus the block in use, and 1/dp of the gradients;
 // activations are kept as in stage 0 (the linear layers save the weight parameter, not its data).
 std::unique_ptr<ZeroEngine> makeZeroStage3(const planner::DeepSpeedConfig& config, const planner::Plan& plan,
-                                           DecoderModel& model, backends::Communicator* comm);
+                                           DecoderModel& model, const ZeroGroups& groups);
 
 }  // namespace loom::worker
