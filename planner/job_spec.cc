@@ -281,10 +281,6 @@ Status checkRunnable(const JobSpec& spec) {
   const DeepSpeedConfig& ds = spec.deepspeed;
   constexpr const char* kPlanned = "is planned (loomctl plan) but not run by the workers yet";
   const ExpertParallelConfig& ep = ds.expertParallel;
-  if (ep.enabled && ep.size > 1 && ds.zero.stage > 0)
-    return invalidArgument("deepspeed.expert_parallel.autoep_size: {} at zero_optimization.stage {} {} (expert "
-                           "parallelism runs at stage 0)",
-                           ep.size, ds.zero.stage, kPlanned);
   if (ep.enabled && ep.size > 1 && ds.optimizer.type == OptimizerType::kMuon)
     return invalidArgument("deepspeed.expert_parallel.autoep_size: {} with the Muon optimizer {} (its experts' "
                            "matrices would need Newton-Schulz batched per expert)",

@@ -148,7 +148,6 @@ Status checkFrozenParameters(const TrainSpec& train, const std::vector<Parameter
 Status checkPlanRunnable(const Plan& plan) {
   if (plan.mesh.tp == 1) return Status::ok();
   for (const ParameterSpec& p : plan.parameters) {
-    if (p.expert >= 0) continue;  // expert parallelism is refused with the spec (checkRunnable)
     const bool bias = p.shape.size() == 1;
     TpSplit expected = TpSplit::kReplicated;
     int dim = -1;
@@ -160,6 +159,7 @@ Status checkPlanRunnable(const Plan& plan) {
       case LayerRole::kQuery:
       case LayerRole::kKey:
       case LayerRole::kValue:
+      case LayerRole::kKeyValue:  // latent attention's kv_b_proj, by heads
       case LayerRole::kGate:
       case LayerRole::kUp:
         expected = TpSplit::kColumn, dim = 0;

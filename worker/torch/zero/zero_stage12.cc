@@ -40,10 +40,23 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   void afterBlockBackward(int block) override;
 
  private:
+  // The ranks a part of the partition is cut over: the data-parallel group for the dense
+  // blocks, the expert-data-parallel group for the experts' (ZeroGroups). Without expert
+  // parallelism both are one group and one domain covers the whole partition.
+  struct Domain {
+    backends::Communicator* comm = nullptr;
+    int rank = 0, size = 1;
+    ReduceOp op = ReduceOp::kAvg;
+    double scale = 1.0;      // applied to the reduced gradient: 1 / dp after an expert sum
+    int64_t begin = 0, numel = 0;  // its range of this rank's partition
+    at::Tensor scratch;      // stage 2: the block gradient being reduce-scattered (blockGradient)
+    at::Tensor updated;      // this rank's updated part in the model's dtype, all-gathered each step
+  };
   struct Block {
     std::vector<std::pair<std::string, at::Tensor>> params;
     std::vector<double> normWeights;  // each parameter's (tensorParallelNormWeight)
     planner::FlatPartition layout;
+    int domain = 0;
     int64_t partOffset = 0;  // where its part starts in this rank's partition
     int64_t flatOffset = 0;  // stage 1: where it starts in the whole-gradient buffer
   };
@@ -51,6 +64,7 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   struct Pending {
     std::shared_ptr<backends::Work> work;
     at::Tensor input, output, into;
+    double scale = 1.0;
   };
   // Reduce-scatters `flat` (one block's padded gradient) into that block's part.
   Status reduceBlock(const Block& block, const at::Tensor& flat, bool wait);
@@ -68,8 +82,9 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   const DecoderModel& model_;
   int dp_ = 1;
   int rank_ = 0;
+  std::vector<Domain> domains_;
   std::vector<Block> blocks_;
-  std::vector<int> blockOfModelBlock_;  // the model's block -> index in blocks_, -1 if it owns nothing
+  std::vector<std::vector<int>> blocksOfModelBlock_;  // the model's block -> its indices in blocks_
   int64_t partitionNumel_ = 0;
   at::TensorOptions f32_;  // fp32 on the model's device
   // Where the fp32 masters and the optimizer live: the model's device, or the host with
@@ -80,8 +95,6 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   std::vector<std::vector<at::Tensor>> gradViews_;  // stage 1, per block
   at::Tensor gradPartition_;
   at::Tensor masterPartition_;
-  at::Tensor updatedPart_;  // this rank's updated part in the model's dtype, all-gathered each step
-  at::Tensor blockScratch_;  // stage 2: the block gradient being reduce-scattered (see blockGradient)
   std::unique_ptr<HostStepPipeline> hostStep_;  // offload_optimizer.device cpu
   // The optimizer's slots as [offset, offset + length) of the partition: the whole partition,
   // or under Muon one per parameter piece.
@@ -105,23 +118,36 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, const planner::
   backends::Communicator* comm = comm_;
   dp_ = comm ? comm->size() : 1;
   rank_ = comm ? comm->rank() : 0;
-  blockOfModelBlock_.assign(model.numBlocks(), -1);
+  const bool expertGroups = groups.expertData && groups.expertData->size() != dp_;
+  domains_.push_back(Domain{.comm = comm_, .rank = rank_, .size = dp_});
+  if (expertGroups)
+    domains_.push_back(Domain{.comm = groups.expertData, .rank = groups.expertData->rank(),
+                              .size = groups.expertData->size(), .op = ReduceOp::kSum, .scale = 1.0 / dp_});
+  blocksOfModelBlock_.assign(model.numBlocks(), {});
   int64_t flatTotal = 0;
-  // The Plan's flat buffers, one per block; frozen parameters stay whole in the model, out of
-  // them and of the optimizer (checkZeroPlan checked the buffers against the group and the model).
-  for (const planner::FlatBufferSpec& buffer : plan.buffers) {
-    Block block;
-    for (int i : buffer.members[0]) {
-      block.params.push_back(model.parameters()[i]);
-      block.normWeights.push_back(tensorParallelNormWeight(model.shards().layouts[i], model.tensorParallel().size()));
+  // The Plan's flat buffers, one per block (and per block its experts'); frozen parameters stay
+  // whole in the model, out of them and of the optimizer (checkZeroPlan checked the buffers
+  // against the group and the model). Under expert parallelism the dense blocks come first and
+  // the experts' after them, each domain a range of the partition.
+  for (const int domain : expertGroups ? std::vector<int>{0, 1} : std::vector<int>{0}) {
+    domains_[domain].begin = partitionNumel_;
+    for (const planner::FlatBufferSpec& buffer : plan.buffers) {
+      if (expertGroups && buffer.experts != (domain == 1)) continue;
+      Block block;
+      for (int i : buffer.members[0]) {
+        block.params.push_back(model.parameters()[i]);
+        block.normWeights.push_back(tensorParallelNormWeight(model.shards().layouts[i], model.tensorParallel().size()));
+      }
+      block.layout = buffer.partition;
+      block.domain = domain;
+      block.partOffset = partitionNumel_;
+      block.flatOffset = flatTotal;
+      partitionNumel_ += block.layout.partitionNumel;
+      flatTotal += block.layout.flatNumel;
+      blocksOfModelBlock_[buffer.block].push_back(static_cast<int>(blocks_.size()));
+      blocks_.push_back(std::move(block));
     }
-    block.layout = buffer.partition;
-    block.partOffset = partitionNumel_;
-    block.flatOffset = flatTotal;
-    partitionNumel_ += block.layout.partitionNumel;
-    flatTotal += block.layout.flatNumel;
-    blockOfModelBlock_[buffer.block] = static_cast<int>(blocks_.size());
-    blocks_.push_back(std::move(block));
+    domains_[domain].numel = partitionNumel_ - domains_[domain].begin;
   }
   // This rank's part of every block's (padded) parameters, as fp32 masters.
   masterPartition_ = at::zeros({partitionNumel_}, hostF32_);
@@ -133,8 +159,9 @@ ZeroStage12::ZeroStage12(const planner::DeepSpeedConfig& config, const planner::
       offset += p.numel();
     }
     const int64_t part = block.layout.partitionNumel;
+    const int rank = domains_[block.domain].rank;
     masterPartition_.slice(0, block.partOffset, block.partOffset + part)
-        .copy_(flat.slice(0, rank_ * part, (rank_ + 1) * part));
+        .copy_(flat.slice(0, rank * part, (rank + 1) * part));
   }
   gradPartition_ = at::zeros({partitionNumel_}, f32_);
   if (stage_ == 1) {
@@ -192,32 +219,35 @@ void ZeroStage12::setUpMuon(const planner::Plan& plan, DecoderModel& model) {
 
 at::Tensor ZeroStage12::run(DecoderModel& model, int index, const at::Tensor& input) {
   // The hook sits on the block's input: it fires once the block's gradients are complete.
-  const bool hook = at::GradMode::is_enabled() && input.requires_grad() && blockOfModelBlock_[index] >= 0;
+  const bool hook = at::GradMode::is_enabled() && input.requires_grad() && !blocksOfModelBlock_[index].empty();
   return model.block(index, hook ? hookAfterBackward(input, this, index) : input);
 }
 
 void ZeroStage12::afterBlockBackward(int modelBlock) {
   at::NoGradGuard noGrad;
-  const Block& block = blocks_[blockOfModelBlock_[modelBlock]];
   const bool wait = !config_.zero.overlapComm;
-  // On the host the buffer is shared memory the reduce-scatter works in place in; a GPU gains
-  // nothing from reusing it.
-  at::Tensor flat = blockGradient(block, /*reused=*/wait && f32_.device().is_cpu());
-  for (auto [name, p] : block.params) p.mutable_grad().reset();
-  throwIfError(reduceBlock(block, flat, wait));
+  for (int b : blocksOfModelBlock_[modelBlock]) {
+    const Block& block = blocks_[b];
+    // On the host the buffer is shared memory the reduce-scatter works in place in; a GPU gains
+    // nothing from reusing it.
+    at::Tensor flat = blockGradient(block, /*reused=*/wait && f32_.device().is_cpu());
+    for (auto [name, p] : block.params) p.mutable_grad().reset();
+    throwIfError(reduceBlock(block, flat, wait));
+  }
 }
 
 at::Tensor ZeroStage12::blockGradient(const Block& block, bool reused) {
   at::Tensor flat;
   if (reused) {
-    // One buffer for every block, from the communicator's allocate(): on CPU ranks the
-    // reduce-scatter then reads it in place from every rank.
-    if (!blockScratch_.defined() || blockScratch_.numel() < block.layout.flatNumel) {
+    // One buffer for every block of a domain, from its communicator's allocate(): on CPU ranks
+    // the reduce-scatter then reads it in place from every rank.
+    Domain& domain = domains_[block.domain];
+    if (!domain.scratch.defined() || domain.scratch.numel() < block.layout.flatNumel) {
       int64_t largest = 0;
-      for (const auto& b : blocks_) largest = std::max(largest, b.layout.flatNumel);
-      blockScratch_ = collectiveBuffer(comm_, largest, f32_);
+      for (const auto& b : blocks_) largest = std::max(largest, b.domain == block.domain ? b.layout.flatNumel : 0);
+      domain.scratch = collectiveBuffer(domain.comm, largest, f32_);
     }
-    flat = blockScratch_.slice(0, 0, block.layout.flatNumel).zero_();
+    flat = domain.scratch.slice(0, 0, block.layout.flatNumel).zero_();
   } else {
     flat = at::zeros({block.layout.flatNumel}, f32_);
   }
@@ -231,22 +261,24 @@ at::Tensor ZeroStage12::blockGradient(const Block& block, bool reused) {
 
 Status ZeroStage12::reduceBlock(const Block& block, const at::Tensor& flat, bool wait) {
   const int64_t part = block.layout.partitionNumel;
+  const Domain& domain = domains_[block.domain];
   at::Tensor into = gradPartition_.slice(0, block.partOffset, block.partOffset + part);
-  if (!comm_) {
+  if (!domain.comm) {
     into.add_(flat);
     return Status::ok();
   }
   // In pieces of reduce_bucket_size elements in all: piece k carries elements [k*b, (k+1)*b) of
   // every rank's part, rank after rank, as a reduce-scatter wants them.
-  const int64_t perRank = std::max<int64_t>(1, config_.zero.reduceBucketSize / dp_);
-  at::Tensor byRank = flat.view({dp_, part});
+  const int64_t perRank = std::max<int64_t>(1, config_.zero.reduceBucketSize / domain.size);
+  at::Tensor byRank = flat.view({domain.size, part});
   for (int64_t begin = 0; begin < part; begin += perRank) {
     const int64_t end = std::min(part, begin + perRank);
     Pending p;
     p.input = (begin == 0 && end == part) ? flat : byRank.slice(1, begin, end).contiguous().view({-1});
     p.output = at::empty({end - begin}, f32_);
     p.into = into.slice(0, begin, end);
-    p.work = comm_->reduceScatter(p.output, p.input, ReduceOp::kAvg);
+    p.scale = domain.scale;
+    p.work = domain.comm->reduceScatter(p.output, p.input, domain.op);
     pending_.push_back(std::move(p));
   }
   return wait ? finishPending() : Status::ok();
@@ -258,7 +290,7 @@ Status ZeroStage12::finishPending() {
   for (auto& p : pending_) {
     Status s = p.work->wait().withContext("ZeRO gradient reduce-scatter");
     if (s.isOk()) {
-      p.into.add_(p.output);
+      p.into.add_(p.output, p.scale);
     } else if (status.isOk()) {
       status = s;
     }
@@ -317,7 +349,7 @@ StatusOr<double> ZeroStage12::reduce(double lossScale) {
     std::vector<at::Tensor> pieces;
     std::vector<double> weights;
     for (const auto& block : blocks_) {
-      for (const auto& f : block.layout.fragments[rank_]) {
+      for (const auto& f : block.layout.fragments[domains_[block.domain].rank]) {
         const int64_t begin = block.partOffset + f.partitionOffset;
         pieces.push_back(gradPartition_.slice(0, begin, begin + f.length));
         weights.push_back(block.normWeights[f.parameter]);
@@ -337,8 +369,10 @@ Status ZeroStage12::step(const train::LearningRates& lr, double clipCoefficient)
   // Every rank's updated part, in the model's dtype, to every rank in one all-gather; then each
   // block's parameters from the dp parts of that block.
   const at::ScalarType dtype = blocks_.front().params.front().second.scalar_type();
-  if (!updatedPart_.defined()) updatedPart_ = collectiveBuffer(comm_, partitionNumel_, f32_.dtype(dtype));
-  at::Tensor& mine = updatedPart_;
+  for (Domain& d : domains_)
+    if (!d.updated.defined()) d.updated = collectiveBuffer(d.comm, d.numel, f32_.dtype(dtype));
+  // The domains' buffers side by side would be one tensor; each is its communicator's own.
+  at::Tensor mine = domains_.size() == 1 ? domains_[0].updated : at::empty({partitionNumel_}, f32_.dtype(dtype));
   if (hostStep_) {
     // Offloaded: the step runs on the host, the gradient scaled on the device first (cheap there).
     if (divisor != 1.0) gradPartition_.div_(divisor);
@@ -353,18 +387,23 @@ Status ZeroStage12::step(const train::LearningRates& lr, double clipCoefficient)
     optimizer_->step(lr, grads, divisor);
     mine.copy_(masterPartition_);
   }
-  at::Tensor all = at::empty({dp_ * partitionNumel_}, f32_.dtype(dtype));
-  if (comm_) {
-    RETURN_IF_ERROR(comm_->allGather(all, mine)->wait().withContext("ZeRO parameter all-gather"));
-  } else {
-    all.copy_(mine);
-  }
-  at::Tensor byRank = all.view({dp_, partitionNumel_});
-  for (const auto& block : blocks_) {
-    at::Tensor flat =
-        byRank.slice(1, block.partOffset, block.partOffset + block.layout.partitionNumel).reshape({-1});
-    std::vector<at::Tensor> views = viewsInto(flat, block.params);
-    for (size_t i = 0; i < block.params.size(); ++i) block.params[i].second.copy_(views[i]);
+  for (size_t d = 0; d < domains_.size(); ++d) {
+    Domain& domain = domains_[d];
+    if (domains_.size() > 1) domain.updated.copy_(mine.slice(0, domain.begin, domain.begin + domain.numel));
+    at::Tensor all = at::empty({domain.size * domain.numel}, f32_.dtype(dtype));
+    if (domain.comm) {
+      RETURN_IF_ERROR(domain.comm->allGather(all, domain.updated)->wait().withContext("ZeRO parameter all-gather"));
+    } else {
+      all.copy_(domain.updated);
+    }
+    at::Tensor byRank = all.view({domain.size, domain.numel});
+    for (const auto& block : blocks_) {
+      if (block.domain != static_cast<int>(d)) continue;
+      const int64_t begin = block.partOffset - domain.begin;
+      at::Tensor flat = byRank.slice(1, begin, begin + block.layout.partitionNumel).reshape({-1});
+      std::vector<at::Tensor> views = viewsInto(flat, block.params);
+      for (size_t i = 0; i < block.params.size(); ++i) block.params[i].second.copy_(views[i]);
+    }
   }
   return Status::ok();
 }

@@ -55,6 +55,16 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
     std::shared_ptr<backends::Work> work;
     at::Tensor input, output;
     std::vector<int> params;
+    double scale = 1.0;
+  };
+  // The ranks a parameter is cut over: the data-parallel group for dense parameters, the
+  // expert-data-parallel group for experts (ZeroGroups); both are group 0 without expert
+  // parallelism.
+  struct Group {
+    backends::Communicator* comm = nullptr;
+    int rank = 0, size = 1;
+    ReduceOp op = ReduceOp::kAvg;
+    double scale = 1.0;  // applied to the reduced gradient: 1 / dp after an expert sum
   };
   void startGather(int block);
   void gather(int block);
@@ -71,12 +81,13 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
     int64_t part = 0;    // elements of this rank's part (the whole parameter when persistent)
     at::Tensor local;    // this rank's part in the model's dtype (non-persistent)
     bool trainable = true;  // false: frozen (train.frozen_parameters), no master and no gradient
+    int group = 0;          // in groups_
     at::Tensor master;   // fp32 [part]
     at::Tensor grad;     // fp32 [part]
   };
-  // The block's parameters cut into parts, all of them (to gather) or the trainable ones (whose
-  // gradients are reduced).
-  std::vector<int> partitioned(int block, bool trainableOnly = false) const;
+  // The block's parameters cut into parts over `group`, all of them (to gather) or the trainable
+  // ones (whose gradients are reduced).
+  std::vector<int> partitioned(int block, int group, bool trainableOnly = false) const;
   // This rank's part of the whole parameter `whole` (any shape, p.numel elements), padded.
   at::Tensor localPart(const Param& p, const at::Tensor& whole) const;
 
@@ -85,6 +96,8 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
   backends::Communicator* comm_;
   int dp_ = 1;
   int rank_ = 0;
+  std::vector<Group> groups_;
+  backends::Communicator* expert_ = nullptr;  // the expert-parallel group, for the norm
   at::ScalarType dtype_;
   at::TensorOptions f32_, modelOptions_;  // fp32, and the model's dtype, on the model's device
   at::ScalarType wireType_;               // gradientWireType
@@ -93,7 +106,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
   std::unique_ptr<MuonUpdater> muon_;  // Muon: its matrices' Newton-Schulz
   double lossScale_ = 1.0;  // the step's, from reduce()
   std::unique_ptr<HostStepPipeline> hostStep_;  // offload_optimizer.device cpu
-  std::map<int, Gather> gathers_;  // by block
+  std::map<std::pair<int, int>, Gather> gathers_;  // by block and group
   std::vector<Pending> pending_;
 };
 
@@ -132,6 +145,12 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, const planner::Pl
   backends::Communicator* comm = comm_;
   dp_ = comm ? comm->size() : 1;
   rank_ = comm ? comm->rank() : 0;
+  groups_.push_back(Group{.comm = comm_, .rank = rank_, .size = dp_});
+  if (groups.expertData && groups.expertData->size() != dp_) {
+    groups_.push_back(Group{.comm = groups.expertData, .rank = groups.expertData->rank(),
+                            .size = groups.expertData->size(), .op = ReduceOp::kSum, .scale = 1.0 / dp_});
+    expert_ = groups.expert;
+  }
   const size_t count = model.parameters().size();
   // offload_optimizer.device cpu: masters and optimizer state on the host (pinned beside a GPU).
   const at::TensorOptions masterOptions =
@@ -146,7 +165,8 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, const planner::Pl
     const planner::ParameterSpec& spec = plan.parameters[i];
     const bool persistent = spec.persistent || spec.partitionNumel == 0;
     Param p{.name = name, .tensor = t, .shape = t.sizes().vec(), .numel = t.numel(), .persistent = persistent,
-            .part = persistent ? t.numel() : spec.partitionNumel, .trainable = t.requires_grad()};
+            .part = persistent ? t.numel() : spec.partitionNumel, .trainable = t.requires_grad(),
+            .group = spec.expert >= 0 && groups_.size() > 1 ? 1 : 0};
     if (p.persistent) {
       if (p.trainable) p.master = at::empty({p.numel}, masterOptions).copy_(t.detach().reshape({-1}));
     } else {
@@ -192,15 +212,17 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, const planner::Pl
 }
 
 at::Tensor ZeroStage3::localPart(const Param& p, const at::Tensor& whole) const {
-  at::Tensor padded = at::zeros({p.part * dp_}, modelOptions_);
+  const Group& g = groups_[p.group];
+  at::Tensor padded = at::zeros({p.part * g.size}, modelOptions_);
   padded.slice(0, 0, p.numel).copy_(whole.reshape({-1}));
-  return padded.slice(0, rank_ * p.part, (rank_ + 1) * p.part).clone();
+  return padded.slice(0, g.rank * p.part, (g.rank + 1) * p.part).clone();
 }
 
-std::vector<int> ZeroStage3::partitioned(int block, bool trainableOnly) const {
+std::vector<int> ZeroStage3::partitioned(int block, int group, bool trainableOnly) const {
   std::vector<int> out;
   for (int i : model_.blockParameters(block)) {
-    if (!params_[i].persistent && (params_[i].trainable || !trainableOnly)) out.push_back(i);
+    const Param& p = params_[i];
+    if (!p.persistent && p.group == group && (p.trainable || !trainableOnly)) out.push_back(i);
   }
   return out;
 }
@@ -252,7 +274,7 @@ Status ZeroStage3::finishPending() {
     }
     int64_t offset = 0;
     for (int i : p.params) {
-      params_[i].grad.add_(p.output.slice(0, offset, offset + params_[i].part));
+      params_[i].grad.add_(p.output.slice(0, offset, offset + params_[i].part), p.scale);
       offset += params_[i].part;
     }
   }
@@ -261,68 +283,78 @@ Status ZeroStage3::finishPending() {
 }
 
 void ZeroStage3::startGather(int block) {
-  const std::vector<int> ids = partitioned(block);
-  if (ids.empty() || gathers_.count(block)) return;
-  // The block's parts end to end: one all-gather for the whole block.
-  std::vector<at::Tensor> locals;
-  for (int i : ids) locals.push_back(params_[i].local);
-  at::Tensor mine = at::cat(locals);
-  Gather g{nullptr, at::empty({dp_ * mine.numel()}, modelOptions_)};
-  if (comm_) {
-    g.work = comm_->allGather(g.all, mine);
-  } else {
-    g.all.copy_(mine);
+  // The block's parts end to end: one all-gather for the whole block, per group (its dense
+  // parameters over the data-parallel group, its experts over the expert-data-parallel group),
+  // every rank in the same group order.
+  for (int group = 0; group < static_cast<int>(groups_.size()); ++group) {
+    const std::vector<int> ids = partitioned(block, group);
+    if (ids.empty() || gathers_.count({block, group})) continue;
+    std::vector<at::Tensor> locals;
+    for (int i : ids) locals.push_back(params_[i].local);
+    at::Tensor mine = at::cat(locals);
+    const Group& on = groups_[group];
+    Gather g{nullptr, at::empty({on.size * mine.numel()}, modelOptions_)};
+    if (on.comm) {
+      g.work = on.comm->allGather(g.all, mine);
+    } else {
+      g.all.copy_(mine);
+    }
+    gathers_[{block, group}] = std::move(g);
   }
-  gathers_[block] = std::move(g);
 }
 
 void ZeroStage3::gather(int block) {
   at::NoGradGuard noGrad;
-  const std::vector<int> ids = partitioned(block);
-  if (ids.empty()) return;
   startGather(block);
-  Gather g = std::move(gathers_[block]);
-  gathers_.erase(block);
-  if (g.work) throwIfError(g.work->wait().withContext("ZeRO-3 parameter all-gather"));
-  int64_t width = 0;
-  for (int i : ids) width += params_[i].part;
-  at::Tensor byRank = g.all.view({dp_, width});
-  int64_t offset = 0;
-  for (int i : ids) {
-    Param& p = params_[i];
-    at::Tensor whole = byRank.slice(1, offset, offset + p.part).reshape({-1}).slice(0, 0, p.numel);
-    p.tensor.set_data(whole.reshape(p.shape).clone());
-    offset += p.part;
+  for (int group = 0; group < static_cast<int>(groups_.size()); ++group) {
+    const std::vector<int> ids = partitioned(block, group);
+    if (ids.empty()) continue;
+    Gather g = std::move(gathers_[{block, group}]);
+    gathers_.erase({block, group});
+    if (g.work) throwIfError(g.work->wait().withContext("ZeRO-3 parameter all-gather"));
+    int64_t width = 0;
+    for (int i : ids) width += params_[i].part;
+    at::Tensor byRank = g.all.view({groups_[group].size, width});
+    int64_t offset = 0;
+    for (int i : ids) {
+      Param& p = params_[i];
+      at::Tensor whole = byRank.slice(1, offset, offset + p.part).reshape({-1}).slice(0, 0, p.numel);
+      p.tensor.set_data(whole.reshape(p.shape).clone());
+      offset += p.part;
+    }
   }
 }
 
 void ZeroStage3::release(int block) {
-  for (int i : partitioned(block)) params_[i].tensor.set_data(at::empty({0}, modelOptions_));
+  for (int group = 0; group < static_cast<int>(groups_.size()); ++group)
+    for (int i : partitioned(block, group)) params_[i].tensor.set_data(at::empty({0}, modelOptions_));
 }
 
 void ZeroStage3::reduceGradients(int block, bool wait) {
   at::NoGradGuard noGrad;
-  const std::vector<int> ids = partitioned(block, /*trainableOnly=*/true);
-  int64_t width = 0;
-  for (int i : ids) width += params_[i].part;
-  if (!ids.empty()) {
+  for (int group = 0; group < static_cast<int>(groups_.size()); ++group) {
+    const Group& on = groups_[group];
+    const std::vector<int> ids = partitioned(block, group, /*trainableOnly=*/true);
+    if (ids.empty()) continue;
+    int64_t width = 0;
+    for (int i : ids) width += params_[i].part;
     // Rank r's slice of every parameter's gradient, laid out rank after rank for the
     // reduce-scatter; a parameter that got no gradient this time contributes zeros.
-    at::Tensor input = at::zeros({dp_, width}, f32_);
+    at::Tensor input = at::zeros({on.size, width}, f32_);
     int64_t offset = 0;
     for (int i : ids) {
       Param& p = params_[i];
       if (p.tensor.grad().defined()) {
-        at::Tensor padded = at::zeros({p.part * dp_}, f32_);
+        at::Tensor padded = at::zeros({p.part * on.size}, f32_);
         padded.slice(0, 0, p.numel).copy_(p.tensor.grad().reshape({-1}));
-        input.slice(1, offset, offset + p.part).copy_(padded.view({dp_, p.part}));
+        input.slice(1, offset, offset + p.part).copy_(padded.view({on.size, p.part}));
       }
       offset += p.part;
     }
     const at::TensorOptions wire = f32_.dtype(wireType_);
-    Pending p{nullptr, input.view({-1}).to(wireType_), at::empty({width}, wire), ids};
-    if (comm_) {
-      p.work = comm_->reduceScatter(p.output, p.input, ReduceOp::kAvg);
+    Pending p{nullptr, input.view({-1}).to(wireType_), at::empty({width}, wire), ids, on.scale};
+    if (on.comm) {
+      p.work = on.comm->reduceScatter(p.output, p.input, on.op);
     } else {
       p.output.copy_(p.input);
       p.work = std::make_shared<backends::Work>("local reduce");
@@ -334,9 +366,10 @@ void ZeroStage3::reduceGradients(int block, bool wait) {
     Param& p = params_[i];
     if (!p.tensor.grad().defined()) continue;
     if (p.persistent) {
+      const Group& on = groups_[p.group];
       at::Tensor g = p.tensor.grad().to(wireType_).reshape({-1}).contiguous();
-      if (comm_) throwIfError(comm_->allReduce(g, ReduceOp::kAvg)->wait().withContext("ZeRO-3 gradient all-reduce"));
-      p.grad.add_(g);
+      if (on.comm) throwIfError(on.comm->allReduce(g, on.op)->wait().withContext("ZeRO-3 gradient all-reduce"));
+      p.grad.add_(g, on.scale);
     }
     p.tensor.mutable_grad().reset();
   }
@@ -355,17 +388,31 @@ StatusOr<double> ZeroStage3::reduce(double lossScale) {
   // Persistent parameters are whole and the same on every rank of the data-parallel group: counted
   // once, not summed over it. Over the tensor-parallel group, each distinct piece counts once.
   const int tp = model_.tensorParallel().size();
-  std::vector<at::Tensor> parts, whole;
-  std::vector<double> partWeights, wholeWeights;
+  // Parts of the experts are summed over the data-parallel group too: its expert-data-parallel
+  // groups, one per expert-parallel index, cut each expert once. A persistent expert is whole on
+  // the ranks of its index, so counted once over the expert-parallel group.
+  std::vector<at::Tensor> parts, whole, wholeExperts;
+  std::vector<double> partWeights, wholeWeights, wholeExpertWeights;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Param& p = params_[i];
     if (!p.trainable) continue;
-    (p.persistent ? whole : parts).push_back(p.grad);
-    (p.persistent ? wholeWeights : partWeights).push_back(tensorParallelNormWeight(model_.shards().layouts[i], tp));
+    const double weight = tensorParallelNormWeight(model_.shards().layouts[i], tp);
+    if (!p.persistent) {
+      parts.push_back(p.grad);
+      partWeights.push_back(weight);
+    } else {
+      (p.group == 0 ? whole : wholeExperts).push_back(p.grad);
+      (p.group == 0 ? wholeWeights : wholeExpertWeights).push_back(weight);
+    }
   }
   at::Tensor squares = weightedSquares(parts, partWeights, f32_);
   if (comm_) RETURN_IF_ERROR(comm_->allReduce(squares, ReduceOp::kSum)->wait().withContext("gradient norm all-reduce"));
   at::Tensor total = squares + weightedSquares(whole, wholeWeights, f32_);
+  if (expert_) {
+    at::Tensor experts = weightedSquares(wholeExperts, wholeExpertWeights, f32_);
+    RETURN_IF_ERROR(sumOver(*expert_, experts, "expert gradient norm all-reduce"));
+    total = total + experts;
+  }
   RETURN_IF_ERROR(sumOver(model_.tensorParallel(), total, "gradient norm all-reduce over the tensor-parallel group"));
   return std::sqrt(total.item<double>()) / lossScale;
 }
@@ -454,9 +501,10 @@ StatusOr<at::Tensor> ZeroStage3::weightPiece(int parameter) {
   at::NoGradGuard noGrad;
   Param& p = params_[parameter];
   if (p.persistent) return p.tensor.detach().clone();
-  at::Tensor all = at::empty({dp_ * p.part}, modelOptions_);
-  if (comm_) {
-    RETURN_IF_ERROR(comm_->allGather(all, p.local)->wait().withContext("ZeRO-3 gathering " + p.name));
+  const Group& on = groups_[p.group];
+  at::Tensor all = at::empty({on.size * p.part}, modelOptions_);
+  if (on.comm) {
+    RETURN_IF_ERROR(on.comm->allGather(all, p.local)->wait().withContext("ZeRO-3 gathering " + p.name));
   } else {
     all.copy_(p.local);
   }
