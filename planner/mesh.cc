@@ -27,8 +27,10 @@ StatusOr<Mesh> Mesh::create(int world, int tp, int sp, int ep) {
                            world, tp, sp, world, tp * sp);
   const int dp = world / (tp * sp);
   if ((dp * sp) % ep != 0)
-    return invalidArgument("expert parallel size {} must divide data parallel x sequence parallel = {} x {} = {}", ep,
-                           dp, sp, dp * sp);
+    return invalidArgument("deepspeed.expert_parallel.autoep_size {} must divide data parallel x sequence parallel = "
+                           "{} x {} = {} (resources.ranks {} over tensor parallel {}): the experts split over ranks "
+                           "that hold the same tensor-parallel piece",
+                           ep, dp, sp, dp * sp, world, tp);
   return Mesh(world, dp, sp, tp, ep);
 }
 

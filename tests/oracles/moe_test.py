@@ -23,7 +23,11 @@ through `loomctl run` (real loomd, real CPU ranks over UCX):
    within 1e-5 relative, final weights within 1e-5 (as compare_layout allows), the checkpoint's
    experts gathered from their ranks under their HF names.
 
-  python3 tests/oracles/moe_test.py --bin build/bin [--only parity|aux|training|ep]
+5. Refused at submit, naming the numbers: experts that do not split over autoep_size, an unknown
+   preset, another family's preset, an unknown expert_parallel key, an ep that does not divide
+   the data-parallel ranks, Muon with expert parallelism.
+
+  python3 tests/oracles/moe_test.py --bin build/bin [--only parity|aux|training|ep|refusals]
 """
 import argparse
 import os
@@ -40,7 +44,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 import parity_test  # noqa: E402
 from make_tiny_model import MOE_FAMILIES, make_moe_model  # noqa: E402
-from parity_test import check, final_weights, loom_run, step_lines  # noqa: E402
+from parity_test import check, final_weights, loom_run, refused_at_submit, step_lines  # noqa: E402
 from token_file import sample, write_token_file  # noqa: E402
 
 SEQ, VOCAB, STEPS = 24, 300, 20
@@ -223,10 +227,39 @@ def expert_parallel(bin_dir, work):
             compare_layout(f"expert parallel {family} {name}", log, weights, reference_log, reference_weights)
 
 
+def refusals(bin_dir, work):
+    """Bad expert-parallel settings are refused at submit, naming the numbers."""
+    data, _ = token_data(work, 8, seed=3)
+    _, model_dir = save("mixtral", work, seed=5)
+
+    def spec(ranks, ep_config, **ds):
+        s = train_spec("refused", model_dir, data, ranks, {"stage": 0}, os.path.join(work, "refused-ckpt"))
+        s["deepspeed"]["expert_parallel"] = ep_config
+        s["deepspeed"].update(ds)
+        return s
+
+    refused_at_submit(bin_dir, work, "experts not divisible by ep", spec(3, {"enabled": True, "autoep_size": 3},
+                      train_batch_size=6), "the 4 experts do not split evenly over it")
+    refused_at_submit(bin_dir, work, "unknown preset",
+                      spec(2, {"enabled": True, "autoep_size": 2, "preset_model": "llama4"}),
+                      "preset_model: \"llama4\" is not a preset")
+    refused_at_submit(bin_dir, work, "another family's preset",
+                      spec(2, {"enabled": True, "autoep_size": 2, "preset_model": "deepseek_v3"}),
+                      "does not fit a mixtral model (its preset is mixtral)")
+    refused_at_submit(bin_dir, work, "unknown key", spec(2, {"enabled": True, "autoep_size": 2, "ep_sise": 2}),
+                      "ep_sise")
+    refused_at_submit(bin_dir, work, "ep across tensor-parallel ranks",
+                      spec(4, {"enabled": True, "autoep_size": 4}, tensor_parallel={"autotp_size": 2}),
+                      "autoep_size")
+    muon = spec(2, {"enabled": True, "autoep_size": 2})
+    muon["deepspeed"]["optimizer"] = {"type": "Muon", "params": {"lr": 0.02}}
+    refused_at_submit(bin_dir, work, "Muon with expert parallelism", muon, "with the Muon optimizer")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["parity", "aux", "training", "ep"])
+    p.add_argument("--only", choices=["parity", "aux", "training", "ep", "refusals"])
     a = p.parse_args()
     bin_dir = os.path.abspath(a.bin)
     with tempfile.TemporaryDirectory() as work:
@@ -238,6 +271,8 @@ def main():
             training(bin_dir, work)
         if a.only in (None, "ep"):
             expert_parallel(bin_dir, work)
+        if a.only in (None, "refusals"):
+            refusals(bin_dir, work)
     if parity_test.failures:
         raise SystemExit(f"{len(parity_test.failures)} check(s) failed")
     print("all checks passed")

@@ -234,7 +234,8 @@ TEST_CASE("deepspeed: bad parallel settings are refused by name", "[planner][dee
   CHECK(error(R"("expert_parallel": {"enabled": true, "load_balance_coeff": 0.001})") ==
         "deepspeed.expert_parallel.load_balance_coeff: unknown key");
   CHECK(error(R"("expert_parallel": {"enabled": true, "autoep_size": 16})") ==
-        "expert parallel size 16 must divide data parallel x sequence parallel = 8 x 1 = 8");
+        "deepspeed.expert_parallel.autoep_size 16 must divide data parallel x sequence parallel = 8 x 1 = 8"
+        " (resources.ranks 8 over tensor parallel 1): the experts split over ranks that hold the same tensor-parallel piece");
   CHECK(error(R"("sequence_parallel_size": 0)") ==
         "deepspeed.sequence_parallel_size: must be between 1 and 65536, got 0");
 }
@@ -260,9 +261,16 @@ TEST_CASE("specs: parallelism the workers do not run yet is refused to run - acc
   CHECK(bf16Comm->deepspeed.sequenceCommunicationType == loom::planner::Precision::kBf16);
   CHECK(bf16Comm->toJson()["deepspeed"]["seq_parallel_communication_data_type"] == "bf16");
   CHECK(parseJobSpec(sp)->toJson()["deepspeed"]["seq_parallel_communication_data_type"] == "fp32");
-  CHECK(parseJobSpec(spec(R"("expert_parallel": {"enabled": true, "autoep_size": 4})")).status().message() ==
-        "deepspeed.expert_parallel.enabled: expert parallelism (AutoEP, autoep_size 4) is planned (loomctl plan) but "
-        "not run by the workers yet");
+  // Expert parallelism runs, at every ZeRO stage; beside Muon it is only planned.
+  CHECK(parseJobSpec(spec(R"("expert_parallel": {"enabled": true, "autoep_size": 4})")).isOk());
+  const std::string muon = R"({"name": "t", "kind": "train", "resources": {"ranks": 8, "device": "cuda"},
+      "model": {"config": "/m/config.json"}, "data": {"train": "/d.tokens", "seq_len": 64}, "train": {"steps": 10},
+      "deepspeed": {"train_micro_batch_size_per_gpu": 1, "expert_parallel": {"enabled": true, "autoep_size": 4},
+      "optimizer": {"type": "Muon", "params": {"lr": 0.02}}}})";
+  CHECK(parseJobSpec(muon).status().message() ==
+        "deepspeed.expert_parallel.autoep_size: 4 with the Muon optimizer is planned (loomctl plan) but not run by "
+        "the workers yet (its experts' matrices would need Newton-Schulz batched per expert)");
+  CHECK(parseJobSpec(muon, SpecPurpose::kPlan).isOk());
   auto planned = parseJobSpec(sp, SpecPurpose::kPlan);
   REQUIRE(planned.isOk());
   CHECK(planned->deepspeed.dataParallelSize == 4);

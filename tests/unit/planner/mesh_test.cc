@@ -53,6 +53,7 @@ TEST_CASE("mesh: what does not fit is named", "[planner]") {
         "resources.ranks 12 cannot be split into deepspeed.tensor_parallel.autotp_size 8 x "
         "deepspeed.sequence_parallel_size 1: 12 is not a multiple of 8");
   CHECK(Mesh::create(16, 2, 2, 3).status().message() ==
-        "expert parallel size 3 must divide data parallel x sequence parallel = 4 x 2 = 8");
+        "deepspeed.expert_parallel.autoep_size 3 must divide data parallel x sequence parallel = 4 x 2 = 8"
+        " (resources.ranks 16 over tensor parallel 2): the experts split over ranks that hold the same tensor-parallel piece");
   CHECK(Mesh::create(8, 0, 1, 1).status().code() == StatusCode::kInvalidArgument);
 }

@@ -452,7 +452,9 @@ TEST_CASE("plan rejections: each names its reason", "[planner][plan]") {
   CHECK(rejection("mixtral_8x7b.json", trainSpec(8, deepspeed({{"tensor_parallel", {{"autotp_size", 2}}},
                                                                {"expert_parallel",
                                                                 {{"enabled", true}, {"autoep_size", 8}}}}))) ==
-        "expert parallel size 8 must divide data parallel x sequence parallel = 4 x 1 = 4");
+        "deepspeed.expert_parallel.autoep_size 8 must divide data parallel x sequence parallel = 4 x 1 = 4 "
+        "(resources.ranks 8 over tensor parallel 2): the experts split over ranks that hold the same tensor-parallel "
+        "piece");
   // expert parallelism on a dense model
   CHECK(rejection("llama3_8b.json", trainSpec(2, deepspeed(ep(2)))) ==
         "expert_parallel.autoep_size 2: llama has no experts");
