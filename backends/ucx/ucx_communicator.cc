@@ -359,6 +359,11 @@ std::shared_ptr<Work> UcxCommunicator::allToAllV(at::Tensor output, at::Tensor i
                 [this, output, input, outBounds, inBounds](uint32_t seq) mutable -> Status {
                   for (auto& x : outBounds) x *= output.element_size();
                   for (auto& x : inBounds) x *= input.element_size();
+                  if (size() > 1) {
+                    ASSIGN_OR_RETURN(bool done, sharedAllToAllV(input, static_cast<char*>(output.data_ptr()),
+                                                                outBounds, inBounds));
+                    if (done) return Status::ok();
+                  }
                   return exchange(static_cast<char*>(output.data_ptr()), outBounds,
                                   static_cast<const char*>(input.data_ptr()), inBounds, seq);
                 });

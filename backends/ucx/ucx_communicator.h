@@ -87,6 +87,14 @@ class UcxCommunicator final : public Communicator {
   Status sharedAllReduce(const SharedTensors& tensors, int64_t count, at::ScalarType dtype, ReduceOp op);
   Status sharedReduceScatter(const SharedTensors& inputs, char* output, int64_t part, at::ScalarType dtype, ReduceOp op);
   void sharedGather(const SharedTensors& inputs, char* output, int64_t partBytes, int64_t sourceOffset);
+  // all_to_all_v in place: a rank cannot know where in a peer's input its part starts (the peer's
+  // splits), so each round publishes a small block of this communicator's own in the heap instead
+  // of the input: the input's place in the segment and its part bounds in bytes. When every
+  // rank's input lies in the heap, each copies its parts straight from the peers' inputs; false
+  // (after leaving the round) when some rank's does not, and the op goes over messages on every
+  // rank alike.
+  StatusOr<bool> sharedAllToAllV(const at::Tensor& input, char* output, const std::vector<int64_t>& outBounds,
+                                 const std::vector<int64_t>& inBounds);
   void sharedCopy(char* to, const char* from, int64_t bytes);
 
   std::shared_ptr<UcxTransport> transport_;
@@ -98,6 +106,7 @@ class UcxCommunicator final : public Communicator {
   uint64_t submitted_ = 0;  // collectives called, refused ones too; their sequence numbers and rounds
   std::atomic<uint32_t> splits_{0};
   uint64_t sharedRound_ = 0;  // the running collective's round; on the transport thread only
+  at::Tensor sharedBounds_;   // sharedAllToAllV's published block; on the transport thread only
 };
 
 }  // namespace loom::backends

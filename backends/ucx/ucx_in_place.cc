@@ -141,6 +141,44 @@ void UcxCommunicator::sharedGather(const SharedTensors& inputs, char* output, in
   }
 }
 
+StatusOr<bool> UcxCommunicator::sharedAllToAllV(const at::Tensor& input, char* output,
+                                                const std::vector<int64_t>& outBounds,
+                                                const std::vector<int64_t>& inBounds) {
+  SharedHeap* heap = transport_->heap().get();
+  if (!heap) return false;
+  // [input offset in this rank's segment (-1: not there), its part bounds...], in bytes.
+  const int n = size();
+  if (!sharedBounds_.defined()) sharedBounds_ = allocate({n + 2}, at::kLong);
+  int64_t* mine = sharedBounds_.data_ptr<int64_t>();
+  mine[0] = heap->offsetOf(input.data_ptr(), input.nbytes());
+  for (int q = 0; q <= n; ++q) mine[q + 1] = inBounds[q];
+  ASSIGN_OR_RETURN(SharedTensors shared, enterShared(sharedBounds_));
+  if (!shared.everywhere()) return false;  // every rank sees it so, and none waits in the heap
+  std::vector<const int64_t*> blocks;
+  bool inPlace = true;
+  for (int q = 0; q < n; ++q) {
+    blocks.push_back(reinterpret_cast<const int64_t*>(shared.data[q]));
+    inPlace = inPlace && blocks.back()[0] >= 0;
+  }
+  Status status;
+  if (inPlace) {
+    // Peer q's part for this rank is [bounds_q[rank], bounds_q[rank + 1]) of its input, and must
+    // be as long as this rank's output part from q.
+    for (int k = 0; k < n && status.isOk(); ++k) {
+      const int q = (rank_ + 1 + k) % n;
+      const int64_t begin = blocks[q][1 + rank_], bytes = blocks[q][2 + rank_] - begin;
+      if (bytes != outBounds[q + 1] - outBounds[q]) {
+        status = invalidArgument("all_to_all_v: rank {} sends {} bytes to rank {}, which expects {}", q, bytes, rank_,
+                                 outBounds[q + 1] - outBounds[q]);
+        break;
+      }
+      sharedCopy(output + outBounds[q], heap->segment(ranks_[q]) + blocks[q][0] + begin, bytes);
+    }
+  }
+  RETURN_IF_ERROR(leaveSharedAfter(status));
+  return inPlace;
+}
+
 void UcxCommunicator::sharedCopy(char* to, const char* from, int64_t bytes) {
   copyBytes(to, from, bytes, bytes >= kStreamingBytes);
 }
