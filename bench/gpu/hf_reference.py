@@ -73,11 +73,14 @@ def main():
     p.add_argument("--micro", type=int, default=8)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--profile", action="store_true", help="also report where one step's GPU time goes")
+    p.add_argument("--experts", help="MoE models: transformers' experts_implementation (eager loops over the "
+                   "experts; grouped_mm, its default, runs them as grouped GEMMs)")
     a = p.parse_args()
     print(json.dumps({"matmul_flops": matmul_rate()}), flush=True)
     config = transformers.AutoConfig.from_pretrained(a.config)
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").cuda()
+    options = {"experts_implementation": a.experts} if a.experts else {}
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", **options).cuda()
     params = sum(x.numel() for x in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     tokens = torch.randint(0, config.vocab_size, (a.micro, a.seq + 1), device="cuda")
@@ -99,7 +102,8 @@ def main():
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     step_time = sorted(times[2:])[len(times[2:]) // 2]
-    print(json.dumps({"reference": "transformers", "parameters": params, "micro": a.micro, "seq": a.seq,
+    print(json.dumps({"reference": "transformers", "experts": a.experts, "parameters": params, "micro": a.micro,
+                      "seq": a.seq,
                       "tokens_per_s": a.micro * a.seq / step_time, "loss": loss.item(),
                       "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30}), flush=True)
     if a.profile:

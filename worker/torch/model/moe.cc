@@ -65,8 +65,28 @@ Routing routeTokens(const planner::ModelConfig& config, const at::Tensor& x, con
   return out;
 }
 
+namespace {
+
+// On a GPU, libtorch's grouped GEMM (at::_grouped_mm, cuBLAS/CUTLASS grouped kernels) runs every
+// expert's rows in one launch per projection: the experts' weights stacked [E, out, in] (a copy,
+// through which their gradients flow back), rows grouped by the cumulative counts.
+at::Tensor groupedMmSwiglu(const at::Tensor& rows, const std::vector<int64_t>& counts, const MoeWeights& w) {
+  std::vector<int32_t> ends;
+  int64_t end = 0;
+  for (int64_t c : counts) ends.push_back(static_cast<int32_t>(end += c));
+  const at::Tensor offsets = at::tensor(ends, at::kInt).to(rows.device(), /*non_blocking=*/true);
+  auto grouped = [&](const at::Tensor& x, const std::vector<at::Tensor>& weights) {
+    return at::_grouped_mm(x, at::stack(weights).transpose(1, 2), offsets);
+  };
+  const at::Tensor hidden = ops().swiglu(grouped(rows, w.gate), grouped(rows, w.up));
+  return grouped(hidden, w.down);
+}
+
+}  // namespace
+
 at::Tensor groupedExpertSwiglu(const at::Tensor& rows, const std::vector<int64_t>& counts, const MoeWeights& w,
                                LinearFn linear) {
+  if (rows.is_cuda() && rows.scalar_type() == at::kBFloat16) return groupedMmSwiglu(rows, counts, w);
   std::vector<at::Tensor> outputs;
   outputs.reserve(w.gate.size());
   int64_t offset = 0;

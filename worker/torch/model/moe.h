@@ -45,7 +45,8 @@ using LinearFn = at::Tensor (*)(const at::Tensor& x, const at::Tensor& weight, c
 // The experts' SwiGLU over rows grouped by expert, dropless: `rows` [R, H] hold counts[0] rows
 // for the first of `w`'s experts, then counts[1] for the next, and so on. Every expert runs, an
 // empty group included, so each has a gradient (zero when it got no token) and the ranks' ZeRO
-// collectives stay in step. Returns [R, H].
+// collectives stay in step. Returns [R, H]. On a GPU in bf16, one grouped GEMM per projection
+// (at::_grouped_mm); elsewhere one GEMM per expert through `linear`.
 at::Tensor groupedExpertSwiglu(const at::Tensor& rows, const std::vector<int64_t>& counts, const MoeWeights& w,
                                LinearFn linear);
 
