@@ -75,7 +75,8 @@ Status parseResources(const json& object, JobSpec* spec) {
   return r.rejectUnknown();
 }
 
-const std::set<std::string> kCollectiveOps{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"};
+const std::set<std::string> kCollectiveOps{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_v",
+                                           "broadcast"};
 
 Status parseCollectives(const json& object, CollectivesSpec* c) {
   ObjectReader r(object, "probe.collectives");

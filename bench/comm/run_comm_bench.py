@@ -26,9 +26,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-OPS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+OPS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_v"]
 ROW = re.compile(r"^(\w+)\s+(\d+) (B|KiB|MiB)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)$")
-UNIT = {"B": 1, "KiB": 1024, "MiB": 1 << 20}
 
 
 def memcpy_gbps(size=256 << 20, repeats=5):
@@ -72,7 +71,9 @@ def loom(loomctl, ranks, min_bytes, max_bytes, device, shared_memory):
         for line in open(log):
             m = ROW.match(line.strip())
             if m:
-                out[(m.group(1), int(m.group(2)) * UNIT[m.group(3)])] = float(m.group(7))
+                # The exact bytes from the element count: the size column is rounded to whole
+                # KiB or MiB, and all_to_all_v's sizes are multiples of n (n + 1) / 2 elements.
+                out[(m.group(1), int(m.group(4)) * 4)] = float(m.group(7))
         return out
 
 

@@ -19,16 +19,26 @@ FACTORS = {
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_to_all": lambda n: (n - 1) / n,
+    "all_to_all_v": lambda n: (n - 1) / n,
 }
 
 
-def run(op, count, n, out, inp):
+def uneven_splits(rank, n, count):
+    """The probe's all_to_all_v parts: rank i sends rank j ((i + j) % n + 1) units."""
+    unit = count // (n * (n + 1) // 2)
+    return ([unit * ((j + rank) % n + 1) for j in range(n)],   # to each rank (input splits)
+            [unit * ((j + rank) % n + 1) for j in range(n)])   # from each rank (output splits)
+
+
+def run(op, count, n, out, inp, splits=None):
     if op == "all_reduce":
         dist.all_reduce(inp)
     elif op == "all_gather":
         dist.all_gather_into_tensor(out, inp)
     elif op == "reduce_scatter":
         dist.reduce_scatter_tensor(out, inp)
+    elif op == "all_to_all_v":
+        dist.all_to_all_single(out, inp, output_split_sizes=splits[1], input_split_sizes=splits[0])
     else:
         dist.all_to_all_single(out, inp)
 
@@ -54,6 +64,10 @@ def main():
             count = max(1, size // 4)
             if op != "all_reduce":
                 count = max(n, count // n * n)
+            units = n * (n + 1) // 2
+            if op == "all_to_all_v":
+                count = max(units, count // units * units)
+            splits = uneven_splits(rank, n, count) if op == "all_to_all_v" else None
             if op == "all_gather":
                 inp, out = torch.ones(count // n, device=device), torch.empty(count, device=device)
             elif op == "reduce_scatter":
@@ -63,7 +77,7 @@ def main():
             iters = max(2, min(20, (2 << 30) // (count * 4)))
             try:
                 for _ in range(3):
-                    run(op, count, n, out, inp)
+                    run(op, count, n, out, inp, splits)
                 means = []
                 for _ in range(repeats):
                     sync()
@@ -71,7 +85,7 @@ def main():
                     sync()
                     start = time.perf_counter()
                     for _ in range(iters):
-                        run(op, count, n, out, inp)
+                        run(op, count, n, out, inp, splits)
                     sync()
                     means.append((time.perf_counter() - start) / iters)
                 seconds = sorted(means)[len(means) // 2]

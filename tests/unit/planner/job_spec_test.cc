@@ -93,7 +93,8 @@ TEST_CASE("probe.collectives, timeouts and deepspeed.comms_logger", "[planner]")
 
   const std::string base = R"({"name": "p", "kind": "probe", "resources": {"ranks": 2}, )";
   CHECK(errorOf(base + R"("probe": {"collectives": {"ops": ["allreduce"]}}})") ==
-        "probe.collectives.ops: \"allreduce\" is not one of all_gather, all_reduce, all_to_all, broadcast, reduce_scatter");
+        "probe.collectives.ops: \"allreduce\" is not one of all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, "
+        "reduce_scatter");
   CHECK(errorOf(base + R"("probe": {"collectives": {"min_bytes": 9, "max_bytes": 8}}})").find("probe.collectives.min_bytes") == 0);
   CHECK(errorOf(base + R"("probe": {"collectives": {"repeats": 0}}})").find("probe.collectives.repeats") == 0);
   CHECK(errorOf(base + R"("probe": {"collectives": {"shared_memory": "yes"}}})").find("probe.collectives.shared_memory") == 0);

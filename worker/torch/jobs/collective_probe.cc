@@ -31,7 +31,14 @@ at::ScalarType dtypeOf(const std::string& name) {
 // misplaced part shows.
 struct Case {
   at::Tensor input, output, expected;
+  std::vector<int64_t> inSplits, outSplits;  // all_to_all_v
 };
+
+// all_to_all_v's uneven parts, as an MoE's dispatch sends them: rank i sends rank j
+// ((i + j) % n + 1) units, so every rank sends and receives n (n + 1) / 2 units in all, the
+// largest part n times the smallest.
+int64_t unevenPart(int from, int to, int n, int64_t unit) { return unit * ((from + to) % n + 1); }
+int64_t unevenUnits(int n) { return int64_t{n} * (n + 1) / 2; }
 
 at::Tensor ones(int64_t n, int64_t offset, double scale, at::ScalarType dtype) {
   return ((at::arange(offset, offset + n, at::kLong) % 2 + 1).to(at::kDouble) * scale).to(dtype);
@@ -52,6 +59,20 @@ Case makeCase(const std::string& op, int64_t count, int rank, int n, at::ScalarT
     const int64_t part = count / n;
     return {ones(count, 0, 1, dtype), at::empty({part}, dtype), ones(part, rank * part, n, dtype)};
   }
+  if (op == "all_to_all_v") {
+    const int64_t unit = count / unevenUnits(n);
+    Case k{{}, at::empty({count}, dtype), {}, {}, {}};
+    std::vector<at::Tensor> sent, expected;
+    for (int j = 0; j < n; ++j) {
+      k.inSplits.push_back(unevenPart(rank, j, n, unit));
+      k.outSplits.push_back(unevenPart(j, rank, n, unit));
+      sent.push_back(marked(k.inSplits.back(), rank, dtype));
+      expected.push_back(marked(k.outSplits.back(), j, dtype));
+    }
+    k.input = at::cat(sent);
+    k.expected = at::cat(expected);
+    return k;
+  }
   if (op == "all_to_all") {
     // Every part of rank i's input is marked(part, i): rank r's output part i equals it.
     const int64_t part = count / n;
@@ -68,6 +89,7 @@ std::shared_ptr<backends::Work> issue(Communicator& c, const std::string& op, Ca
   if (op == "all_gather") return c.allGather(k.output, k.input);
   if (op == "reduce_scatter") return c.reduceScatter(k.output, k.input, ReduceOp::kSum);
   if (op == "all_to_all") return c.allToAll(k.output, k.input);
+  if (op == "all_to_all_v") return c.allToAllV(k.output, k.input, k.outSplits, k.inSplits);
   return c.broadcast(k.input, 0);
 }
 
@@ -122,6 +144,7 @@ Status runCollectiveProbe(const RankContext& ctx, const planner::JobSpec& spec, 
       // Whole elements, divisible into n parts for the ops that split.
       int64_t count = std::max<int64_t>(1, bytes / elem);
       if (op != "all_reduce" && op != "broadcast") count = std::max<int64_t>(n, count / n * n);
+      if (op == "all_to_all_v") count = std::max<int64_t>(unevenUnits(n), count / unevenUnits(n) * unevenUnits(n));
       const int64_t size = count * elem;
       Case k = place(makeCase(op, count, ctx.rank, n, dtype), *world, device, cfg.sharedMemory);
       const at::Tensor pristine = inPlace(op) ? k.input.clone() : at::Tensor();
