@@ -147,6 +147,11 @@ Status parseExpertParallel(const json& object, ExpertParallelConfig* ep) {
   ep->size = static_cast<int>(size);
   RETURN_IF_ERROR(r.readString("preset_model", &ep->presetModel, false));
   static const std::set<std::string> kPresets{"mixtral", "qwen3_moe", "qwen3_5_moe", "deepseek_v2", "deepseek_v3"};
+  // DeepSpeed 0.19.8's registry also has minimax_m3, whose model transformers 5.17 does not build.
+  if (ep->presetModel == "minimax_m3")
+    return invalidArgument("deepspeed.expert_parallel.preset_model: \"minimax_m3\" is a DeepSpeed preset for a model "
+                           "transformers 5.17 does not build, so Loom does not offer it (mixtral, qwen3_moe, "
+                           "qwen3_5_moe, deepseek_v2, deepseek_v3)");
   if (!ep->presetModel.empty() && !kPresets.count(ep->presetModel))
     return invalidArgument("deepspeed.expert_parallel.preset_model: \"{}\" is not a preset (mixtral, qwen3_moe, "
                            "qwen3_5_moe, deepseek_v2, deepseek_v3)",

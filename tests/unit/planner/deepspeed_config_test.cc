@@ -231,6 +231,9 @@ TEST_CASE("deepspeed: bad parallel settings are refused by name", "[planner][dee
         "deepspeed.expert_parallel.score_func: must be auto, softmax or sigmoid, got \"relu\"");
   CHECK(error(R"("expert_parallel": {"enabled": true, "num_expert_groups": 2, "num_limited_groups": 3})") ==
         "deepspeed.expert_parallel.num_limited_groups: 3 is above num_expert_groups 2");
+  CHECK(error(R"("expert_parallel": {"enabled": true, "preset_model": "minimax_m3"})")
+            .find("\"minimax_m3\" is a DeepSpeed preset for a model transformers 5.17 does not build") !=
+        std::string::npos);
   CHECK(error(R"("expert_parallel": {"enabled": true, "load_balance_coeff": 0.001})") ==
         "deepspeed.expert_parallel.load_balance_coeff: unknown key");
   CHECK(error(R"("expert_parallel": {"enabled": true, "autoep_size": 16})") ==
