@@ -21,7 +21,8 @@ through `loomctl run` (real loomd, real CPU ranks over UCX):
    for its experts) on 4 ranks as ep2 x dp2 and ep4 at ZeRO 0, 1, 2 and 3, and ep2 x tp2 (the
    dense layers and the experts' columns split over tp) at ZeRO 0 and 2, against 1 rank: losses
    within 1e-5 relative, final weights within 1e-5 (as compare_layout allows), the checkpoint's
-   experts gathered from their ranks under their HF names.
+   experts gathered from their ranks under their HF names; and mixtral from its seeded init
+   (model.init_seed) at ep2 x dp2 and ep4, each rank drawing the values of the experts it holds.
 
 5. Refused at submit, naming the numbers: experts that do not split over autoep_size, an unknown
    preset, another family's preset, an unknown expert_parallel key, an ep that does not divide
@@ -206,6 +207,7 @@ def expert_parallel(bin_dir, work):
     data, _ = token_data(work, 64, seed=13)
     models = {family: save(family, work, seed=4)[1] for family in ("mixtral", "qwen2_moe", "deepseek_v3")}
     models["deepseek_v3-idle"] = save_idle_experts(work)
+    models["mixtral-init"] = models["mixtral"]
     layouts = [("ep2-dp2-zero0", 4, 2, {"stage": 0}), ("ep4-zero0", 4, 4, {"stage": 0}),
                ("ep2-dp2-zero1", 4, 2, {"stage": 1}), ("ep2-dp2-zero2", 4, 2, {"stage": 2, "reduce_bucket_size": 3000}),
                ("ep4-zero2", 4, 4, {"stage": 2, "overlap_comm": True}),
@@ -218,8 +220,13 @@ def expert_parallel(bin_dir, work):
             tp = 2 if "-tp2" in name else 1
             if tp > 1 and family.endswith("-idle"):
                 continue  # its gradient norms drift to 6e-5 of 1 rank's at tp2 alone, without experts split
+            if family.endswith("-init") and name not in ("1rank", "ep2-dp2-zero0", "ep4-zero3"):
+                continue
             checkpoints = os.path.join(work, f"ep-{family}-{name}-ckpt")
             spec = train_spec(f"moe-ep-{family}-{name}", model_dir, data, ranks, zero, checkpoints, ep=ep, tp=tp)
+            if family.endswith("-init"):  # the seeded init: every rank draws every expert's values
+                del spec["model"]["weights"]
+                spec["model"]["init_seed"] = 7
             log = loom_run(bin_dir, spec, work, f"moe-ep-{family}-{name}")
             runs[name] = (log, final_weights(checkpoints, STEPS))
         reference_log, reference_weights = runs.pop("1rank")

@@ -192,19 +192,22 @@ void DecoderModel::bindLayers() {
 void DecoderModel::initRandom(int64_t seed) {
   at::NoGradGuard noGrad;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    auto& [name, t] = parameters_[i];
+  // Every tensor of the model in order, the other ranks' experts too (drawn and dropped), so that
+  // each rank draws the same sequence whatever it holds.
+  for (const planner::ParameterInfo& p : planner::enumerateParameters(config_)) {
+    const std::string& name = p.name;
+    auto held = index_.find(name);
+    at::Tensor t = held == index_.end() ? at::Tensor() : parameters_[held->second].second;
     if (endsWith(name, "norm.weight")) {
-      t.fill_(1.0);
+      if (t.defined()) t.fill_(1.0);
     } else if (endsWith(name, ".bias") || endsWith(name, "e_score_correction_bias")) {
-      t.zero_();
+      if (t.defined()) t.zero_();
     } else {
       // Drawn whole in fp32 (every rank draws the same sequence) and cast, so a bf16 model starts
       // from the rounded fp32 weights; this rank keeps its piece.
-      const ShardLayout& layout = layoutOf(static_cast<int>(i));
-      at::Tensor w = at::empty(layout.whole, at::kFloat);
+      at::Tensor w = at::empty(p.shape, at::kFloat);
       w.normal_(0.0, config_.initializerRange, generator);
-      t.copy_(takeShard(w, layout));
+      if (t.defined()) t.copy_(takeShard(w, layoutOf(held->second)));
     }
   }
 }
