@@ -4,8 +4,9 @@ through `loomctl run` (real loomd, real CPU ranks over UCX):
 1. HF parity: for mixtral, qwen2_moe (shared expert, a dense layer by mlp_only_layers), qwen3_moe
    (dense layers by decoder_sparse_step) and deepseek_v3 (latent attention with a query latent,
    yarn, a dense first layer, group-limited routing over n_group 4 with score-correction biases,
-   a shared expert), Loom's eval job writes per-token logprobs of a random HF model; transformers
-   computes them in fp32. Max difference <= 1e-5.
+   a shared expert), Loom's eval job writes per-token logprobs of a random HF model, on one rank
+   and with the experts split over 2 (ep2, 3 samples per micro-batch: the last round is uneven);
+   transformers computes them in fp32. Max difference <= 1e-5.
 2. The load-balancing loss: qwen2_moe asks for it (output_router_logits, router_aux_loss_coef
    0.02). Loom's first-step loss and gradient norm, on one rank with the whole batch in one
    micro-batch, equal transformers' loss (cross entropy + coef x aux) and the norm of its
@@ -85,12 +86,24 @@ def parity(bin_dir, work):
             "data": {"eval": data, "seq_len": SEQ},
             "eval": {"logprobs_output": out},
             "deepspeed": {"train_micro_batch_size_per_gpu": 4}}, work, "moe-parity-" + family)
-        ours = load_file(out)["logprobs"]
         with torch.no_grad():
             logits = model(input_ids=inputs).logits.float()
         theirs = torch.log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+        ours = load_file(out)["logprobs"]
         diff = (ours - theirs).abs().max().item() if ours.shape == theirs.shape else float("inf")
         check(diff <= 1e-5, f"parity {family}: max |logprob difference| vs transformers = {diff:.2e}")
+        # The same eval with the experts split over 2 ranks (each evaluating its own samples).
+        out = os.path.join(work, family + "-ep2-logprobs.safetensors")
+        loom_run(bin_dir, {
+            "name": "moe-parity-ep2-" + family, "kind": "eval", "resources": {"ranks": 2},
+            "model": {"config": model_dir + "/config.json", "weights": model_dir},
+            "data": {"eval": data, "seq_len": SEQ},
+            "eval": {"logprobs_output": out},
+            "deepspeed": {"train_micro_batch_size_per_gpu": 3, "expert_parallel": {"enabled": True, "autoep_size": 2}}},
+            work, "moe-parity-ep2-" + family)
+        ours = load_file(out)["logprobs"]
+        diff = (ours - theirs).abs().max().item() if ours.shape == theirs.shape else float("inf")
+        check(diff <= 1e-5, f"parity {family} at ep2: max |logprob difference| vs transformers = {diff:.2e}")
 
 
 def train_spec(name, model_dir, data, ranks, zero, checkpoints, steps=STEPS, batch_size=8, micro=2, lr=1e-3, ep=1,
