@@ -22,8 +22,9 @@ through `loomctl run` (real loomd, real CPU ranks over UCX):
    for its experts) on 4 ranks as ep2 x dp2 and ep4 at ZeRO 0, 1, 2 and 3, and ep2 x tp2 (the
    dense layers and the experts' columns split over tp) at ZeRO 0 and 2, against 1 rank: losses
    within 1e-5 relative, final weights within 1e-5 (as compare_layout allows), the checkpoint's
-   experts gathered from their ranks under their HF names; and mixtral from its seeded init
-   (model.init_seed) at ep2 x dp2 and ep4, each rank drawing the values of the experts it holds.
+   experts gathered from their ranks under their HF names; a deepseek_v3 ep2 x dp2 job stopped
+   half way resumes to the uninterrupted job's weights, and at ep4 is refused; and mixtral from
+   its seeded init (model.init_seed) at ep2 x dp2 and ep4, each rank drawing the experts it holds.
 
 5. Refused at submit, naming the numbers: experts that do not split over autoep_size, an unknown
    preset, another family's preset, an unknown expert_parallel key, an ep that does not divide
@@ -245,6 +246,28 @@ def expert_parallel(bin_dir, work):
         reference_log, reference_weights = runs.pop("1rank")
         for name, (log, weights) in runs.items():
             compare_layout(f"expert parallel {family} {name}", log, weights, reference_log, reference_weights)
+        if family == "deepseek_v3":
+            resume(bin_dir, work, data, model_dir, runs["ep2-dp2-zero1"][1])
+
+
+def resume(bin_dir, work, data, model_dir, uninterrupted):
+    """An ep2 x dp2 ZeRO-1 job stopped half way and resumed from its checkpoint (each rank's file
+    holding its experts' optimizer state) ends with the uninterrupted job's weights; resuming it
+    at ep4 is refused, naming both."""
+    name = "deepseek_v3-ep2-resumed"
+    checkpoints = os.path.join(work, name)
+    zero = {"stage": 1}
+    loom_run(bin_dir, train_spec(name, model_dir, data, 4, zero, checkpoints, steps=STEPS // 2, ep=2), work,
+             name + "-1")
+    log = loom_run(bin_dir, train_spec(name, model_dir, data, 4, zero, checkpoints, ep=2), work, name)
+    check(f"at step {STEPS // 2}" in log, f"{name}: the second job resumed at step {STEPS // 2}")
+    weights = final_weights(checkpoints, STEPS)
+    diff = max((weights[k] - uninterrupted[k]).abs().max().item() for k in uninterrupted)
+    check(diff <= 1e-6, f"{name}: final weights vs the uninterrupted ep2 x dp2 job, max |difference| = {diff:.2e}")
+    refused = loom_run(bin_dir, train_spec(name, model_dir, data, 4, zero, checkpoints, steps=STEPS + 2, ep=4), work,
+                       name + "-ep4", expect_failure=True)
+    check("written at expert parallel 2, this job runs expert parallel 4" in refused,
+          f"{name}: resuming at ep4 is refused, naming both")
 
 
 def refusals(bin_dir, work):
