@@ -13,9 +13,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 config_dir=$out/mixtral
 mkdir -p "$config_dir"
 cp "$here/mixtral-config.json" "$config_dir/config.json"
-python3 "$here/random_tokens.py" "$out/random.tokens" 320
+python3 "$here/random_tokens.py" "$out/random.tokens" 320 32000
 : > "$out/reference.jsonl"
-for experts in eager grouped_mm; do
+for experts in ${REFERENCE_EXPERTS-eager grouped_mm}; do
   python3 "$here/hf_reference.py" --config "$config_dir" --seq $seq --micro "$micro" --steps $steps \
     --experts $experts >> "$out/reference.jsonl" 2> "$out/reference-$experts.err" ||
     echo "transformers ($experts) failed: see reference-$experts.err"

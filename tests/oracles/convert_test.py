@@ -76,7 +76,10 @@ def deepspeed_checkpoint(work, data, name, model_dir, stage, bf16, frozen=None, 
                "--out", out + ".jsonl", "--ds-checkpoint", out]
     if frozen:
         command += ["--frozen", frozen]
-    subprocess.run(command, check=True, capture_output=True, timeout=600)
+    r = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        print(r.stdout, r.stderr, sep="\n", file=sys.stderr)
+        raise SystemExit(f"deepspeed_train.py {name}: exit {r.returncode}")
     return out
 
 

@@ -154,11 +154,22 @@ def main():
     p.add_argument("--universal", action="store_true", help="--ds-load names a universal checkpoint")
     p.add_argument("--frozen", help="parameters whose names match this regex are not trained")
     a = p.parse_args()
-    port = free_port()
-    if a.world == 1:
-        worker(0, 1, port, a)
-    else:
-        torch.multiprocessing.spawn(worker, args=(a.world, port, a), nprocs=a.world, join=True)
+    # free_port() lets the port go before torch.distributed binds it: a process of a test running
+    # beside this one (ctest -j2) can take it in between. Only that collision is retried.
+    for attempt in range(3):
+        port = free_port()
+        try:
+            if a.world == 1:
+                worker(0, 1, port, a)
+            else:
+                torch.multiprocessing.spawn(worker, args=(a.world, port, a), nprocs=a.world, join=True)
+            return
+        except Exception as e:  # noqa: BLE001 - re-raised unless it is the port collision
+            text = str(e)
+            if attempt == 2 or not ("EADDRINUSE" in text or "address already in use" in text.lower()):
+                raise
+            print(f"deepspeed_train.py: port {port} was taken before the rendezvous bound it; again",
+                  file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -339,14 +339,17 @@ at::Tensor DecoderModel::moeBlock(const Layer& l, const at::Tensor& input) {
   Routing routing;
   at::Tensor out = moeForward(config_, rows, l.experts, linear_, expertParallel_.get(), &routing);
   if (config_.outputRouterLogits && at::GradMode::is_enabled()) loadBalancing_.add(routing.logits, config_.expertsPerToken);
-  if (expertLoad_.empty()) expertLoad_.assign(routing.tokensPerExpert.size(), 0);
-  for (size_t e = 0; e < expertLoad_.size(); ++e) expertLoad_[e] += routing.tokensPerExpert[e];
+  expertLoad_ = expertLoad_.defined() ? expertLoad_ + routing.tokensPerExpert : routing.tokensPerExpert;
   // Under tensor parallelism each rank computed its columns of every expert: the sums add up.
   if (tp.size() > 1) out = reduceFromTensorParallel(out, tp);
   return out.view(input.sizes());
 }
 
-std::vector<int64_t> DecoderModel::takeExpertLoad() { return std::exchange(expertLoad_, {}); }
+std::vector<int64_t> DecoderModel::takeExpertLoad() {
+  if (!expertLoad_.defined()) return {};
+  const at::Tensor load = std::exchange(expertLoad_, at::Tensor()).cpu();
+  return std::vector<int64_t>(load.data_ptr<int64_t>(), load.data_ptr<int64_t>() + load.numel());
+}
 
 at::Tensor DecoderModel::mlpBlock(const Layer& l, const at::Tensor& input) {
   backends::Communicator& tp = *shards_.tp;

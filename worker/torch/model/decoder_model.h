@@ -183,7 +183,7 @@ class DecoderModel {
   std::unique_ptr<ExpertParallel> expertParallel_;
   LoadBalancingLoss loadBalancing_;  // of the forward in flight, with output_router_logits
   at::Tensor auxLoss_;
-  std::vector<int64_t> expertLoad_;
+  at::Tensor expertLoad_;  // [E] int64 on the model's device, summed until takeExpertLoad()
   at::Tensor inverseFrequencies_;  // [head_dim / 2], fp32
   int64_t rotarySeqLen_ = 0;
   at::Tensor cos_, sin_;

@@ -28,6 +28,12 @@ at::Tensor groupLimitedTopK(const planner::ModelConfig& config, const at::Tensor
   return std::get<1>(masked.topk(config.expertsPerToken, -1, /*largest=*/true, /*sorted=*/false));
 }
 
+// How many of `experts` (int64) name each of the `numExperts`. Not at::bincount: on a GPU it reads
+// the largest id back to the host to size its output, a wait per layer.
+at::Tensor countPerExpert(const at::Tensor& experts, int64_t numExperts) {
+  return at::zeros({numExperts}, experts.options()).scatter_add_(0, experts, at::ones_like(experts));
+}
+
 }  // namespace
 
 Routing routeTokens(const planner::ModelConfig& config, const at::Tensor& x, const MoeWeights& w) {
@@ -70,11 +76,10 @@ namespace {
 // On a GPU, libtorch's grouped GEMM (at::_grouped_mm, cuBLAS/CUTLASS grouped kernels) runs every
 // expert's rows in one launch per projection: the experts' weights stacked [E, out, in] (a copy,
 // through which their gradients flow back), rows grouped by the cumulative counts.
-at::Tensor groupedMmSwiglu(const at::Tensor& rows, const std::vector<int64_t>& counts, const MoeWeights& w) {
-  std::vector<int32_t> ends;
-  int64_t end = 0;
-  for (int64_t c : counts) ends.push_back(static_cast<int32_t>(end += c));
-  const at::Tensor offsets = at::tensor(ends, at::kInt).to(rows.device(), /*non_blocking=*/true);
+// `counts` [E] stays on the device: the group ends are its running sum, and the host never waits
+// for the router (a wait per layer would leave the GPU idle while the host queues the rest).
+at::Tensor groupedMmSwiglu(const at::Tensor& rows, const at::Tensor& counts, const MoeWeights& w) {
+  const at::Tensor offsets = counts.to(rows.device(), /*non_blocking=*/true).cumsum(0).to(at::kInt);
   auto grouped = [&](const at::Tensor& x, const std::vector<at::Tensor>& weights) {
     return at::_grouped_mm(x, at::stack(weights).transpose(1, 2), offsets);
   };
@@ -86,7 +91,7 @@ at::Tensor groupedMmSwiglu(const at::Tensor& rows, const std::vector<int64_t>& c
 
 at::Tensor groupedExpertSwiglu(const at::Tensor& rows, const std::vector<int64_t>& counts, const MoeWeights& w,
                                LinearFn linear) {
-  if (rows.is_cuda() && rows.scalar_type() == at::kBFloat16) return groupedMmSwiglu(rows, counts, w);
+  if (rows.is_cuda() && rows.scalar_type() == at::kBFloat16) return groupedMmSwiglu(rows, at::tensor(counts), w);
   std::vector<at::Tensor> outputs;
   outputs.reserve(w.gate.size());
   int64_t offset = 0;
@@ -108,15 +113,16 @@ at::Tensor moeForward(const planner::ModelConfig& config, const at::Tensor& x, c
   const at::Tensor flatExperts = routing->experts.reshape({-1});
   const at::Tensor order = std::get<1>(at::sort(flatExperts, /*stable=*/std::optional<bool>(true), /*dim=*/0));
   const at::Tensor tokenOfRow = order.div(topK, "floor");
-  const at::Tensor counts = at::bincount(flatExperts, {}, config.numExperts).cpu();
-  routing->tokensPerExpert.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
-  const std::vector<int64_t>& perExpert = routing->tokensPerExpert;
+  routing->tokensPerExpert = countPerExpert(flatExperts, config.numExperts);
   const at::Tensor rows = x.index_select(0, tokenOfRow);
   at::Tensor expertOut;
-  if (ep) {
-    expertOut = ep->run(rows, perExpert, w, linear);
+  if (!ep && rows.is_cuda() && rows.scalar_type() == at::kBFloat16) {
+    expertOut = groupedMmSwiglu(rows, routing->tokensPerExpert, w);
   } else {
-    expertOut = groupedExpertSwiglu(rows, perExpert, w, linear);
+    // The groups' sizes on the host: the exchange's splits (and the per-expert GEMMs) need them.
+    const at::Tensor counts = routing->tokensPerExpert.cpu();
+    const std::vector<int64_t> perExpert(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
+    expertOut = ep ? ep->run(rows, perExpert, w, linear) : groupedExpertSwiglu(rows, perExpert, w, linear);
   }
   const at::Tensor rowWeights = routing->weights.reshape({-1}).index_select(0, order).unsqueeze(1);
   const at::Tensor weighted = (expertOut.to(at::kFloat) * rowWeights).to(x.scalar_type());
@@ -134,7 +140,7 @@ void LoadBalancingLoss::add(const at::Tensor& routerLogits, int64_t topK) {
   at::Tensor chosen;
   {
     at::NoGradGuard noGrad;
-    chosen = at::bincount(std::get<1>(probabilities.topk(topK, -1)).reshape({-1}), {}, routerLogits.size(1))
+    chosen = countPerExpert(std::get<1>(probabilities.topk(topK, -1)).reshape({-1}), routerLogits.size(1))
                  .to(at::kFloat);
   }
   const at::Tensor summed = probabilities.sum(0);

@@ -31,7 +31,7 @@ struct Routing {
   at::Tensor logits;   // [N, E] fp32: the router's scores before softmax or sigmoid
   at::Tensor weights;  // [N, k] fp32: each chosen expert's weight in the token's sum
   at::Tensor experts;  // [N, k] int64: the chosen experts
-  std::vector<int64_t> tokensPerExpert;  // [E]: the rows each expert was sent (its load)
+  at::Tensor tokensPerExpert;  // [E] int64 on the rows' device: the rows each expert was sent (its load)
 };
 
 // The router in fp32 over x [N, H]: softmax top-k (mixtral renormalises, qwen*_moe where
@@ -52,6 +52,8 @@ at::Tensor groupedExpertSwiglu(const at::Tensor& rows, const std::vector<int64_t
 
 // The whole block over x [N, H] -> [N, H], its routing returned through `routing`. Under expert
 // parallelism (`ep` not null) the tokens travel to the ranks that own their experts and back.
+// Without it, on a GPU in bf16, the group sizes never leave the device: the host queues the rest
+// of the model without waiting for the router.
 at::Tensor moeForward(const planner::ModelConfig& config, const at::Tensor& x, const MoeWeights& w, LinearFn linear,
                       ExpertParallel* ep, Routing* routing);
 
