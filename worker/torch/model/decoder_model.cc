@@ -83,13 +83,11 @@ void DecoderModel::bindExperts(Layer& l, const std::string& p) {
   l.moe = true;
   w.router = parameter(moe + "gate.weight");
   w.scoreCorrection = parameter(moe + "gate.e_score_correction_bias");
-  // This rank's experts: the first one it holds on (all of them without expert parallelism).
-  w.firstExpert = -1;
+  // The experts this rank holds (all of them without expert parallelism), in order.
   for (int64_t e = 0; e < config_.numExperts; ++e) {
     const std::string ex = fmt::format("{}experts.{}.", moe, e);
     at::Tensor gate = parameter(ex + (mixtral ? "w1.weight" : "gate_proj.weight"));
     if (!gate.defined()) continue;
-    if (w.firstExpert < 0) w.firstExpert = e;
     w.gate.push_back(gate);
     w.up.push_back(parameter(ex + (mixtral ? "w3.weight" : "up_proj.weight")));
     w.down.push_back(parameter(ex + (mixtral ? "w2.weight" : "down_proj.weight")));

@@ -19,9 +19,9 @@ class ExpertParallel;
 struct MoeWeights {
   at::Tensor router;           // gate.weight [E, H]
   at::Tensor scoreCorrection;  // deepseek_v3's gate.e_score_correction_bias [E]; undefined elsewhere
-  // This rank's experts, firstExpert on, each [I, H] (gate, up) and [H, I] (down).
+  // This rank's experts in order (all of them, or under expert parallelism its own), each
+  // [I, H] (gate, up) and [H, I] (down).
   std::vector<at::Tensor> gate, up, down;
-  int64_t firstExpert = 0;
   at::Tensor sharedGate, sharedUp, sharedDown;  // the shared experts' MLP; undefined: none
   at::Tensor sharedExpertGate;                  // qwen2_moe's shared_expert_gate.weight [1, H]
 };

@@ -26,10 +26,6 @@ class ExpertParallel {
   // same exchanges the other way; a rank that received no rows still takes part.
   at::Tensor run(const at::Tensor& rows, const std::vector<int64_t>& counts, const MoeWeights& w, LinearFn linear);
 
-  backends::Communicator& group() const { return *group_; }
-  int64_t localExperts() const { return localExperts_; }
-  int64_t firstLocalExpert() const { return group_->rank() * localExperts_; }
-
  private:
   std::shared_ptr<backends::Communicator> group_;
   int64_t numExperts_, localExperts_;
