@@ -6,6 +6,10 @@
 # default). Reports tokens/s and the ratios.
 # Usage (from the repository root, with Loom's binaries in BIN and their libraries on
 # LD_LIBRARY_PATH): bench/gpu/moe.sh BIN OUT [MICRO] [PLUGIN]
+# Environment: REFERENCE_EXPERTS (the transformers runs: "eager grouped_mm"), MOE_PROFILE_STEP (a
+# Loom step to run under the profiler: its table lands in loom-*-rank0.log), MOE_EXPERTS (extra
+# keys of the expert_parallel section, e.g. '"gate_up_impl": "fused"'), MOE_DEEPSPEED (extra keys of
+# the deepspeed object, e.g. '"activation_checkpointing": {}').
 set -euo pipefail
 bin=$1 out=$2 micro=${3:-4} plugin=${4:-} seq=2048 steps=8
 mkdir -p "$out"
@@ -22,6 +26,10 @@ for experts in ${REFERENCE_EXPERTS-eager grouped_mm}; do
 done
 runs="z0"  # with the plugin, only on its fused kernels (the GPU time is short)
 [ -n "$plugin" ] && runs="z0-cuda-kernels"
+profile="" experts=""
+[ -n "${MOE_PROFILE_STEP:-}" ] && profile=", \"profile_step\": $MOE_PROFILE_STEP"
+[ -n "${MOE_DEEPSPEED:-}" ] && experts="$MOE_DEEPSPEED,"
+[ -n "${MOE_EXPERTS:-}" ] && experts+="\"expert_parallel\": {\"enabled\": true, \"autoep_size\": 1, $MOE_EXPERTS},"
 for run in $runs; do
   kernels=""
   [[ $run == *cuda-kernels ]] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
@@ -29,9 +37,10 @@ for run in $runs; do
 {"name": "bench-moe-$run", "kind": "train", "resources": {"ranks": 1, "device": "cuda", "device_memory_gb": 139}, $kernels
  "model": {"config": "$config_dir/config.json", "init_seed": 1},
  "data": {"train": "$out/random.tokens", "seq_len": $seq, "seed": 1},
- "train": {"steps": $steps},
+ "train": {"steps": $steps$profile},
  "deepspeed": {"train_batch_size": $micro, "train_micro_batch_size_per_gpu": $micro, "steps_per_print": 1,
    "bf16": {"enabled": true}, "gradient_clipping": 1.0, "zero_optimization": {"stage": 0},
+   $experts
    "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}}
 JSON
   "$bin/loomctl" run "$out/loom-$run.json" --state-dir "$out/state-$run" > "$out/loom-$run.out" 2>&1 ||

@@ -62,9 +62,20 @@ std::vector<double> trainableNormWeights(const DecoderModel& model) {
 }
 
 at::Tensor flatSquares(const at::Tensor& flat) {
-  if (flat.numel() == 0) return at::zeros({1}, flat.options().dtype(at::kDouble));
-  const at::Tensor norms = at::stack(at::_foreach_norm(flat.reshape({-1}).split(int64_t{1} << 16))).to(at::kDouble);
-  return norms.square().sum().reshape({1});
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const at::Tensor v = flat.reshape({-1});
+  const int64_t whole = v.numel() / kChunk * kChunk, tail = v.numel() - whole;
+  // The whole chunks as the rows of one matrix: one reduction for all of them. (A split into
+  // n / 2^16 tensors, 54,000 for a 3.5B model, kept the host busy for ~300 ms a step while the
+  // GPU waited.)
+  at::Tensor squares = at::zeros({1}, flat.options().dtype(at::kDouble));
+  if (whole > 0)
+    squares += at::linalg_vector_norm(v.narrow(0, 0, whole).view({-1, kChunk}), 2, at::IntArrayRef{1})
+                   .to(at::kDouble)
+                   .square()
+                   .sum();
+  if (tail > 0) squares += at::linalg_vector_norm(v.narrow(0, whole, tail)).to(at::kDouble).square();
+  return squares;
 }
 
 at::Tensor weightedSquares(const std::vector<at::Tensor>& pieces, const std::vector<double>& weights,
