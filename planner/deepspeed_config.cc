@@ -301,6 +301,32 @@ Status parseCommsLogger(const json& object, CommsLoggerSpec* spec) {
   return l.rejectUnknown();
 }
 
+Status parseActivationCheckpointing(const json& object, ActivationCheckpointingConfig* c) {
+  ObjectReader a(object, "deepspeed.activation_checkpointing");
+  c->enabled = true;
+  bool partition = false, synchronize = false, profile = false;
+  RETURN_IF_ERROR(a.readBool("partition_activations", &partition));
+  if (partition)
+    return invalidArgument("deepspeed.activation_checkpointing.partition_activations: true is not supported: each "
+                           "tensor-parallel rank keeps its checkpointed inputs whole");
+  RETURN_IF_ERROR(a.readBool("cpu_checkpointing", &c->cpuCheckpointing));
+  // Contiguous buffers serve DeepSpeed's allocator; libtorch's caching allocator reuses the
+  // kept inputs' blocks already. Accepted, no effect.
+  RETURN_IF_ERROR(a.readBool("contiguous_memory_optimization", &c->contiguousMemoryOptimization));
+  if (const json* n = a.find("number_checkpoints"); n && !n->is_null())
+    RETURN_IF_ERROR(a.readInt("number_checkpoints", &c->numberCheckpoints, false, 1, int64_t{1} << 20));
+  RETURN_IF_ERROR(a.readBool("synchronize_checkpoint_boundary", &synchronize));
+  if (synchronize)
+    return invalidArgument("deepspeed.activation_checkpointing.synchronize_checkpoint_boundary: true is not supported "
+                           "(a debugging aid of DeepSpeed's; Loom's step profile shows where a step's time goes: "
+                           "train.profile_step)");
+  RETURN_IF_ERROR(a.readBool("profile", &profile));
+  if (profile)
+    return invalidArgument("deepspeed.activation_checkpointing.profile: true is not supported (train.profile_step "
+                           "profiles a whole step, recomputation included)");
+  return a.rejectUnknown();
+}
+
 // DeepSpeed's rule: given two of the three, derive the third; given one, accumulation is 1.
 Status resolveBatchSizes(ObjectReader& r, int64_t dp, bool training, DeepSpeedConfig* c) {
   int64_t train = 0, micro = 0, gas = 0;
@@ -378,18 +404,21 @@ StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world
   if (zero) RETURN_IF_ERROR(parseZero(*zero, &c));
   ASSIGN_OR_RETURN(const json* logger, r.readObject("comms_logger"));
   if (logger) RETURN_IF_ERROR(parseCommsLogger(*logger, &c.commsLogger));
+  ASSIGN_OR_RETURN(const json* checkpointing, r.readObject("activation_checkpointing"));
+  if (checkpointing) RETURN_IF_ERROR(parseActivationCheckpointing(*checkpointing, &c.activationCheckpointing));
   for (auto it = object.begin(); it != object.end(); ++it) {
     static const std::set<std::string> kKnown{
         "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
         "scheduler", "fp16", "bf16", "bfloat16", "gradient_clipping", "steps_per_print", "zero_optimization",
         "comms_logger", "tensor_parallel", "expert_parallel", "sequence_parallel_size",
-        "seq_parallel_communication_data_type"};
+        "seq_parallel_communication_data_type", "activation_checkpointing"};
     if (!kKnown.count(it.key()))
       return invalidArgument("deepspeed.{}: not supported by this version (supported: {})", it.key(),
                              "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, "
                              "optimizer, scheduler, fp16, bf16, gradient_clipping, steps_per_print, "
                              "zero_optimization, comms_logger, tensor_parallel, expert_parallel, "
-                             "sequence_parallel_size, seq_parallel_communication_data_type");
+                             "sequence_parallel_size, seq_parallel_communication_data_type, "
+                             "activation_checkpointing");
   }
   return c;
 }
@@ -464,6 +493,13 @@ json DeepSpeedConfig::toJson() const {
       if (s.type == SchedulerType::kWarmupDecayLR) params["total_num_steps"] = s.totalNumSteps;
     }
     j["scheduler"] = {{"type", schedulerTypeName(s.type)}, {"params", params}};
+  }
+  if (activationCheckpointing.enabled) {
+    const auto& a = activationCheckpointing;
+    j["activation_checkpointing"] = {
+        {"cpu_checkpointing", a.cpuCheckpointing},
+        {"contiguous_memory_optimization", a.contiguousMemoryOptimization},
+        {"number_checkpoints", a.numberCheckpoints ? json(a.numberCheckpoints) : json(nullptr)}};
   }
   parallelSectionsToJson(*this, j);
   return j;

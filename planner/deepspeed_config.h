@@ -132,8 +132,20 @@ struct ExpertParallelConfig {
   int64_t numLimitedGroups = 0;        // num_limited_groups; 0: null, the model's topk_group
   std::optional<double> routedScalingFactor;  // routed_scaling_factor; null: "auto", the model's
   std::optional<bool> hasSharedExperts;       // has_shared_experts; null: whether the model has them
+  std::string gateUpImpl = "separate";        // gate_up_impl: separate or fused
+  std::string expertActivation;               // expert_activation; empty: null, the preset's (swiglu)
   // The expert-parallel size in effect: autoep_size when enabled, else 1.
   int ranks() const { return enabled ? size : 1; }
+};
+
+// activation_checkpointing: DeepSpeed's keys. Loom owns the model, so the section itself turns
+// checkpointing on: every decoder layer (or the first number_checkpoints) keeps only its input
+// and is recomputed in backward.
+struct ActivationCheckpointingConfig {
+  bool enabled = false;        // the section is present (or train.gradient_checkpointing)
+  bool cpuCheckpointing = false;
+  int64_t numberCheckpoints = 0;  // 0: null, every decoder layer
+  bool contiguousMemoryOptimization = false;
 };
 
 struct DeepSpeedConfig {
@@ -149,6 +161,7 @@ struct DeepSpeedConfig {
   int64_t stepsPerPrint = 10;
   ZeroConfig zero;
   CommsLoggerSpec commsLogger;
+  ActivationCheckpointingConfig activationCheckpointing;
   // The parallel layout: world = dp x sp x tp, experts split over ep ranks of dp x sp.
   TensorParallelConfig tensorParallel;  // tensor_parallel
   ExpertParallelConfig expertParallel;  // expert_parallel

@@ -175,6 +175,21 @@ Status parseExpertParallel(const json& object, ExpertParallelConfig* ep) {
                            ep->numLimitedGroups, ep->numExpertGroups);
   RETURN_IF_ERROR(readNumberOrAuto(r, "routed_scaling_factor", false, 1e-30, &ep->routedScalingFactor));
   RETURN_IF_ERROR(readOptionalBool(r, "has_shared_experts", &ep->hasSharedExperts));
+  RETURN_IF_ERROR(r.readString("gate_up_impl", &ep->gateUpImpl, false));
+  if (ep->gateUpImpl != "separate" && ep->gateUpImpl != "fused")
+    return invalidArgument("deepspeed.expert_parallel.gate_up_impl: must be \"separate\" or \"fused\", got \"{}\"",
+                           ep->gateUpImpl);
+  if (ep->gateUpImpl == "fused" && !ep->useGroupedMm)
+    return invalidArgument("deepspeed.expert_parallel.gate_up_impl: \"fused\" runs gate and up as one grouped GEMM, "
+                           "but use_grouped_mm is false");
+  if (const json* a = r.find("expert_activation"); a && !a->is_null()) {
+    RETURN_IF_ERROR(r.readString("expert_activation", &ep->expertActivation, false));
+    ExpertMlpConfig::Activation parsed;
+    if (!parseExpertActivation(ep->expertActivation, &parsed))
+      return invalidArgument("deepspeed.expert_parallel.expert_activation: \"{}\" is not one of swiglu, geglu_tanh, "
+                             "swiglu_clamped, swiglu_oai",
+                             ep->expertActivation);
+  }
   if (!ep->enabled && ep->size > 1)
     return invalidArgument("deepspeed.expert_parallel.autoep_size: {} needs expert_parallel.enabled true", ep->size);
   return r.rejectUnknown();
@@ -255,6 +270,8 @@ void parallelSectionsToJson(const DeepSpeedConfig& c, json& out) {
       {"num_limited_groups", ep.numLimitedGroups ? json(ep.numLimitedGroups) : json(nullptr)},
       {"routed_scaling_factor", ep.routedScalingFactor ? json(*ep.routedScalingFactor) : json("auto")},
       {"has_shared_experts", orNull(ep.hasSharedExperts)},
+      {"gate_up_impl", ep.gateUpImpl},
+      {"expert_activation", ep.expertActivation.empty() ? json(nullptr) : json(ep.expertActivation)},
   };
   out["sequence_parallel_size"] = c.sequenceParallelSize;
   out["seq_parallel_communication_data_type"] = c.sequenceCommunicationType == Precision::kFp32   ? "fp32"

@@ -155,6 +155,7 @@ Status parseTrain(const json& object, JobSpec* spec) {
     }
   }
   RETURN_IF_ERROR(r.readInt("profile_step", &t.profileStep, false, 0, int64_t(1) << 40));
+  RETURN_IF_ERROR(r.readBool("gradient_checkpointing", &t.gradientCheckpointing));
   if (t.profileStep > t.steps)
     return invalidArgument("train.profile_step: {} is past the last step (train.steps is {})", t.profileStep, t.steps);
   if (t.evalEvery > 0 && spec->data.eval.empty())
@@ -400,6 +401,7 @@ json JobSpec::toJson() const {
     if (!train.checkpointDir.empty()) j["train"]["checkpoint_dir"] = train.checkpointDir;
     if (!train.frozenParameters.empty()) j["train"]["frozen_parameters"] = train.frozenParameters;
     if (train.profileStep > 0) j["train"]["profile_step"] = train.profileStep;
+    if (train.gradientCheckpointing) j["train"]["gradient_checkpointing"] = true;
   }
   if (kind == JobKind::kConvert) {
     j["convert"] = {{"from", convert.from}, {"to", convert.to}, {"output", convert.output}};

@@ -95,6 +95,9 @@ struct TrainSpec {
   // A step (1-based) that rank 0 runs under libtorch's profiler, printing where its time went
   // (worker/torch/jobs/step_profiler.h). 0: none.
   int64_t profileStep = 0;
+  // HF's gradient checkpointing: every decoder layer recomputed in backward, as the DeepSpeed
+  // config's activation_checkpointing section does (which also tunes it).
+  bool gradientCheckpointing = false;
   // Whether frozenParameters holds `name` (one of them matches it whole).
   bool freezes(const std::string& name) const;
 };

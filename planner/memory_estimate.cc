@@ -65,7 +65,11 @@ MemoryEstimate estimateMemory(const ModelConfig& c, const std::vector<ParameterI
   const int64_t tp = std::max(1, s.tensorParallel);
   // Korthikanti et al.: s*b*h*(10 + 24/t) bytes per layer in 16-bit (the 5*a*s/h term is the
   // attention matrix, which memory-efficient attention never stores).
-  m.activations = c.hiddenSize * tokens * c.numLayers * (10 + 24 / tp) + 2 * 4 * tokens * (c.vocabSize / tp);
+  const int64_t perLayer = c.hiddenSize * tokens * (10 + 24 / tp);
+  const int64_t checkpointed = std::min(s.checkpointedLayers, c.numLayers);
+  const int64_t kept = s.checkpointsOnHost ? 0 : 2 * c.hiddenSize * tokens;
+  m.activations = perLayer * (c.numLayers - checkpointed) + (checkpointed > 0 ? checkpointed * kept + perLayer : 0) +
+                  2 * 4 * tokens * (c.vocabSize / tp);
   return m;
 }
 

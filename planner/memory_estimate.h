@@ -27,6 +27,10 @@ struct TrainingShape {
   int64_t reduceBucketElements = 500'000'000;        // reduce_bucket_size
   int64_t persistenceThreshold = 100'000;            // stage3_param_persistence_threshold
   int64_t prefetchBucketElements = 50'000'000;       // stage3_prefetch_bucket_size
+  // Activation checkpointing: how many decoder layers keep only their input (0: none), and
+  // whether those inputs wait in host memory (cpu_checkpointing).
+  int64_t checkpointedLayers = 0;
+  bool checkpointsOnHost = false;
 };
 
 // Bytes on one rank's device, by what holds them.
@@ -50,7 +54,9 @@ struct MemoryEstimate {
 // one (dataParallel / ep). Buffers (not trainable) count as weights only. Activations follow Korthikanti et al.
 // with memory-efficient attention and no recomputation: 10 + 24/tp bytes per hidden unit per
 // token per layer, with the sequence split by sp, plus the head's logits in fp32 (4 bytes per
-// vocabulary entry of the rank's tp slice per token, twice: values and gradient).
+// vocabulary entry of the rank's tp slice per token, twice: values and gradient). A checkpointed
+// layer keeps its 2-byte input instead (none on the device with cpu_checkpointing), and one
+// layer's whole activations exist at a time while it is recomputed.
 MemoryEstimate estimateMemory(const ModelConfig& config, const std::vector<ParameterInfo>& parameters,
                               const std::vector<TpLayout>& layouts, const TrainingShape& shape);
 

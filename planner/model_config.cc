@@ -8,6 +8,27 @@ namespace loom::planner {
 
 using nlohmann::json;
 
+const char* expertActivationName(ExpertMlpConfig::Activation activation) {
+  switch (activation) {
+    case ExpertMlpConfig::Activation::kSwiglu: return "swiglu";
+    case ExpertMlpConfig::Activation::kGegluTanh: return "geglu_tanh";
+    case ExpertMlpConfig::Activation::kSwigluClamped: return "swiglu_clamped";
+    case ExpertMlpConfig::Activation::kSwigluOai: return "swiglu_oai";
+  }
+  return "swiglu";
+}
+
+bool parseExpertActivation(const std::string& name, ExpertMlpConfig::Activation* out) {
+  for (auto a : {ExpertMlpConfig::Activation::kSwiglu, ExpertMlpConfig::Activation::kGegluTanh,
+                 ExpertMlpConfig::Activation::kSwigluClamped, ExpertMlpConfig::Activation::kSwigluOai}) {
+    if (name == expertActivationName(a)) {
+      *out = a;
+      return true;
+    }
+  }
+  return false;
+}
+
 const char* modelFamilyName(ModelFamily family) {
   switch (family) {
     case ModelFamily::kLlama: return "llama";

@@ -60,6 +60,25 @@ struct RouterConfig {
   bool scoreCorrectionBias = false;
 };
 
+// How the routed experts compute their MLP from the gate and up projections: the activation as
+// AutoEP's expert_activation names it (DeepSpeed 0.19.8's forms), and whether gate and up run as
+// one GEMM over their concatenated weights (gate_up_impl "fused"). Shared experts keep SwiGLU.
+struct ExpertMlpConfig {
+  enum class Activation {
+    kSwiglu,         // silu(gate) * up: mixtral, qwen*_moe, deepseek_v3
+    kGegluTanh,      // gelu_tanh(gate) * up
+    kSwigluClamped,  // silu(min(gate, limit)) * clamp(up, -limit, limit)
+    kSwigluOai,      // (clamp(up) + 1) * g * sigmoid(alpha * g), g = min(gate, limit) (GPT-OSS)
+  };
+  Activation activation = Activation::kSwiglu;
+  double alpha = 1.702;  // swiglu_oai's, as AutoEP's presets default it
+  double limit = 7.0;    // the clamped forms'
+  bool fusedGateUp = false;
+};
+const char* expertActivationName(ExpertMlpConfig::Activation activation);
+// The activation named `name` (swiglu, geglu_tanh, swiglu_clamped, swiglu_oai); false if none is.
+bool parseExpertActivation(const std::string& name, ExpertMlpConfig::Activation* out);
+
 // The fields of a Hugging Face decoder `config.json` that decide the parameters, with HF's
 // defaults. Llama-family decoders, dense and mixture-of-experts (Mixtral, Qwen2-MoE, Qwen3-MoE),
 // and DeepSeek-V3 (latent attention, dense first layers, routed and shared experts).
@@ -95,6 +114,7 @@ struct ModelConfig {
   int64_t sparseStep = 1;
   std::vector<int64_t> mlpOnlyLayers;
   RouterConfig router;
+  ExpertMlpConfig expertMlp;  // not in config.json: AutoEP's settings (expert_parallel) choose it
   // The router's load-balancing loss (output_router_logits, router_aux_loss_coef: mixtral and
   // qwen*_moe), added to the loss as transformers adds it; deepseek_v3 has none.
   bool outputRouterLogits = false;

@@ -92,6 +92,8 @@ StatusOr<ExpertRouting> resolveRouting(const ModelConfig& c, const ExpertParalle
                            modelFamilyName(c.family),
                            modelShared ? "has them (their parameters are in its checkpoint)" : "has none");
   r.groupedMm = ep.useGroupedMm;
+  if (!ep.expertActivation.empty()) parseExpertActivation(ep.expertActivation, &r.expertMlp.activation);
+  r.expertMlp.fusedGateUp = ep.gateUpImpl == "fused";
   return r;
 }
 

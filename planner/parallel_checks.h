@@ -35,6 +35,7 @@ struct ExpertRouting {
   int64_t groupsPerToken = 1;         // num_limited_groups
   bool sharedExperts = false;
   bool groupedMm = true;
+  ExpertMlpConfig expertMlp;          // expert_activation, gate_up_impl
 };
 // InvalidArgument when a setting contradicts the model: a preset of another family, more experts
 // per token than experts, groups that do not divide the experts, shared experts the model has not

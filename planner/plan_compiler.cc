@@ -143,6 +143,14 @@ Status checkFrozenParameters(const TrainSpec& train, const std::vector<Parameter
   return Status::ok();
 }
 
+// The decoder layers recomputed in backward: activation_checkpointing (its number_checkpoints
+// the first so many) or train.gradient_checkpointing, every layer.
+int64_t checkpointedLayers(const DeepSpeedConfig& ds, const JobSpec& spec, const ModelConfig& model) {
+  const ActivationCheckpointingConfig& a = ds.activationCheckpointing;
+  if (!a.enabled && !spec.train.gradientCheckpointing) return 0;
+  return a.numberCheckpoints ? std::min(a.numberCheckpoints, model.numLayers) : model.numLayers;
+}
+
 }  // namespace
 
 Status checkPlanRunnable(const Plan& plan) {
@@ -234,7 +242,9 @@ StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
                                              .sequenceLength = spec.data.seqLen,
                                              .reduceBucketElements = zero.reduceBucketSize,
                                              .persistenceThreshold = zero.paramPersistenceThreshold,
-                                             .prefetchBucketElements = zero.prefetchBucketSize});
+                                             .prefetchBucketElements = zero.prefetchBucketSize,
+                                             .checkpointedLayers = checkpointedLayers(ds, spec, model),
+                                             .checkpointsOnHost = ds.activationCheckpointing.cpuCheckpointing});
   if (plan.deviceMemoryBytes > 0)
     RETURN_IF_ERROR(checkFits(plan.memory, plan.deviceMemoryBytes)
                         .withContext(fmt::format("resources.device_memory_gb {}", spec.deviceMemoryGb)));

@@ -180,6 +180,7 @@ namespace {
 
 using planner::LayerRole;
 using planner::Precision;
+using planner::ExpertMlpConfig;
 using planner::RouterConfig;
 using planner::TpSplit;
 
@@ -356,6 +357,10 @@ v1::Plan toProto(const planner::Plan& in) {
     routing->set_num_limited_groups(r.groupsPerToken);
     routing->set_has_shared_experts(r.sharedExperts);
     routing->set_use_grouped_mm(r.groupedMm);
+    routing->set_expert_activation(planner::expertActivationName(r.expertMlp.activation));
+    routing->set_activation_alpha(r.expertMlp.alpha);
+    routing->set_activation_limit(r.expertMlp.limit);
+    routing->set_fused_gate_up(r.expertMlp.fusedGateUp);
   }
   out.mutable_parameters()->Reserve(static_cast<int>(in.parameters.size()));
   for (const auto& p : in.parameters) parameterToProto(p, out.add_parameters());
@@ -407,7 +412,12 @@ planner::Plan fromProto(const v1::Plan& in) {
         .groups = r.num_expert_groups(),
         .groupsPerToken = r.num_limited_groups(),
         .sharedExperts = r.has_shared_experts(),
-        .groupedMm = r.use_grouped_mm()};
+        .groupedMm = r.use_grouped_mm(),
+        .expertMlp = {.activation = ExpertMlpConfig::Activation::kSwiglu,
+                      .alpha = r.activation_alpha(),
+                      .limit = r.activation_limit(),
+                      .fusedGateUp = r.fused_gate_up()}};
+    planner::parseExpertActivation(r.expert_activation(), &out.routing->expertMlp.activation);
   }
   out.parameters.reserve(in.parameters_size());
   for (const auto& p : in.parameters()) out.parameters.push_back(parameterFromProto(p));

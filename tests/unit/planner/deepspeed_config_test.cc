@@ -110,8 +110,24 @@ TEST_CASE("deepspeed: precision, schedulers and unsupported keys", "[planner][de
         "deepspeed.zero_optimization.offload_optimizer: needs ZeRO stage 1, 2 or 3 (as in DeepSpeed)");
   CHECK(errorOf(std::string(R"({"train_batch_size": 2, "zero_optimization": {"stage": 2, "round_robin": true}, )") +
                 kAdam + "}") == "deepspeed.zero_optimization.round_robin: unknown key");
-  CHECK(errorOf(std::string(R"({"train_batch_size": 2, "activation_checkpointing": {}, )") + kAdam + "}")
-            .find("deepspeed.activation_checkpointing: not supported by this version") == 0);
+  auto checkpointed = parsed(std::string(R"({"train_batch_size": 2, "activation_checkpointing": {
+      "cpu_checkpointing": true, "number_checkpoints": 3, "contiguous_memory_optimization": false}, )") + kAdam + "}");
+  CHECK(checkpointed.activationCheckpointing.enabled);
+  CHECK(checkpointed.activationCheckpointing.cpuCheckpointing);
+  CHECK(checkpointed.activationCheckpointing.numberCheckpoints == 3);
+  CHECK(!parsed(std::string(R"({"train_batch_size": 2, )") + kAdam + "}").activationCheckpointing.enabled);
+  CHECK(errorOf(std::string(R"({"train_batch_size": 2, "activation_checkpointing": {"partition_activations": true},
+      )") + kAdam + "}")
+            .find("deepspeed.activation_checkpointing.partition_activations: true is not supported") == 0);
+  CHECK(errorOf(std::string(R"({"train_batch_size": 2, "activation_checkpointing": {"number_checkpoints": 0}, )") +
+                kAdam + "}")
+            .find("deepspeed.activation_checkpointing.number_checkpoints") == 0);
+  CHECK(errorOf(std::string(R"({"train_batch_size": 2, "activation_checkpointing": {"every_layer": true}, )") +
+                kAdam + "}") == "deepspeed.activation_checkpointing.every_layer: unknown key");
+  // Checkpointing survives the normalized config, and its absence too.
+  auto checkpointedAgain = parseDeepSpeedConfig(checkpointed.toJson(), 2, true);
+  REQUIRE(checkpointedAgain.isOk());
+  CHECK(checkpointedAgain->activationCheckpointing.numberCheckpoints == 3);
   // The normalized config parses back to itself.
   auto full = parsed(std::string(R"({"train_batch_size": 4, "gradient_clipping": 0.5, "fp16": {"enabled": true},
       "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 100, "warmup_num_steps": 10}}, )") +

@@ -57,3 +57,21 @@ TEST_CASE("memory: a job that does not fit says by how much and what dominates",
   CHECK(s.message().find("above the device's 80.0 GiB; the largest term is optimizer state") != std::string::npos);
   CHECK(checkFits(m, int64_t(1) << 40).isOk());
 }
+
+TEST_CASE("memory: checkpointed layers keep their inputs, one layer's activations at a time", "[planner]") {
+  const auto c = llama3_8b();
+  const TrainingShape plain{.zeroStage = 3, .dataParallel = 8, .microBatch = 1, .sequenceLength = 8192};
+  TrainingShape checkpointed = plain;
+  checkpointed.checkpointedLayers = c.numLayers;
+  TrainingShape onHost = checkpointed;
+  onHost.checkpointsOnHost = true;
+  TrainingShape half = plain;
+  half.checkpointedLayers = c.numLayers / 2;
+  const int64_t logits = 2 * 4 * 8192 * c.vocabSize;
+  const int64_t perLayer = c.hiddenSize * 8192 * 34;  // 10 + 24 bytes per hidden unit and token
+  CHECK(estimate(c, 1, plain).activations == perLayer * c.numLayers + logits);
+  CHECK(estimate(c, 1, checkpointed).activations == c.numLayers * 2 * c.hiddenSize * 8192 + perLayer + logits);
+  CHECK(estimate(c, 1, onHost).activations == perLayer + logits);
+  CHECK(estimate(c, 1, half).activations ==
+        perLayer * (c.numLayers / 2) + (c.numLayers / 2) * 2 * c.hiddenSize * 8192 + perLayer + logits);
+}

@@ -1,5 +1,7 @@
 #include "worker/torch/jobs/job_runner.h"
 
+#include <cstdio>
+
 #include "worker/torch/jobs/eval_job.h"
 #include "worker/torch/jobs/train_job.h"
 #include "worker/torch/model/kernels.h"
@@ -45,7 +47,11 @@ Status runPlannedJob(const RankContext& ctx, const planner::JobSpec& spec, const
   }
   ASSIGN_OR_RETURN(rank.mesh, buildRankMesh(rank.world.comm, plan, ctx.rank));
   ASSIGN_OR_RETURN(std::unique_ptr<JobRunner> runner, entry->make(rank));
-  return runner->run();
+  const Status status = runner->run();
+  // DeepSpeed's comms_logger: what the job's collectives moved, per op and size, in rank 0's log.
+  if (status.isOk() && rank.world.logger && spec.deepspeed.commsLogger.enabled && ctx.rank == 0)
+    std::printf("# comms logger\n%s", rank.world.logger->summary().c_str());
+  return status;
 }
 
 }  // namespace loom::worker

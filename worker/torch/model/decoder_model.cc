@@ -330,14 +330,18 @@ at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& input)
   return rowParallel(mine.reshape({b, s, heads_ * d}), l.o, l.oBias);
 }
 
-at::Tensor DecoderModel::moeBlock(const Layer& l, const at::Tensor& input) {
+at::Tensor DecoderModel::moeBlock(const Layer& l, const at::Tensor& input, RoutingMode mode, RoutingRecord* record) {
   backends::Communicator& tp = *shards_.tp;
   const at::Tensor x = copyToTensorParallel(input, tp);
   const at::Tensor rows = x.reshape({-1, x.size(-1)});
   Routing routing;
-  at::Tensor out = moeForward(config_, rows, l.experts, linear_, expertParallel_.get(), &routing);
-  if (config_.outputRouterLogits && at::GradMode::is_enabled()) loadBalancing_.add(routing.logits, config_.expertsPerToken);
-  expertLoad_ = expertLoad_.defined() ? expertLoad_ + routing.tokensPerExpert : routing.tokensPerExpert;
+  at::Tensor out = moeForward(config_, rows, l.experts, linear_, expertParallel_.get(), &routing, mode, record);
+  // A checkpointed layer hands its router logits out of the checkpoint (block()); a replay
+  // counts nothing twice.
+  if (mode == RoutingMode::kRoute && config_.outputRouterLogits && at::GradMode::is_enabled())
+    loadBalancing_.add(routing.logits, config_.expertsPerToken);
+  if (mode != RoutingMode::kReplay)
+    expertLoad_ = expertLoad_.defined() ? expertLoad_ + routing.tokensPerExpert : routing.tokensPerExpert;
   // Under tensor parallelism each rank computed its columns of every expert: the sums add up.
   if (tp.size() > 1) out = reduceFromTensorParallel(out, tp);
   return out.view(input.sizes());
@@ -361,11 +365,19 @@ at::Tensor DecoderModel::block(int index, const at::Tensor& input) {
   if (index == 0) return vocabParallelEmbedding(embed_, input, vocabStart_, tp);
   if (index == numBlocks() - 1)
     return linear_(copyToTensorParallel(ops().rmsNorm(input, finalNorm_, config_.rmsNormEps), tp), head_, {});
+  if (!at::GradMode::is_enabled() || !checkpointing_.covers(index - 1)) return decoderLayer(index, input);
+  CheckpointedOutput out = checkpointedLayer(*this, index, input, checkpointing_);
+  if (out.routerLogits.defined() && config_.outputRouterLogits)
+    loadBalancing_.add(out.routerLogits, config_.expertsPerToken);
+  return out.hidden;
+}
+
+at::Tensor DecoderModel::decoderLayer(int index, const at::Tensor& input, RoutingMode mode, RoutingRecord* record) {
   const Layer& layer = layers_[index - 1];
   const at::Tensor normed = ops().rmsNorm(input, layer.inputNorm, config_.rmsNormEps);
   at::Tensor h = input + (config_.isMla() ? latentAttentionBlock(layer, normed) : attentionBlock(layer, normed));
   const at::Tensor mlpInput = ops().rmsNorm(h, layer.postNorm, config_.rmsNormEps);
-  return h + (layer.moe ? moeBlock(layer, mlpInput) : mlpBlock(layer, mlpInput));
+  return h + (layer.moe ? moeBlock(layer, mlpInput, mode, record) : mlpBlock(layer, mlpInput));
 }
 
 at::Tensor DecoderModel::latentAttentionBlock(const Layer& l, const at::Tensor& input) {

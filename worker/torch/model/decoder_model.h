@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "planner/model_config.h"
 #include "worker/torch/checkpoint/safetensors.h"
+#include "worker/torch/model/activation_checkpointing.h"
 #include "worker/torch/model/latent_attention.h"
 #include "worker/torch/model/moe.h"
 #include "worker/torch/model/rope.h"
@@ -103,7 +104,14 @@ class DecoderModel {
   // L + 1 the final norm and the head (logits out). Blocks run inside logits(), which prepares
   // the batch's positions and attention mask for them.
   int numBlocks() const { return static_cast<int>(config_.numLayers) + 2; }
+  // With activation checkpointing on (setActivationCheckpointing) and gradients wanted, a decoder
+  // layer's block keeps only its input and recomputes the rest in backward.
   at::Tensor block(int index, const at::Tensor& input);
+  // A decoder layer's block (index 1..L) as such, never checkpointed, its MoE routing done,
+  // recorded into or replayed from `record` as `mode` says (model/moe.h).
+  at::Tensor decoderLayer(int index, const at::Tensor& input, RoutingMode mode = RoutingMode::kRoute,
+                          RoutingRecord* record = nullptr);
+  void setActivationCheckpointing(const ActivationCheckpointing& options) { checkpointing_ = options; }
   // Indices into parameters() of the parameters block `index` uses.
   const std::vector<int>& blockParameters(int index) const { return blockParameters_[index]; }
   void setBlockRunner(BlockRunner* runner) { runner_ = runner; }
@@ -155,7 +163,7 @@ class DecoderModel {
   // Hkv, D], RoPE applied -> [B, S, Hq * D].
   at::Tensor attendWhole(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
   at::Tensor mlpBlock(const Layer& layer, const at::Tensor& x);
-  at::Tensor moeBlock(const Layer& layer, const at::Tensor& x);
+  at::Tensor moeBlock(const Layer& layer, const at::Tensor& x, RoutingMode mode, RoutingRecord* record);
   at::Tensor latentAttentionBlock(const Layer& layer, const at::Tensor& x);
   void bindExperts(Layer& layer, const std::string& prefix);
   // A row-parallel linear layer (o_proj, down_proj): this rank's input features, outputs summed over
@@ -181,6 +189,7 @@ class DecoderModel {
   BlockRunner* runner_ = nullptr;
   LinearFn linear_;
   std::unique_ptr<ExpertParallel> expertParallel_;
+  ActivationCheckpointing checkpointing_;
   LoadBalancingLoss loadBalancing_;  // of the forward in flight, with output_router_logits
   at::Tensor auxLoss_;
   at::Tensor expertLoad_;  // [E] int64 on the model's device, summed until takeExpertLoad()

@@ -106,6 +106,7 @@ void routeAsPlanned(planner::ModelConfig& config, const planner::ExpertRouting& 
   router.groups = r.groups;
   router.groupsPerToken = r.groupsPerToken;
   config.expertsPerToken = r.topK;
+  config.expertMlp = r.expertMlp;
 }
 
 void freezeParameters(DecoderModel& model, const planner::TrainSpec& train) {
@@ -137,6 +138,11 @@ StatusOr<BuiltModel> buildModel(const planner::JobSpec& spec, const planner::Pla
                                                      shardsOf(plan, mesh)));
   RETURN_IF_ERROR(checkAgainstPlan(*built.model, plan));
   built.model->setLossBlockRows(spec.model.lossBlockRows);
+  const planner::ActivationCheckpointingConfig& checkpointing = spec.deepspeed.activationCheckpointing;
+  built.model->setActivationCheckpointing(ActivationCheckpointing{
+      .enabled = checkpointing.enabled || spec.train.gradientCheckpointing,
+      .layers = checkpointing.numberCheckpoints ? checkpointing.numberCheckpoints : -1,
+      .toHost = checkpointing.cpuCheckpointing});
   if (spec.model.weights.empty()) {
     built.model->initRandom(spec.model.initSeed);
     freezeParameters(*built.model, spec.train);

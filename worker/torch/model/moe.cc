@@ -36,10 +36,22 @@ at::Tensor countPerExpert(const at::Tensor& experts, int64_t numExperts) {
 
 }  // namespace
 
-Routing routeTokens(const planner::ModelConfig& config, const at::Tensor& x, const MoeWeights& w) {
+Routing routeTokens(const planner::ModelConfig& config, const at::Tensor& x, const MoeWeights& w,
+                    const at::Tensor& chosen) {
   const planner::RouterConfig& r = config.router;
   Routing out;
   out.logits = at::linear(x.to(at::kFloat), w.router.to(at::kFloat));
+  if (chosen.defined()) {
+    // A replay: the weights of the recorded experts, as the first forward weighted them.
+    const at::Tensor scores = r.scoring == Scoring::kSoftmax ? at::softmax(out.logits, -1) : out.logits.sigmoid();
+    at::Tensor weights = scores.gather(1, chosen);
+    if (r.normalizeTopK)
+      weights = r.scoring == Scoring::kSoftmax ? weights / weights.sum(-1, /*keepdim=*/true)
+                                               : weights / (weights.sum(-1, /*keepdim=*/true) + 1e-20);
+    out.experts = chosen;
+    out.weights = r.scalingFactor != 1.0 ? weights * r.scalingFactor : weights;
+    return out;
+  }
   if (r.scoring == Scoring::kSoftmax && r.groups == 1) {
     auto [weights, experts] = at::softmax(out.logits, -1).topk(config.expertsPerToken, -1);
     out.weights = r.normalizeTopK ? weights / weights.sum(-1, /*keepdim=*/true) : weights;
@@ -71,33 +83,59 @@ Routing routeTokens(const planner::ModelConfig& config, const at::Tensor& x, con
   return out;
 }
 
+at::Tensor expertActivation(const planner::ExpertMlpConfig& mlp, const at::Tensor& gate, const at::Tensor& up) {
+  using Activation = planner::ExpertMlpConfig::Activation;
+  switch (mlp.activation) {
+    case Activation::kSwiglu: return ops().swiglu(gate, up);
+    case Activation::kGegluTanh: return at::gelu(gate, "tanh") * up;
+    case Activation::kSwigluClamped: return at::silu(gate.clamp_max(mlp.limit)) * up.clamp(-mlp.limit, mlp.limit);
+    case Activation::kSwigluOai: return ops().clampedSwiglu(gate, up, mlp.alpha, mlp.limit);
+  }
+  return ops().swiglu(gate, up);
+}
+
 namespace {
+
+// The activation over gate and up side by side in one [R, 2I] (gate_up_impl "fused").
+at::Tensor packedActivation(const planner::ExpertMlpConfig& mlp, const at::Tensor& gateUp) {
+  const int64_t width = gateUp.size(-1) / 2;
+  return expertActivation(mlp, gateUp.narrow(-1, 0, width), gateUp.narrow(-1, width, width));
+}
 
 // On a GPU, libtorch's grouped GEMM (at::_grouped_mm, cuBLAS/CUTLASS grouped kernels) runs every
 // expert's rows in one launch per projection: the experts' weights stacked [E, out, in] (a copy,
-// through which their gradients flow back), rows grouped by the cumulative counts.
-// `counts` [E] stays on the device: the group ends are its running sum, and the host never waits
-// for the router (a wait per layer would leave the GPU idle while the host queues the rest).
-at::Tensor groupedMmSwiglu(const at::Tensor& rows, const at::Tensor& counts, const MoeWeights& w) {
+// through which their gradients flow back), rows grouped by the cumulative counts; fused, gate
+// and up stacked as one [E, 2I, H]. `counts` [E] stays on the device: the group ends are its
+// running sum, and the host never waits for the router (a wait per layer would leave the GPU
+// idle while the host queues the rest).
+at::Tensor groupedMmExperts(const at::Tensor& rows, const at::Tensor& counts, const MoeWeights& w,
+                            const planner::ExpertMlpConfig& mlp) {
   const at::Tensor offsets = counts.to(rows.device(), /*non_blocking=*/true).cumsum(0).to(at::kInt);
-  auto grouped = [&](const at::Tensor& x, const std::vector<at::Tensor>& weights) {
-    return at::_grouped_mm(x, at::stack(weights).transpose(1, 2), offsets);
+  auto grouped = [&](const at::Tensor& x, const at::Tensor& stacked) {
+    return at::_grouped_mm(x, stacked.transpose(1, 2), offsets);
   };
-  const at::Tensor hidden = ops().swiglu(grouped(rows, w.gate), grouped(rows, w.up));
-  return grouped(hidden, w.down);
+  at::Tensor hidden;
+  if (mlp.fusedGateUp) {
+    hidden = packedActivation(mlp, grouped(rows, at::cat({at::stack(w.gate), at::stack(w.up)}, 1)));
+  } else {
+    hidden = expertActivation(mlp, grouped(rows, at::stack(w.gate)), grouped(rows, at::stack(w.up)));
+  }
+  return grouped(hidden, at::stack(w.down));
 }
 
 }  // namespace
 
-at::Tensor groupedExpertSwiglu(const at::Tensor& rows, const std::vector<int64_t>& counts, const MoeWeights& w,
-                               LinearFn linear) {
-  if (rows.is_cuda() && rows.scalar_type() == at::kBFloat16) return groupedMmSwiglu(rows, at::tensor(counts), w);
+at::Tensor groupedExpertMlp(const at::Tensor& rows, const std::vector<int64_t>& counts, const MoeWeights& w,
+                            LinearFn linear, const planner::ExpertMlpConfig& mlp) {
+  if (rows.is_cuda() && rows.scalar_type() == at::kBFloat16) return groupedMmExperts(rows, at::tensor(counts), w, mlp);
   std::vector<at::Tensor> outputs;
   outputs.reserve(w.gate.size());
   int64_t offset = 0;
   for (size_t e = 0; e < w.gate.size(); ++e) {
     const at::Tensor group = rows.narrow(0, offset, counts[e]);
-    const at::Tensor hidden = ops().swiglu(linear(group, w.gate[e], {}), linear(group, w.up[e], {}));
+    const at::Tensor hidden =
+        mlp.fusedGateUp ? packedActivation(mlp, linear(group, at::cat({w.gate[e], w.up[e]}, 0), {}))
+                        : expertActivation(mlp, linear(group, w.gate[e], {}), linear(group, w.up[e], {}));
     outputs.push_back(linear(hidden, w.down[e], {}));
     offset += counts[e];
   }
@@ -105,8 +143,11 @@ at::Tensor groupedExpertSwiglu(const at::Tensor& rows, const std::vector<int64_t
 }
 
 at::Tensor moeForward(const planner::ModelConfig& config, const at::Tensor& x, const MoeWeights& w, LinearFn linear,
-                      ExpertParallel* ep, Routing* routing) {
-  *routing = routeTokens(config, x, w);
+                      ExpertParallel* ep, Routing* routing, RoutingMode mode, RoutingRecord* record) {
+  const bool replay = mode == RoutingMode::kReplay;
+  *routing = routeTokens(config, x, w, replay ? record->experts : at::Tensor());
+  if (mode != RoutingMode::kRoute) record->routerLogits = routing->logits;
+  if (mode == RoutingMode::kRecord) record->experts = routing->experts;
   const int64_t topK = config.expertsPerToken;
   // Each (token, choice) pair becomes a row, the rows grouped by expert (a stable sort keeps each
   // group in token order).
@@ -117,12 +158,20 @@ at::Tensor moeForward(const planner::ModelConfig& config, const at::Tensor& x, c
   const at::Tensor rows = x.index_select(0, tokenOfRow);
   at::Tensor expertOut;
   if (!ep && rows.is_cuda() && rows.scalar_type() == at::kBFloat16) {
-    expertOut = groupedMmSwiglu(rows, routing->tokensPerExpert, w);
+    expertOut = groupedMmExperts(rows, routing->tokensPerExpert, w, config.expertMlp);
   } else {
     // The groups' sizes on the host: the exchange's splits (and the per-expert GEMMs) need them.
-    const at::Tensor counts = routing->tokensPerExpert.cpu();
-    const std::vector<int64_t> perExpert(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
-    expertOut = ep ? ep->run(rows, perExpert, w, linear) : groupedExpertSwiglu(rows, perExpert, w, linear);
+    std::vector<int64_t> perExpert;
+    if (replay) {
+      perExpert = record->counts;
+    } else {
+      const at::Tensor counts = routing->tokensPerExpert.cpu();
+      perExpert.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
+      if (mode == RoutingMode::kRecord) record->counts = perExpert;
+    }
+    std::vector<int64_t>* arrived = mode == RoutingMode::kRoute ? nullptr : &record->arrived;
+    expertOut = ep ? ep->run(rows, perExpert, w, linear, config.expertMlp, arrived)
+                   : groupedExpertMlp(rows, perExpert, w, linear, config.expertMlp);
   }
   const at::Tensor rowWeights = routing->weights.reshape({-1}).index_select(0, order).unsqueeze(1);
   const at::Tensor weighted = (expertOut.to(at::kFloat) * rowWeights).to(x.scalar_type());

@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include "kernels/reference/reference_ops.h"
+
 namespace loom::worker {
 namespace {
 
@@ -50,6 +52,7 @@ constexpr OpTable kReference{
     .rmsNorm = rmsNormReference,
     .rope = ropeReference,
     .swiglu = swigluReference,
+    .clampedSwiglu = kernels::reference::clampedSwigluForward,
     .attention = attentionReference,
     .crossEntropy = crossEntropyReference,
     .logprobs = logprobsReference,

@@ -19,6 +19,9 @@ struct OpTable {
                                             const at::Tensor& sin);
   // silu(gate) * up.
   at::Tensor (*swiglu)(const at::Tensor& gate, const at::Tensor& up);
+  // GPT-OSS's clamped SwiGLU (AutoEP's swiglu_oai): g = min(gate, limit), u = clamp(up, -limit,
+  // limit), (u + 1) * g * sigmoid(alpha * g); no gradient through a clamped value.
+  at::Tensor (*clampedSwiglu)(const at::Tensor& gate, const at::Tensor& up, double alpha, double limit);
   // Attention of q [B, H, S, D] over k and v [B, Hkv, S, D] (grouped-query: H % Hkv == 0):
   // causal, or where `allowed` (bool, broadcastable to [B, H, S, S]) says which keys each query
   // sees (a window, packed documents). Returns [B, H, S, D].

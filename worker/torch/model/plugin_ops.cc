@@ -173,6 +173,32 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   }
 };
 
+struct ClampedSwigluFunction : public torch::autograd::Function<ClampedSwigluFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gateIn, const at::Tensor& upIn, double alpha,
+                            double limit) {
+    const at::Tensor gate = gateIn.contiguous();
+    const at::Tensor up = upIn.contiguous();
+    at::Tensor out = at::empty_like(gate);
+    run(&loom_kernel_table::clamped_swiglu_forward, gate, dtypeOf(gate), gate.const_data_ptr(), up.const_data_ptr(),
+        out.data_ptr(), gate.numel(), alpha, limit, streamOf(gate));
+    ctx->save_for_backward({gate, up});
+    ctx->saved_data["alpha"] = alpha;
+    ctx->saved_data["limit"] = limit;
+    return out;
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &gate = saved[0], &up = saved[1];
+    const at::Tensor dout = grads[0].contiguous();
+    at::Tensor dgate = at::empty_like(gate);
+    at::Tensor dup = at::empty_like(up);
+    run(&loom_kernel_table::clamped_swiglu_backward, gate, dtypeOf(gate), gate.const_data_ptr(), up.const_data_ptr(),
+        dout.const_data_ptr(), dgate.data_ptr(), dup.data_ptr(), gate.numel(), ctx->saved_data["alpha"].toDouble(),
+        ctx->saved_data["limit"].toDouble(), streamOf(gate));
+    return {dgate, dup, at::Tensor(), at::Tensor()};
+  }
+};
+
 // The mean over the rows whose label is not ignored. The count stays a tensor: reading it on the
 // host would wait for the GPU.
 struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
@@ -263,6 +289,15 @@ at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) {
       usable, [&] { return SwigluFunction::apply(gate, up); }, [&] { return referenceOps().swiglu(gate, up); });
 }
 
+at::Tensor clampedSwiglu(const at::Tensor& gate, const at::Tensor& up, double alpha, double limit) {
+  const bool usable = pluginServes(&loom_kernel_table::clamped_swiglu_forward,
+                                   &loom_kernel_table::clamped_swiglu_backward, gate) &&
+                      pluginDtype(gate) && up.scalar_type() == gate.scalar_type() && up.sizes() == gate.sizes();
+  return pluginOr(
+      usable, [&] { return ClampedSwigluFunction::apply(gate, up, alpha, limit); },
+      [&] { return referenceOps().clampedSwiglu(gate, up, alpha, limit); });
+}
+
 at::Tensor crossEntropy(const at::Tensor& logits, const at::Tensor& labels) {
   const bool usable =
       pluginServes(&loom_kernel_table::cross_entropy_forward, &loom_kernel_table::cross_entropy_backward, logits) &&
@@ -289,6 +324,7 @@ void usePluginOps(const kernels::KernelRegistry& registry) {
   table.rmsNorm = rmsNorm;
   table.rope = rope;
   table.swiglu = swiglu;
+  table.clampedSwiglu = clampedSwiglu;
   table.crossEntropy = crossEntropy;
   table.logprobs = logprobs;
 }

@@ -56,18 +56,24 @@ ExpertParallel::ExpertParallel(std::shared_ptr<backends::Communicator> group, in
     : group_(std::move(group)), numExperts_(numExperts), localExperts_(numExperts / group_->size()) {}
 
 at::Tensor ExpertParallel::run(const at::Tensor& rows, const std::vector<int64_t>& counts, const MoeWeights& w,
-                               LinearFn linear) {
+                               LinearFn linear, const planner::ExpertMlpConfig& mlp, std::vector<int64_t>* arrived) {
   backends::Communicator& ep = *group_;
   const int n = ep.size();
   const int64_t local = localExperts_;
-  // How many rows each rank sends each of this rank's experts: one all-to-all of the counts.
-  at::Tensor sendCounts = rows.is_cpu() ? ep.allocate({numExperts_}, at::kLong)
-                                        : at::empty({numExperts_}, rows.options().dtype(at::kLong));
-  at::Tensor recvCounts = rows.is_cpu() ? ep.allocate({numExperts_}, at::kLong) : at::empty_like(sendCounts);
-  sendCounts.copy_(at::tensor(counts, at::kLong));
-  throwIfError(ep.allToAll(recvCounts, sendCounts)->wait().withContext("expert-parallel count all-to-all"));
-  const at::Tensor fromRanks = recvCounts.cpu().view({n, local});  // [source rank, local expert]
-  const int64_t* from = fromRanks.data_ptr<int64_t>();
+  std::vector<int64_t> exchanged;
+  if (!arrived || arrived->empty()) {
+    // How many rows each rank sends each of this rank's experts: one all-to-all of the counts.
+    at::Tensor sendCounts = rows.is_cpu() ? ep.allocate({numExperts_}, at::kLong)
+                                          : at::empty({numExperts_}, rows.options().dtype(at::kLong));
+    at::Tensor recvCounts = rows.is_cpu() ? ep.allocate({numExperts_}, at::kLong) : at::empty_like(sendCounts);
+    sendCounts.copy_(at::tensor(counts, at::kLong));
+    throwIfError(ep.allToAll(recvCounts, sendCounts)->wait().withContext("expert-parallel count all-to-all"));
+    const at::Tensor fromRanks = recvCounts.cpu();
+    exchanged.assign(fromRanks.data_ptr<int64_t>(), fromRanks.data_ptr<int64_t>() + fromRanks.numel());
+    if (arrived) *arrived = exchanged;
+  }
+  // [source rank, local expert]
+  const int64_t* from = arrived && !arrived->empty() ? arrived->data() : exchanged.data();
   std::vector<int64_t> sendRows(n, 0), recvRows(n, 0);
   for (int r = 0; r < n; ++r) {
     for (int64_t e = 0; e < local; ++e) {
@@ -75,8 +81,8 @@ at::Tensor ExpertParallel::run(const at::Tensor& rows, const std::vector<int64_t
       recvRows[r] += from[r * local + e];
     }
   }
-  const at::Tensor arrived = ExchangeRows::apply(rows, sendRows, recvRows, &ep);  // by source, then expert
-  // Regrouped by local expert (then source), the order the grouped SwiGLU takes.
+  const at::Tensor received = ExchangeRows::apply(rows, sendRows, recvRows, &ep);  // by source, then expert
+  // Regrouped by local expert (then source), the order the grouped MLPs take.
   std::vector<int64_t> starts(static_cast<size_t>(n * local));
   int64_t offset = 0;
   for (int r = 0; r < n * static_cast<int>(local); ++r) {
@@ -93,7 +99,7 @@ at::Tensor ExpertParallel::run(const at::Tensor& rows, const std::vector<int64_t
     }
   }
   const at::Tensor gatherIndex = at::tensor(byExpert, at::kLong).to(rows.device());
-  const at::Tensor outputs = groupedExpertSwiglu(arrived.index_select(0, gatherIndex), perLocal, w, linear);
+  const at::Tensor outputs = groupedExpertMlp(received.index_select(0, gatherIndex), perLocal, w, linear, mlp);
   // Back in arrival order, then home.
   const at::Tensor inArrivalOrder = at::zeros_like(outputs).index_copy(0, gatherIndex, outputs);
   return ExchangeRows::apply(inArrivalOrder, recvRows, sendRows, &ep);

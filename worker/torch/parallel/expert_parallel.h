@@ -20,11 +20,15 @@ class ExpertParallel {
   ExpertParallel(std::shared_ptr<backends::Communicator> group, int64_t numExperts);
 
   // rows [R, H] grouped by expert (counts[e] rows for expert e, all E of them, in order) -> the
-  // experts' SwiGLU outputs for the same rows, in the same order. One all-to-all of the per-expert
+  // experts' MLP outputs (as `mlp` says) for the same rows, in the same order. One all-to-all of the per-expert
   // counts, an all-to-all-v of the rows to their experts' owners, the local experts over what
   // arrived (regrouped by expert), and an all-to-all-v of the outputs back. The backward runs the
-  // same exchanges the other way; a rank that received no rows still takes part.
-  at::Tensor run(const at::Tensor& rows, const std::vector<int64_t>& counts, const MoeWeights& w, LinearFn linear);
+  // same exchanges the other way; a rank that received no rows still takes part. `arrived`, when
+  // not null and not empty, is the rows each rank sends each local expert as an earlier run
+  // counted them (a replay, RoutingRecord): the count exchange is skipped; when empty, it is
+  // filled.
+  at::Tensor run(const at::Tensor& rows, const std::vector<int64_t>& counts, const MoeWeights& w, LinearFn linear,
+                 const planner::ExpertMlpConfig& mlp, std::vector<int64_t>* arrived = nullptr);
 
  private:
   std::shared_ptr<backends::Communicator> group_;
