@@ -6,9 +6,9 @@
    (with cpu_checkpointing and number_checkpoints 1), 2 data-parallel ranks at ZeRO 0, 2 and 3, and
    tensor parallel 2 x dp 2, and with train.gradient_checkpointing (HF's switch), against the plain
    job on 1 rank: losses within 1e-5 relative, gradient norms and final weights within 1e-5.
-2. MoE under checkpointing replays its routing: qwen2_moe (load-balancing loss, shared expert) and
-   mixtral at ep2 x dp2 (ZeRO 0 and 3, and ep2 x tp2 at ZeRO 2) checkpointed, against the plain job
-   on 1 rank; the aux loss keeps its gradient through the checkpoint (losses and norms agree), the
+2. MoE under checkpointing replays its routing: qwen2_moe (load-balancing loss, shared expert) at
+   ep2 x dp2 (ZeRO 0 and 3) and ep2 x tp2 (ZeRO 2), and mixtral at ep2 x dp2 (ZeRO 0), ep2 x tp2
+   (ZeRO 2) and ep2 x sp2 (Ulysses, ZeRO 1), checkpointed, against the plain job on 1 rank; the aux loss keeps its gradient through the checkpoint (losses and norms agree), the
    experts' load is counted once, and the comms logger shows that the recomputation exchanged the
    rows again (all_to_all_v 1.5x the plain run's: forward, recompute, backward) but never the
    per-expert counts (all_to_all as many as the plain run's): the dispatch layout was replayed,
@@ -87,13 +87,17 @@ def moe(bin_dir, work):
                    ("ep2-dp2-zero0", 4, 2, 1, {"stage": 0}, False),
                    ("ep2-dp2-zero0-ac", 4, 2, 1, {"stage": 0}, True),
                    ("ep2-dp2-zero3-ac", 4, 2, 1, {"stage": 3, "stage3_param_persistence_threshold": 100}, True),
-                   ("ep2-tp2-zero2-ac", 4, 2, 2, {"stage": 2}, True)]
+                   ("ep2-tp2-zero2-ac", 4, 2, 2, {"stage": 2}, True),
+                   ("ep2-sp2-zero1-ac", 4, 2, 1, {"stage": 1}, True)]
         for name, ranks, ep, tp, zero, checkpointed in layouts:
-            if family == "mixtral" and name in ("ep2-dp2-zero0", "ep2-dp2-zero3-ac"):
+            skipped = ("ep2-dp2-zero0", "ep2-dp2-zero3-ac") if family == "mixtral" else ("ep2-sp2-zero1-ac",)
+            if name in skipped:
                 continue
             checkpoints = os.path.join(work, f"moe-{family}-{name}-ckpt")
             spec = moe_test.train_spec(f"ac-{family}-{name}", model_dir, data, ranks, zero, checkpoints, ep=ep, tp=tp)
             spec["deepspeed"]["comms_logger"] = {"enabled": True}
+            if "-sp2" in name:
+                spec["deepspeed"]["sequence_parallel_size"] = 2
             if checkpointed:
                 spec["deepspeed"]["activation_checkpointing"] = {}
             runs[name] = (loom_run(bin_dir, spec, work, f"ac-{family}-{name}"), final_weights(checkpoints, STEPS))
