@@ -139,6 +139,53 @@ Status readOptionalBool(ObjectReader& r, const std::string& key, std::optional<b
   return Status::ok();
 }
 
+// DeepSpeed 0.19.8's AutoEP keys that Loom does not act on, each accepted at the value that
+// changes nothing here and refused otherwise, with the reason.
+Status checkInertExpertKeys(ObjectReader& r) {
+  // Tuning of DeepSpeed's own kernels and exchange, which Loom does not run: any value.
+  for (const char* key : {"disable_triton_grouped_mm", "validate_folding_routing", "async_split_plan"}) {
+    bool ignored = false;
+    RETURN_IF_ERROR(r.readBool(key, &ignored));
+  }
+  for (const char* key : {"comm_num_sm", "comm_qp_margin", "comm_max_tokens_per_rank"}) {
+    int64_t ignored = 0;
+    RETURN_IF_ERROR(r.readInt(key, &ignored, false, 0, int64_t{1} << 40));
+  }
+  // Choices between DeepSpeed's implementations: their default ("auto", "comm") only.
+  for (auto [key, only] : {std::pair{"score_apply", "auto"}, std::pair{"combine_impl", "auto"},
+                           std::pair{"row_weighting_impl", "auto"}, std::pair{"comm_backend", "comm"}}) {
+    std::string value = only;
+    RETURN_IF_ERROR(r.readString(key, &value, false));
+    if (value != only)
+      return invalidArgument("{}: \"{}\" is not supported: Loom dispatches with its own all-to-all-v and weights the "
+                             "rows after the experts (only \"{}\")",
+                             r.pathOf(key), value, only);
+  }
+  // How DeepSpeed finds the MoE layers of a model it did not build. Loom builds the MoE families it
+  // knows and finds their experts itself: null only.
+  for (const char* key : {"moe_layer_pattern", "expert_pattern", "router_pattern", "expert_w1", "expert_w2",
+                          "expert_w3", "num_experts_attr", "top_k_attr", "shared_experts_pattern",
+                          "shared_experts_gate_pattern"}) {
+    if (const json* v = r.find(key); v && !v->is_null())
+      return invalidArgument("{}: not supported: Loom builds the MoE layers of the model families it knows (mixtral, "
+                             "qwen2_moe, qwen3_moe, deepseek_v3) and finds their experts itself",
+                             r.pathOf(key));
+  }
+  int64_t expertTensorParallel = 1;
+  RETURN_IF_ERROR(r.readInt("expert_tensor_parallel_size", &expertTensorParallel, false, 1, kMaxRanks));
+  if (expertTensorParallel != 1)
+    return invalidArgument("deepspeed.expert_parallel.expert_tensor_parallel_size: {} is not supported: the experts "
+                           "split over the tensor-parallel group as the dense MLPs do (tensor_parallel.autotp_size)",
+                           expertTensorParallel);
+  // DeepSpeed 0.19.8 refuses any value but null too: the load-balancing loss follows the model
+  // config (router_aux_loss_coef).
+  if (const json* v = r.find("load_balance_coeff"); v && !v->is_null())
+    return invalidArgument("deepspeed.expert_parallel.load_balance_coeff: not supported (as in DeepSpeed 0.19.8): the "
+                           "load-balancing loss follows the model config's output_router_logits and "
+                           "router_aux_loss_coef");
+  return Status::ok();
+}
+
 Status parseExpertParallel(const json& object, ExpertParallelConfig* ep) {
   ObjectReader r(object, "deepspeed.expert_parallel");
   RETURN_IF_ERROR(r.readBool("enabled", &ep->enabled));
@@ -192,6 +239,7 @@ Status parseExpertParallel(const json& object, ExpertParallelConfig* ep) {
   }
   if (!ep->enabled && ep->size > 1)
     return invalidArgument("deepspeed.expert_parallel.autoep_size: {} needs expert_parallel.enabled true", ep->size);
+  RETURN_IF_ERROR(checkInertExpertKeys(r));
   return r.rejectUnknown();
 }
 

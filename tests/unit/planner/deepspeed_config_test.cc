@@ -339,3 +339,33 @@ TEST_CASE("Muon: DeepSpeed's keys and each half's defaults", "[planner][config][
   CHECK(errorOf(R"({"train_batch_size": 4, "optimizer": {"type": "Muon", "params": {"momentum": 1.0}}})") ==
         "deepspeed.optimizer.params.momentum: must be in [0, 1), got 1");
 }
+
+TEST_CASE("deepspeed: every AutoEP key of DeepSpeed 0.19.8 at its default is accepted, the rest refused with the "
+          "reason",
+          "[planner][deepspeed]") {
+  // DeepSpeed 0.19.8's defaults for the keys Loom does not act on.
+  const std::string defaults = R"("enabled": true, "expert_tensor_parallel_size": 1, "validate_folding_routing": false,
+      "async_split_plan": false, "moe_layer_pattern": null, "expert_pattern": null, "router_pattern": null,
+      "disable_triton_grouped_mm": false, "score_apply": "auto", "combine_impl": "auto", "row_weighting_impl": "auto",
+      "gate_up_impl": "separate", "comm_backend": "comm", "comm_num_sm": 12, "comm_qp_margin": 4,
+      "comm_max_tokens_per_rank": 0, "load_balance_coeff": null, "expert_w1": null, "expert_w2": null,
+      "expert_w3": null, "num_experts_attr": null, "top_k_attr": null, "has_shared_experts": null,
+      "shared_experts_pattern": null, "shared_experts_gate_pattern": null, "expert_activation": null)";
+  auto withEp = [&](const std::string& keys) {
+    return std::string(R"({"train_batch_size": 2, "expert_parallel": {)") + keys + "}, " + kAdam + "}";
+  };
+  CHECK(parsed(withEp(defaults)).expertParallel.enabled);
+  CHECK(errorOf(withEp(R"("enabled": true, "comm_backend": "deepep")"))
+            .find("deepspeed.expert_parallel.comm_backend: \"deepep\" is not supported") == 0);
+  CHECK(errorOf(withEp(R"("enabled": true, "expert_w1": "gate_up_proj")"))
+            .find("deepspeed.expert_parallel.expert_w1: not supported: Loom builds the MoE layers") == 0);
+  CHECK(errorOf(withEp(R"("enabled": true, "expert_tensor_parallel_size": 2)"))
+            .find("deepspeed.expert_parallel.expert_tensor_parallel_size: 2 is not supported") == 0);
+  CHECK(errorOf(withEp(R"("enabled": true, "load_balance_coeff": 0.01)"))
+            .find("deepspeed.expert_parallel.load_balance_coeff: not supported") == 0);
+  CHECK(errorOf(withEp(R"("enabled": true, "routing_noise": 0.1)")) ==
+        "deepspeed.expert_parallel.routing_noise: unknown key");
+  auto fused = parsed(withEp(R"("enabled": true, "gate_up_impl": "fused", "expert_activation": "swiglu_oai")"));
+  CHECK(fused.expertParallel.gateUpImpl == "fused");
+  CHECK(fused.expertParallel.expertActivation == "swiglu_oai");
+}
