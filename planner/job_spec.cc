@@ -205,11 +205,12 @@ StatusOr<int64_t> parseByteSize(const json& value, const std::string& field) {
 
 Status parseConvertLayout(const json& object, ConvertLayout* layout) {
   ObjectReader r(object, "convert.layout");
-  int64_t ranks = 0, stage = -1, tp = 0, sp = 0;
+  int64_t ranks = 0, stage = -1, tp = 0, sp = 0, ep = 0;
   RETURN_IF_ERROR(r.readInt("ranks", &ranks, true, 1, 65536));
   RETURN_IF_ERROR(r.readInt("zero_stage", &stage, false, 0, 3));
   RETURN_IF_ERROR(r.readInt("autotp_size", &tp, false, 1, 65536));
   RETURN_IF_ERROR(r.readInt("sequence_parallel_size", &sp, false, 1, 65536));
+  RETURN_IF_ERROR(r.readInt("autoep_size", &ep, false, 1, 65536));
   int64_t param = -1, model = -1;
   RETURN_IF_ERROR(r.readInt("stage3_param_persistence_threshold", &param, false, 0, INT64_MAX));
   RETURN_IF_ERROR(r.readInt("stage3_model_persistence_threshold", &model, false, 0, INT64_MAX));
@@ -217,6 +218,7 @@ Status parseConvertLayout(const json& object, ConvertLayout* layout) {
              .zeroStage = static_cast<int>(stage),
              .tensorParallel = static_cast<int>(tp),
              .sequenceParallel = static_cast<int>(sp),
+             .expertParallel = static_cast<int>(ep),
              .paramPersistenceThreshold = param,
              .modelPersistenceThreshold = model};
   return r.rejectUnknown();
@@ -414,6 +416,7 @@ json JobSpec::toJson() const {
       if (convert.layout.zeroStage >= 0) layout["zero_stage"] = convert.layout.zeroStage;
       if (convert.layout.tensorParallel) layout["autotp_size"] = convert.layout.tensorParallel;
       if (convert.layout.sequenceParallel) layout["sequence_parallel_size"] = convert.layout.sequenceParallel;
+      if (convert.layout.expertParallel) layout["autoep_size"] = convert.layout.expertParallel;
       if (convert.layout.paramPersistenceThreshold >= 0)
         layout["stage3_param_persistence_threshold"] = convert.layout.paramPersistenceThreshold;
       if (convert.layout.modelPersistenceThreshold >= 0)

@@ -120,6 +120,7 @@ struct ConvertLayout {
   int zeroStage = -1;         // zero_optimization.stage
   int tensorParallel = 0;     // tensor_parallel.autotp_size
   int sequenceParallel = 0;   // sequence_parallel_size
+  int expertParallel = 0;     // expert_parallel.autoep_size (enabled where above 1)
   // zero_optimization.stage3_param_persistence_threshold and stage3_model_persistence_threshold:
   // which parameters stage 3 keeps whole, and so where its parts lie. -1: the checkpoint's.
   int64_t paramPersistenceThreshold = -1;

@@ -122,6 +122,29 @@ std::vector<FlatBufferSpec> partitionBlocks(const PlanMesh& mesh, int64_t numLay
   return out;
 }
 
+// Stages 1-2 cut a layer's experts as one flat buffer per expert-parallel rank with one partition
+// for all of them: each rank's trained experts must be alike, which frozen experts can break.
+Status checkExpertBuffersAlike(const Plan& plan) {
+  for (const FlatBufferSpec& buffer : plan.zero.buffers) {
+    if (!buffer.experts) continue;
+    auto numels = [&](const std::vector<int>& members) {
+      std::vector<int64_t> out;
+      for (int i : members) out.push_back(plan.parameters[i].localNumel());
+      return out;
+    };
+    for (size_t e = 1; e < buffer.members.size(); ++e) {
+      if (numels(buffer.members[e]) != numels(buffer.members[0]))
+        return invalidArgument("train.frozen_parameters: at ZeRO stage {} under expert parallelism, layer {}'s experts "
+                               "are frozen unevenly over the expert-parallel ranks (rank 0 trains {} of its tensors, "
+                               "rank {} trains {}): freeze the same tensors of every rank's experts, or use stage 0 "
+                               "or 3",
+                               plan.zero.stage, buffer.block - 1, buffer.members[0].size(), e,
+                               buffer.members[e].size());
+    }
+  }
+  return Status::ok();
+}
+
 // Each train.frozen_parameters pattern must hold a parameter (a typo would silently train what
 // was meant to stay fixed), and something must be left to train.
 Status checkFrozenParameters(const TrainSpec& train, const std::vector<ParameterInfo>& parameters) {
@@ -298,6 +321,7 @@ StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
     partitionStage3(zero, plan.mesh, plan.parameters);
   } else if (zero.stage >= 1) {
     plan.zero.buffers = partitionBlocks(plan.mesh, model.numLayers, plan.parameters);
+    RETURN_IF_ERROR(checkExpertBuffersAlike(plan));
   }
 
   return plan;

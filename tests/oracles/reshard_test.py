@@ -8,6 +8,8 @@
    parallelism on and off), and a job of that layout resumes from it for 4 more steps. Its losses
    equal the uninterrupted run's within 1e-5 at every step, and its final weights within 1e-5
    (Muon's within 1e-4: across layouts its updates differ by that much uninterrupted too).
+   A mixtral's checkpoints at ep2 x dp2 (ZeRO 1), ep4 (ZeRO 3) and 2 ranks without expert
+   parallelism (ZeRO 2) go to other expert-parallel sizes and stages the same way.
 2. Two convert ranks split the files and write the same checkpoint; a Loom checkpoint converts to
    HF safetensors whose tensors are its fp32 masters.
 3. Refusals: a layout the batch does not split over (naming the field), a DeepSpeed checkpoint to
@@ -30,6 +32,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
+import moe_test  # noqa: E402
 import parity_test  # noqa: E402
 from parity_test import check, loom_losses, loom_run  # noqa: E402
 
@@ -47,7 +50,7 @@ WEIGHT_TOLERANCE = {"muon": 1e-4}
 MUON = {"type": "Muon", "params": {"lr": 0.02, "adam_lr": 2e-3, "momentum": 0.9, "weight_decay": 0.01, "torch_adam": True}}
 
 
-def train_spec(data, model_dir, name, ranks, zero, checkpoints, steps, tp=1, optimizer=ADAMW, sp=1, frozen=()):
+def train_spec(data, model_dir, name, ranks, zero, checkpoints, steps, tp=1, optimizer=ADAMW, sp=1, frozen=(), ep=1):
     # 12 samples a step split over 1, 2, 3 and 4 data-parallel ranks.
     deepspeed = {"train_batch_size": 12, "gradient_clipping": 1.0, "steps_per_print": 1,
                  "optimizer": optimizer, "zero_optimization": dict({"stage": zero},
@@ -57,6 +60,8 @@ def train_spec(data, model_dir, name, ranks, zero, checkpoints, steps, tp=1, opt
         deepspeed["tensor_parallel"] = {"autotp_size": tp}
     if sp > 1:
         deepspeed["sequence_parallel_size"] = sp
+    if ep > 1:
+        deepspeed["expert_parallel"] = {"enabled": True, "autoep_size": ep}
     return {"name": name, "kind": "train", "resources": {"ranks": ranks},
             "model": {"config": model_dir + "/config.json", "weights": model_dir},
             "data": {"train": data, "seq_len": SEQ, "seed": 2},
@@ -83,6 +88,48 @@ def rewrite_manifest(tag_dir):
 
 def final_weights(checkpoints):
     return load_file(os.path.join(checkpoints, f"global_step{STEPS}", "model.safetensors"))
+
+
+def expert_parallel(run, data, work):
+    """A mixtral's checkpoints under expert parallelism (each rank's file holding its own experts'
+    state) resharded to and from other expert-parallel sizes and stages, and resumed there: the
+    losses of the uninterrupted 1-rank run within 1e-5, final weights within 5e-5 and all but 1 in
+    10^4 elements within 1e-5 (moe_test.compare_layout says why)."""
+    _, model_dir = moe_test.save("mixtral", work, seed=9)
+    checkpoints = os.path.join(work, "moe-reference")
+    log = run(train_spec(data, model_dir, "moe-reference", 1, 0, checkpoints, STEPS))
+    reference_losses, reference_weights = loom_losses(log), final_weights(checkpoints)
+    # (source layout) -> [(target layout)], each (ranks, zero stage, ep).
+    cases = [
+        ("moe-ep2-dp2-zero1", (4, 1, 2), [(1, 0, 1), (4, 3, 4)]),
+        ("moe-ep4-zero3", (4, 3, 4), [(2, 2, 2), (3, 1, 1)]),
+        ("moe-zero2-2ranks", (2, 2, 1), [(4, 0, 2)]),
+    ]
+    for source_name, (ranks, zero, ep), targets in cases:
+        source = os.path.join(work, source_name)
+        run(train_spec(data, model_dir, source_name, ranks, zero, source, HALF, ep=ep))
+        for target_ranks, target_zero, target_ep in targets:
+            target_name = f"{source_name}-to-{target_ranks}ranks-zero{target_zero}-ep{target_ep}"
+            output = os.path.join(work, target_name)
+            layout = {"ranks": target_ranks, "zero_stage": target_zero, "autoep_size": target_ep}
+            if target_zero == 3:
+                layout["stage3_param_persistence_threshold"] = 100
+            run(convert_spec(target_name + "-convert", source, output, layout))
+            log = run(train_spec(data, model_dir, target_name, target_ranks, target_zero, output, STEPS, ep=target_ep))
+            check(f"resumed from {output}/global_step{HALF} at step {HALF}" in log,
+                  f"{target_name}: resumed at step {HALF}")
+            losses = loom_losses(log)
+            worst = max(abs(losses.get(s, 0) - reference_losses[s]) / reference_losses[s]
+                        for s in range(HALF + 1, STEPS + 1))
+            check(len(losses) == STEPS - HALF and worst <= 1e-5,
+                  f"{target_name}: {len(losses)} resumed losses vs the uninterrupted run, worst relative "
+                  f"difference {worst:.2e}")
+            weights = final_weights(output)
+            diffs = torch.cat([(weights[k] - reference_weights[k]).abs().reshape(-1) for k in reference_weights])
+            largest, beyond = diffs.max().item(), (diffs > 1e-5).sum().item()
+            check(largest <= 5e-5 and beyond <= diffs.numel() // 10000,
+                  f"{target_name}: final weights vs the uninterrupted run, max |difference| = {largest:.2e}, "
+                  f"{beyond} of {diffs.numel()} elements beyond 1e-5")
 
 
 def main():
@@ -149,6 +196,8 @@ def main():
                 tolerance = WEIGHT_TOLERANCE.get(setting, 1e-5)
                 check(diff <= tolerance, f"{target_name}: final weights vs the uninterrupted run, max |difference| = "
                       f"{diff:.2e} (within {tolerance:g})")
+
+        expert_parallel(run, data, work)
 
         # The control: the same resumption with Adam's moments zeroed (the masters kept) does not
         # give those losses, so the comparisons above see the optimizer state.

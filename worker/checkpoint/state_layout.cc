@@ -27,23 +27,45 @@ void addPerParameter(StateFile& file, const planner::DeepSpeedConfig& config, co
   for (const std::string& state : stateNames(config, p)) file.tensors.push_back({p.name + "." + state, state, shape, {piece}});
 }
 
-void stage0(const planner::Plan& plan, const planner::DeepSpeedConfig& config, StateFile& file) {
+// Where one rank stands in the layout: the parameters it holds (every dense one and, under expert
+// parallelism, its own experts' only; indices into Plan::parameters) and its index in the groups
+// its ZeRO partitions are cut over (dense parameters over dp x sp, experts over the
+// expert-data-parallel group).
+struct RankPlace {
+  std::vector<int> held;
+  int denseRank = 0, expertRank = 0;
+  int expertIndex = 0;  // its place in its expert-parallel group: which experts it holds
+};
+
+void stage0(const planner::Plan& plan, const planner::DeepSpeedConfig& config, const RankPlace& place,
+            StateFile& file) {
   const bool master = config.precision != planner::Precision::kFp32;
-  for (size_t i = 0; i < plan.parameters.size(); ++i) {
+  for (int i : place.held) {
     const ParameterSpec& p = plan.parameters[i];
     if (!trains(p)) continue;
-    addPerParameter(file, config, p, p.localShape, {.parameter = static_cast<int>(i), .length = p.localNumel()}, master);
+    addPerParameter(file, config, p, p.localShape, {.parameter = i, .length = p.localNumel()}, master);
   }
 }
 
-void stage12(const planner::Plan& plan, const planner::DeepSpeedConfig& config, int zeroRank, StateFile& file) {
+// The engine's partition: the dense blocks' buffers end to end, then (under expert parallelism)
+// the experts' (worker/torch/zero/zero_stage12.cc).
+void stage12(const planner::Plan& plan, const planner::DeepSpeedConfig& config, const RankPlace& place,
+             StateFile& file) {
   StateTensor master{.name = "master.partition", .state = "master"};
   const bool muon = config.optimizer.type == planner::OptimizerType::kMuon;
+  const bool expertDomain = plan.mesh.ep > 1;
   std::vector<StateTensor> perPiece;
   int64_t partOffset = 0;
-  for (const planner::FlatBufferSpec& buffer : plan.zero.buffers) {
-    for (const planner::ZeroFragment& f : buffer.partition.fragments[zeroRank]) {
-      const int parameter = buffer.members[0][f.parameter];
+  std::vector<const planner::FlatBufferSpec*> order;
+  for (const auto& buffer : plan.zero.buffers)
+    if (!(expertDomain && buffer.experts)) order.push_back(&buffer);
+  for (const auto& buffer : plan.zero.buffers)
+    if (expertDomain && buffer.experts) order.push_back(&buffer);
+  for (const planner::FlatBufferSpec* buffer : order) {
+    const int zeroRank = buffer->experts ? place.expertRank : place.denseRank;
+    const std::vector<int>& members = buffer->members[buffer->experts ? place.expertIndex : 0];
+    for (const planner::ZeroFragment& f : buffer->partition.fragments[zeroRank]) {
+      const int parameter = members[f.parameter];
       const StatePiece piece{.parameter = parameter,
                              .offset = f.parameterOffset,
                              .length = f.length,
@@ -56,7 +78,7 @@ void stage12(const planner::Plan& plan, const planner::DeepSpeedConfig& config, 
         for (auto& t : one.tensors) perPiece.push_back(std::move(t));
       }
     }
-    partOffset += buffer.partition.partitionNumel;
+    partOffset += buffer->partition.partitionNumel;
   }
   master.shape = {partOffset};
   if (!muon) {
@@ -67,17 +89,18 @@ void stage12(const planner::Plan& plan, const planner::DeepSpeedConfig& config, 
   for (auto& t : perPiece) file.tensors.push_back(std::move(t));
 }
 
-void stage3(const planner::Plan& plan, const planner::DeepSpeedConfig& config, int zeroRank, StateFile& file) {
-  for (size_t i = 0; i < plan.parameters.size(); ++i) {
+void stage3(const planner::Plan& plan, const planner::DeepSpeedConfig& config, const RankPlace& place,
+            StateFile& file) {
+  for (int i : place.held) {
     const ParameterSpec& p = plan.parameters[i];
     if (!trains(p)) continue;
     const int64_t numel = p.localNumel();
     const bool whole = p.persistent || p.partitionNumel == 0;
     const int64_t part = whole ? numel : p.partitionNumel;
-    const int64_t offset = whole ? 0 : zeroRank * part;
+    const int64_t offset = whole ? 0 : (p.expert >= 0 ? place.expertRank : place.denseRank) * part;
     const int64_t length = std::clamp<int64_t>(numel - offset, 0, part);
     std::vector<StatePiece> pieces;
-    if (length > 0) pieces.push_back({.parameter = static_cast<int>(i), .offset = offset, .length = length});
+    if (length > 0) pieces.push_back({.parameter = i, .offset = offset, .length = length});
     file.tensors.push_back({"master." + p.name, "master", {part}, pieces});
     for (const std::string& state : stateNames(config, p)) file.tensors.push_back({p.name + "." + state, state, {part}, pieces});
   }
@@ -89,33 +112,35 @@ int64_t StateTensor::numel() const { return numelOf(shape); }
 
 std::string rankFileName(int rank) { return fmt::format("rank_{:05d}.safetensors", rank); }
 
-bool statePerRank(int zeroStage, int tensorParallel) { return zeroStage > 0 || tensorParallel > 1; }
+bool statePerRank(int zeroStage, int tensorParallel, int expertParallel) {
+  return zeroStage > 0 || tensorParallel > 1 || expertParallel > 1;
+}
 
 StatusOr<StateLayout> stateLayout(const planner::Plan& plan, const planner::DeepSpeedConfig& config) {
   const planner::PlanMesh& m = plan.mesh;
-  if (m.ep > 1)
-    return Status(StatusCode::kUnimplemented,
-                  fmt::format("expert parallelism (ep {}): its checkpoints have no state layout yet", m.ep));
   ASSIGN_OR_RETURN(planner::Mesh mesh, planner::Mesh::create(m.world, m.tp, m.sp, m.ep));
   const int stage = config.zero.stage;
   StateLayout layout;
   layout.mastersAreWeights = stage == 0 && config.precision == planner::Precision::kFp32;
-  if (!statePerRank(stage, m.tp)) {
+  auto indexIn = [&](planner::MeshAxis axis, int rank) {
+    const std::vector<int> group = mesh.group(axis, rank);
+    return static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
+  };
+  if (!statePerRank(stage, m.tp, m.ep)) {
     StateFile file{.file = "optimizer.safetensors", .rank = 0, .tpRank = 0};
-    stage0(plan, config, file);
+    stage0(plan, config, RankPlace{.held = planner::parametersOfRank(plan, 0)}, file);
     layout.files.push_back(std::move(file));
     return layout;
   }
   for (int rank = 0; rank < m.world; ++rank) {
-    const std::vector<int> tensorGroup = mesh.group(planner::MeshAxis::kTensor, rank);
-    const std::vector<int> zeroGroup = mesh.group(planner::MeshAxis::kDenseData, rank);
-    StateFile file{.file = rankFileName(rank),
-                   .rank = rank,
-                   .tpRank = static_cast<int>(std::find(tensorGroup.begin(), tensorGroup.end(), rank) - tensorGroup.begin())};
-    const int zeroRank = static_cast<int>(std::find(zeroGroup.begin(), zeroGroup.end(), rank) - zeroGroup.begin());
-    if (stage == 0) stage0(plan, config, file);
-    if (stage == 1 || stage == 2) stage12(plan, config, zeroRank, file);
-    if (stage == 3) stage3(plan, config, zeroRank, file);
+    StateFile file{.file = rankFileName(rank), .rank = rank, .tpRank = indexIn(planner::MeshAxis::kTensor, rank)};
+    const RankPlace place{.held = planner::parametersOfRank(plan, rank),
+                          .denseRank = indexIn(planner::MeshAxis::kDenseData, rank),
+                          .expertRank = indexIn(planner::MeshAxis::kExpertData, rank),
+                          .expertIndex = mesh.expertIndex(rank)};
+    if (stage == 0) stage0(plan, config, place, file);
+    if (stage == 1 || stage == 2) stage12(plan, config, place, file);
+    if (stage == 3) stage3(plan, config, place, file);
     layout.files.push_back(std::move(file));
   }
   return layout;

@@ -59,11 +59,13 @@ struct StateLayout {
 std::string rankFileName(int rank);
 
 // Whether each rank's file holds its own optimizer state (a ZeRO partition, tensor-parallel
-// pieces), or rank 0's optimizer.safetensors the one whole state.
-bool statePerRank(int zeroStage, int tensorParallel);
+// pieces, its own experts'), or rank 0's optimizer.safetensors the one whole state.
+bool statePerRank(int zeroStage, int tensorParallel, int expertParallel);
 
-// The layout of `plan` under `config` (its ZeRO stage, precision and optimizer). Expert
-// parallelism is refused (Unimplemented) until its checkpoints exist.
+// The layout of `plan` under `config` (its ZeRO stage, precision and optimizer). Under expert
+// parallelism each rank's file holds its own experts' state beside the dense parameters'; at
+// stages 1-2 the experts' buffers follow the dense ones in the partition, cut over the
+// expert-data-parallel group, and at stage 3 each expert's part is its place in that group.
 StatusOr<StateLayout> stateLayout(const planner::Plan& plan, const planner::DeepSpeedConfig& config);
 
 }  // namespace loom::checkpoint

@@ -29,6 +29,10 @@ nlohmann::json deepspeedForLayout(const nlohmann::json& source, const planner::C
   if (layout.zeroStage >= 0) out["zero_optimization"]["stage"] = layout.zeroStage;
   if (layout.tensorParallel) out["tensor_parallel"]["autotp_size"] = layout.tensorParallel;
   if (layout.sequenceParallel) out["sequence_parallel_size"] = layout.sequenceParallel;
+  if (layout.expertParallel) {
+    out["expert_parallel"]["autoep_size"] = layout.expertParallel;
+    if (layout.expertParallel > 1) out["expert_parallel"]["enabled"] = true;
+  }
   if (layout.paramPersistenceThreshold >= 0)
     out["zero_optimization"]["stage3_param_persistence_threshold"] = layout.paramPersistenceThreshold;
   if (layout.modelPersistenceThreshold >= 0)

@@ -29,7 +29,7 @@ StatusOr<LayoutPlan> compileLayout(const planner::ModelConfig& model, const nloh
                                    const std::vector<std::string>& frozen, const std::string& where);
 
 // `source` (a DeepSpeed config as trainer_state.json keeps it) changed to convert.layout: its ZeRO
-// stage, autotp_size, sequence_parallel_size and stage 3 persistence thresholds where given, and the batch triple derived again
+// stage, autotp_size, sequence_parallel_size, autoep_size and stage 3 persistence thresholds where given, and the batch triple derived again
 // from train_batch_size over the new data-parallel ranks (which the data position depends on,
 // so it stays).
 nlohmann::json deepspeedForLayout(const nlohmann::json& source, const planner::ConvertLayout& layout);

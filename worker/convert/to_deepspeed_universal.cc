@@ -35,6 +35,14 @@ UniversalWriter::UniversalWriter(const convert::ResumableCheckpoint& source) : s
 
 Status UniversalWriter::prepare() {
   const json& trainer = source_.trainerState();
+  // transformers 5 builds a MoE layer's experts as stacked tensors (experts.gate_up_proj,
+  // experts.down_proj), and so does AutoEP (w1/w2/w3): the parameters DeepSpeed's universal
+  // checkpoint is keyed by are not the per-expert HF names Loom trains and saves.
+  if (source_.model().isMoe())
+    return invalidArgument("convert.to: deepspeed_universal: {} is a mixture-of-experts model ({}), whose experts "
+                           "DeepSpeed keeps as stacked tensors under other names than the per-expert ones of its HF "
+                           "checkpoint: this version does not write them (to: hf and to: loom do)",
+                           source_.tagDir(), planner::modelFamilyName(source_.model().family));
   if (!trainer.contains("deepspeed") || !trainer["deepspeed"].is_object())
     return invalidArgument("{}: its trainer state keeps no deepspeed config: what it trained with is unknown",
                            source_.tagDir());

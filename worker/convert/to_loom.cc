@@ -114,6 +114,7 @@ std::string LoomWriter::trainerStateText() const {
   t["dp_world_size"] = m.denseData();
   t["tensor_parallel"] = m.tp;
   t["sequence_parallel"] = m.sp;
+  t["expert_parallel"] = m.ep;
   t["zero_stage"] = target_.deepspeed.zero.stage;
   t["deepspeed"] = target_.deepspeed.toJson();
   t["converted_from"] = source_.tagDir();

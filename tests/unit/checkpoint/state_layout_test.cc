@@ -24,20 +24,30 @@ planner::ModelConfig tinyLlama() {
   return *model;
 }
 
-void checkLayout(int world, int stage, int tp, const std::string& optimizer) {
-  INFO("world " << world << ", ZeRO stage " << stage << ", tp " << tp << ", " << optimizer);
+planner::ModelConfig tinyMixtral() {
+  auto model = planner::parseModelConfig(R"({"model_type": "mixtral", "vocab_size": 256, "hidden_size": 64,
+      "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "num_local_experts": 4, "num_experts_per_tok": 2})");
+  REQUIRE(model.isOk());
+  return *model;
+}
+
+void checkLayout(int world, int stage, int tp, const std::string& optimizer, int ep = 1) {
+  INFO("world " << world << ", ZeRO stage " << stage << ", tp " << tp << ", ep " << ep << ", " << optimizer);
   nlohmann::json ds{{"train_batch_size", 12},
                     {"optimizer", {{"type", optimizer}, {"params", {{"lr", 1e-3}}}}},
                     {"zero_optimization", {{"stage", stage}, {"stage3_param_persistence_threshold", 100}}}};
   if (tp > 1) ds["tensor_parallel"] = {{"autotp_size", tp}};
-  const std::vector<std::string> frozen{"model\\.layers\\.0\\.mlp\\.up_proj\\.weight"};
-  auto compiled = convert::compileLayout(tinyLlama(), ds, world, frozen, "test");
+  if (ep > 1) ds["expert_parallel"] = {{"enabled", true}, {"autoep_size", ep}};
+  const std::vector<std::string> frozen{ep > 1 ? "model\\.layers\\.0\\.block_sparse_moe\\.experts\\.\\d+\\.w3\\.weight"
+                                               : "model\\.layers\\.0\\.mlp\\.up_proj\\.weight"};
+  auto compiled = convert::compileLayout(ep > 1 ? tinyMixtral() : tinyLlama(), ds, world, frozen, "test");
   INFO(compiled.status().toString());
   REQUIRE(compiled.isOk());
   const planner::Plan& plan = compiled->plan;
   auto layout = stateLayout(plan, compiled->deepspeed);
   REQUIRE(layout.isOk());
-  CHECK(layout->files.size() == (stage == 0 && tp == 1 ? 1u : static_cast<size_t>(world)));
+  CHECK(layout->files.size() == (stage == 0 && tp == 1 && ep == 1 ? 1u : static_cast<size_t>(world)));
 
   std::map<std::pair<int, std::string>, std::vector<int>> held;  // (parameter, state) -> count per element
   for (const StateFile& f : layout->files) {
@@ -70,10 +80,13 @@ void checkLayout(int world, int stage, int tp, const std::string& optimizer) {
       if (state == "master" && layout->mastersAreWeights) continue;
       INFO(spec.name << " " << state);
       REQUIRE(it != held.end());
-      // Whole on every rank of its data-parallel group: stage 0 under tensor parallelism (each
-      // rank's file holds its state), and stage 3's persistent parameters.
-      const bool everyReplica = (stage == 0 && tp > 1) || (stage == 3 && (spec.persistent || spec.partitionNumel == 0));
-      const int copies = (everyReplica ? dp : 1) * (spec.splitDim >= 0 ? spec.kvReplication : tp);
+      // Whole on every rank of its data-parallel group (an expert's: the ranks holding it): stage 0
+      // under tensor or expert parallelism (each rank's file holds its state), and stage 3's
+      // persistent parameters.
+      const bool everyReplica =
+          (stage == 0 && (tp > 1 || ep > 1)) || (stage == 3 && (spec.persistent || spec.partitionNumel == 0));
+      const int replicas = spec.expert >= 0 ? dp / ep : dp;
+      const int copies = (everyReplica ? replicas : 1) * (spec.splitDim >= 0 ? spec.kvReplication : tp);
       CHECK(std::all_of(it->second.begin(), it->second.end(), [&](int n) { return n == copies; }));
     }
   }
@@ -85,6 +98,9 @@ TEST_CASE("state layouts: every element of every trained parameter's state held 
     checkLayout(4, stage, 2, "AdamW");
     checkLayout(4, stage, 4, "AdamW");  // more ranks than KV heads: each KV head on two
     checkLayout(4, stage, 2, "Muon");
+    checkLayout(4, stage, 1, "AdamW", 2);  // each rank's file: the dense parameters and its own experts
+    checkLayout(4, stage, 1, "AdamW", 4);
+    checkLayout(4, stage, 2, "AdamW", 2);
   }
 }
 

@@ -250,8 +250,8 @@ TEST_CASE("deepspeed: bad parallel settings are refused by name", "[planner][dee
   CHECK(error(R"("expert_parallel": {"enabled": true, "preset_model": "minimax_m3"})")
             .find("\"minimax_m3\" is a DeepSpeed preset for a model transformers 5.17 does not build") !=
         std::string::npos);
-  CHECK(error(R"("expert_parallel": {"enabled": true, "load_balance_coeff": 0.001})") ==
-        "deepspeed.expert_parallel.load_balance_coeff: unknown key");
+  CHECK(error(R"("expert_parallel": {"enabled": true, "load_balance_coeff": 0.001})")
+            .find("deepspeed.expert_parallel.load_balance_coeff: not supported") == 0);
   CHECK(error(R"("expert_parallel": {"enabled": true, "autoep_size": 16})") ==
         "deepspeed.expert_parallel.autoep_size 16 must divide data parallel x sequence parallel = 8 x 1 = 8"
         " (resources.ranks 8 over tensor parallel 1): the experts split over ranks that hold the same tensor-parallel piece");

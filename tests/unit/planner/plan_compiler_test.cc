@@ -526,6 +526,17 @@ TEST_CASE("plan rejections: train.frozen_parameters that hold nothing or everyth
   CHECK(buffers.zero.buffers.size() == 33);        // 32 layers, the final norm and head
   CHECK(rejection("llama3_8b.json", frozen({".*"})) ==
         "train.frozen_parameters: every one of the model's 291 parameters is frozen");
+  // Stages 1-2 under expert parallelism: one partition serves every rank's experts of a layer.
+  json experts = trainSpec(8, deepspeed({{"zero_optimization", {{"stage", 2}}},
+                                         {"expert_parallel", {{"enabled", true}, {"autoep_size", 8}}}}),
+                           4096, {{"device", "cpu"}});
+  experts["train"]["frozen_parameters"] = {"model\\.layers\\.0\\.block_sparse_moe\\.experts\\.3\\.w1\\.weight"};
+  CHECK(rejection("mixtral_8x7b.json", experts) ==
+        "train.frozen_parameters: at ZeRO stage 2 under expert parallelism, layer 0's experts are frozen unevenly over "
+        "the expert-parallel ranks (rank 0 trains 3 of its tensors, rank 3 trains 2): freeze the same tensors of every "
+        "rank's experts, or use stage 0 or 3");
+  experts["train"]["frozen_parameters"] = {"model\\.layers\\.0\\.block_sparse_moe\\.experts\\.\\d+\\.w1\\.weight"};
+  compiled("mixtral_8x7b.json", experts);
   // Not a regular expression: refused when the spec is read, by index.
   auto bad = parseJobSpec(frozen({"model.layers.(0"}).dump(), SpecPurpose::kPlan);
   REQUIRE_FALSE(bad.isOk());

@@ -66,7 +66,7 @@ class Trainer final : public JobRunner {
   // Whether each rank's file holds its optimizer state: under ZeRO (its partition) and under
   // tensor parallelism (its pieces); else rank 0 saves the one whole state.
   // Under expert parallelism each rank holds its own experts' state, at every stage.
-  bool statePerRank() const { return checkpoint::statePerRank(ds_.zero.stage, tp()) || ep() > 1; }
+  bool statePerRank() const { return checkpoint::statePerRank(ds_.zero.stage, tp(), ep()); }
   int ep() const { return rank_.mesh.expert->size(); }
   // The convert job that rewrites train.checkpoint_dir for this job's layout (JSON, for errors).
   std::string convertJobForThisLayout() const;
@@ -133,7 +133,8 @@ Status Trainer::setUp() {
 std::string Trainer::convertJobForThisLayout() const {
   const std::string& dir = spec_.train.checkpointDir;
   const planner::PlanMesh& m = rank_.plan.mesh;
-  json layout{{"ranks", m.world}, {"zero_stage", ds_.zero.stage}, {"autotp_size", m.tp}, {"sequence_parallel_size", m.sp}};
+  json layout{{"ranks", m.world}, {"zero_stage", ds_.zero.stage}, {"autotp_size", m.tp}, {"sequence_parallel_size", m.sp},
+              {"autoep_size", m.ep}};
   if (ds_.zero.stage == 3) {
     layout["stage3_param_persistence_threshold"] = ds_.zero.paramPersistenceThreshold;
     layout["stage3_model_persistence_threshold"] = ds_.zero.modelPersistenceThreshold;
@@ -166,8 +167,9 @@ Status Trainer::resume() {
   const int writtenEp = t.value("expert_parallel", 1);
   if (writtenEp != ep())
     return failedPrecondition("{}: written at expert parallel {}, this job runs expert parallel {}: each rank's file "
-                              "holds the experts of its own expert-parallel index, so it resumes at its own ep only",
-                              where, writtenEp, ep());
+                              "holds the experts of its own expert-parallel index, so it resumes at its own ep only. "
+                              "Convert it to this job's layout first, then point train.checkpoint_dir at the output: {}",
+                              where, writtenEp, ep(), convertJobForThisLayout());
   const int writtenDp = t.value("dp_world_size", dp().size());
   // Stage 3's parts also depend on which parameters its thresholds keep whole.
   const json writtenZero = t.value("deepspeed", json::object()).value("zero_optimization", json::object());
