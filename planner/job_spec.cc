@@ -1,5 +1,6 @@
 #include "planner/job_spec.h"
 
+#include "planner/deepspeed_auto.h"
 #include "planner/json_reader.h"
 
 #include <cctype>
@@ -348,9 +349,17 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
     if (object && !applies) return invalidArgument("{}: does not apply to a {} job", section, kind);
     if (object) RETURN_IF_ERROR(parse(*object, &spec));
   }
+  if (const json* path = r.find("deepspeed"); path && path->is_string())
+    return invalidArgument("deepspeed: \"{}\" is a file path, which loomctl reads and puts in its place; a spec sent "
+                           "over the API carries the DeepSpeed config object itself",
+                           path->get<std::string>());
   ASSIGN_OR_RETURN(const json* deepspeed, r.readObject("deepspeed"));
-  ASSIGN_OR_RETURN(spec.deepspeed, parseDeepSpeedConfig(deepspeed ? *deepspeed : json::object(), spec.ranks,
-                                                         spec.kind == JobKind::kTrain));
+  ASSIGN_OR_RETURN(const json resolved,
+                   resolveAutoValues(deepspeed ? *deepspeed : json::object(),
+                                     AutoContext{.cuda = spec.device == DeviceKind::kCuda,
+                                                 .training = spec.kind == JobKind::kTrain,
+                                                 .trainSteps = spec.train.steps}));
+  ASSIGN_OR_RETURN(spec.deepspeed, parseDeepSpeedConfig(resolved, spec.ranks, spec.kind == JobKind::kTrain));
 
   RETURN_IF_ERROR(r.rejectUnknown());
   if (purpose == SpecPurpose::kRun) RETURN_IF_ERROR(checkRunnable(spec));
@@ -448,6 +457,11 @@ std::string resolveSpecPaths(const std::string& specJson, const std::string& bas
     if (v == s->end() || !v->is_string()) continue;
     std::string p = v->get<std::string>();
     if (!p.empty() && p[0] != '/') *v = (std::filesystem::path(baseDir) / p).lexically_normal().string();
+  }
+  // "deepspeed": "ds_config.json", which loomctl then reads in (DeepSpeed users keep it apart).
+  if (auto d = root.find("deepspeed"); d != root.end() && d->is_string()) {
+    std::string p = d->get<std::string>();
+    if (!p.empty() && p[0] != '/') *d = (std::filesystem::path(baseDir) / p).lexically_normal().string();
   }
   if (auto k = root.find("kernels"); k != root.end() && k->is_object()) {
     if (auto plugins = k->find("plugins"); plugins != k->end() && plugins->is_array()) {

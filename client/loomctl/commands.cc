@@ -4,6 +4,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "client/loom_client.h"
 #include "client/loomctl/progress.h"
@@ -14,16 +15,36 @@
 
 namespace loom::loomctl {
 
+namespace {
+
+// "deepspeed": "ds_config.json" (a DeepSpeed user's config file, kept as it is): the file's
+// object in its place, so that what is submitted is whole. Errors name the file.
+StatusOr<std::string> inlineDeepSpeedFile(const std::string& specText) {
+  nlohmann::json root = nlohmann::json::parse(specText, nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object() || !root.contains("deepspeed") || !root["deepspeed"].is_string()) return specText;
+  const std::string path = root["deepspeed"].get<std::string>();
+  auto text = files::readFile(path);
+  if (!text.isOk()) return invalidArgument("deepspeed: {}", text.status().message());
+  nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded())
+    return invalidArgument("deepspeed: {} is not valid JSON (a DeepSpeed config file is a JSON object)", path);
+  if (!config.is_object()) return invalidArgument("deepspeed: {} holds a JSON {}, not an object", path, config.type_name());
+  root["deepspeed"] = std::move(config);
+  return root.dump(2);
+}
+
+}  // namespace
+
 StatusOr<std::string> readSpecFile(const std::string& path) {
   if (path == "-") {
     std::string text(std::istreambuf_iterator<char>(std::cin), {});
-    return planner::resolveSpecPaths(text, std::filesystem::current_path().string());
+    return inlineDeepSpeedFile(planner::resolveSpecPaths(text, std::filesystem::current_path().string()));
   }
   auto text = files::readFile(path);
   if (!text.isOk()) return Status(StatusCode::kInvalidArgument, text.status().message());
   // Paths in a spec are relative to the spec file, wherever loomctl runs.
   auto dir = std::filesystem::absolute(path).parent_path().string();
-  return planner::resolveSpecPaths(*text, dir);
+  return inlineDeepSpeedFile(planner::resolveSpecPaths(*text, dir));
 }
 
 namespace {

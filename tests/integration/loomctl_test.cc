@@ -92,6 +92,35 @@ TEST_CASE("loomctl validate names the field - submit prints the id alone - wait 
   CHECK(unknown.err.find("NOT_FOUND") != std::string::npos);
 }
 
+TEST_CASE("loomctl reads the DeepSpeed config file a spec names - auto values - errors name the file",
+          "[integration]") {
+  TempDir dir;
+  REQUIRE(files::makeDirs(dir.path() + "/ds").isOk());
+  // As HF Trainer users keep it: a file of its own, "auto" where the integration fills in.
+  writeSpec(dir, "ds/ds_config.json", R"({"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"},
+      "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto", "overlap_comm": true}})");
+  // Relative to the spec, wherever loomctl runs.
+  const std::string named = writeSpec(dir, "named.json", probeSpec(2, 1, 1, {{"deepspeed", "ds/ds_config.json"}}));
+  Result unfilled = loomctl("validate " + named, "/");
+  CHECK(unfilled.exitCode == 2);
+  CHECK(unfilled.err.find("give a value for deepspeed.zero_optimization.reduce_bucket_size") != std::string::npos);
+  writeSpec(dir, "ds/ds_config.json", R"({"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"},
+      "zero_optimization": {"stage": 2, "reduce_bucket_size": 5e8, "overlap_comm": true}})");
+  Result valid = loomctl("validate " + named, "/");
+  INFO(valid.err);
+  CHECK(valid.exitCode == 0);
+
+  const std::string absent = writeSpec(dir, "absent.json", probeSpec(2, 1, 1, {{"deepspeed", "ds/nope.json"}}));
+  Result missing = loomctl("validate " + absent, dir.path());
+  CHECK(missing.exitCode == 2);
+  CHECK(missing.err.find("deepspeed: cannot open " + dir.path() + "/ds/nope.json") != std::string::npos);
+  writeSpec(dir, "ds/broken.json", "{\"train_batch_size\": ");
+  const std::string broken = writeSpec(dir, "broken.json", probeSpec(2, 1, 1, {{"deepspeed", "ds/broken.json"}}));
+  Result invalid = loomctl("validate " + broken, dir.path());
+  CHECK(invalid.exitCode == 2);
+  CHECK(invalid.err.find("deepspeed: " + dir.path() + "/ds/broken.json is not valid JSON") != std::string::npos);
+}
+
 TEST_CASE("loomctl cancel - then wait exits 3 for the cancelled job", "[integration]") {
   TempDir dir;
   Standalone cluster(1);

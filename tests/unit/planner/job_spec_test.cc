@@ -198,3 +198,10 @@ TEST_CASE("convert jobs: the section is read with its defaults - what does not f
   CHECK(errorOf(R"({"name": "c", "kind": "convert", "resources": {"ranks": 1}, "convert": {"from": "/c", "output": "/o"},
     "model": {"config": "/m"}})") == "model: does not apply to a convert job");
 }
+
+TEST_CASE("spec: a DeepSpeed config path over the API is refused, naming it", "[planner]") {
+  const std::string spec = R"({"name": "p", "kind": "probe", "resources": {"ranks": 1}, "deepspeed": "ds.json"})";
+  auto parsed = loom::planner::parseJobSpec(spec);
+  REQUIRE_FALSE(parsed.isOk());
+  CHECK(parsed.status().message().rfind("deepspeed: \"ds.json\" is a file path, which loomctl reads", 0) == 0);
+}

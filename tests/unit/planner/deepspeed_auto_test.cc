@@ -1,0 +1,62 @@
+#include "planner/deepspeed_auto.h"
+
+#include "planner/deepspeed_config.h"
+#include "tests/catch.h"
+
+using namespace loom;
+using namespace loom::planner;
+using json = nlohmann::json;
+
+TEST_CASE("deepspeed \"auto\": filled where the job decides it, else every field named at once",
+          "[planner][deepspeed]") {
+  // The HF Trainer's usual config: batch sizes, precision and schedule left to the integration.
+  const json hf = json::parse(R"({
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": "auto",
+    "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}},
+    "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10, "warmup_max_lr": "auto",
+                                                       "total_num_steps": "auto"}}})");
+  auto cuda = resolveAutoValues(hf, AutoContext{.cuda = true, .training = true, .trainSteps = 100});
+  REQUIRE(cuda.isOk());
+  CHECK_FALSE(cuda->contains("train_batch_size"));  // DeepSpeed derives it from micro x gas x dp
+  CHECK((*cuda)["bf16"]["enabled"] == true);
+  CHECK((*cuda)["fp16"]["enabled"] == false);
+  CHECK((*cuda)["scheduler"]["params"]["total_num_steps"] == 100);
+  CHECK((*cuda)["scheduler"]["params"]["warmup_max_lr"] == 3e-4);
+  auto parsed = parseDeepSpeedConfig(*cuda, 8, true);
+  REQUIRE(parsed.isOk());
+  CHECK(parsed->trainBatchSize == 32);
+  CHECK(parsed->precision == Precision::kBf16);
+
+  auto cpu = resolveAutoValues(hf, AutoContext{.cuda = false, .training = true, .trainSteps = 100});
+  REQUIRE(cpu.isOk());
+  CHECK((*cpu)["bf16"]["enabled"] == false);
+
+  // What the job does not decide stays to fill, all of it in one message.
+  json open = hf;
+  open["train_micro_batch_size_per_gpu"] = "auto";
+  open["gradient_clipping"] = "auto";
+  open["zero_optimization"] = {{"stage", 3}, {"reduce_bucket_size", "auto"}};
+  auto refused = resolveAutoValues(open, AutoContext{.cuda = true, .training = true, .trainSteps = 100});
+  REQUIRE_FALSE(refused.isOk());
+  const std::string message = refused.status().message();
+  INFO(message);
+  for (const char* field : {"deepspeed.train_batch_size", "deepspeed.train_micro_batch_size_per_gpu",
+                            "deepspeed.gradient_accumulation_steps", "deepspeed.gradient_clipping",
+                            "deepspeed.zero_optimization.reduce_bucket_size"})
+    CHECK(message.find(field) != std::string::npos);
+  CHECK(message.find("deepspeed.bf16") == std::string::npos);
+
+  // AutoEP's own "auto" values are DeepSpeed's, resolved from the model: left as they are.
+  json autoep = hf;
+  autoep["expert_parallel"] = {{"enabled", true}, {"top_k", "auto"}, {"score_func", "auto"}};
+  auto kept = resolveAutoValues(autoep, AutoContext{.cuda = true, .training = true, .trainSteps = 100});
+  REQUIRE(kept.isOk());
+  CHECK((*kept)["expert_parallel"]["top_k"] == "auto");
+
+  // A job that does not train needs no batch triple.
+  json eval = json::parse(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"})");
+  auto evalResolved = resolveAutoValues(eval, AutoContext{.cuda = false, .training = false});
+  REQUIRE(evalResolved.isOk());
+  CHECK(evalResolved->empty());
+}
