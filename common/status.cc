@@ -33,8 +33,18 @@ std::string Status::toString() const {
 }
 
 Status errnoStatus(const std::string& what) {
-  int err = errno;
-  return {StatusCode::kInternal, what + ": " + std::strerror(err)};
+  const int err = errno;
+  // The code says what the caller can do about it: NotFound, PermissionDenied, ResourceExhausted
+  // for a full disk, AlreadyExists; Internal for the rest.
+  StatusCode code = StatusCode::kInternal;
+  switch (err) {
+    case ENOENT: case ENOTDIR: code = StatusCode::kNotFound; break;
+    case EACCES: case EPERM: case EROFS: code = StatusCode::kPermissionDenied; break;
+    case ENOSPC: case EDQUOT: case EFBIG: code = StatusCode::kResourceExhausted; break;
+    case EEXIST: code = StatusCode::kAlreadyExists; break;
+    default: break;
+  }
+  return {code, what + ": " + std::strerror(err)};
 }
 
 }  // namespace loom

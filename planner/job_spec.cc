@@ -146,6 +146,7 @@ Status parseTrain(const json& object, JobSpec* spec) {
   RETURN_IF_ERROR(r.readInt("checkpoint_every", &t.checkpointEvery, false, 0, int64_t(1) << 40));
   RETURN_IF_ERROR(r.readString("checkpoint_dir", &t.checkpointDir, false));
   RETURN_IF_ERROR(r.readBool("resume", &t.resume));
+  RETURN_IF_ERROR(r.readInt("keep_checkpoints", &t.keepCheckpoints, false, 1, int64_t(1) << 20));
   RETURN_IF_ERROR(r.readStrings("frozen_parameters", &t.frozenParameters, {}));
   for (size_t i = 0; i < t.frozenParameters.size(); ++i) {
     try {
@@ -408,6 +409,7 @@ json JobSpec::toJson() const {
                   {"eval_every", train.evalEvery},
                   {"eval_batches", train.evalBatches},
                   {"checkpoint_every", train.checkpointEvery},
+                  {"keep_checkpoints", train.keepCheckpoints},
                   {"resume", train.resume}};
     if (!train.checkpointDir.empty()) j["train"]["checkpoint_dir"] = train.checkpointDir;
     if (!train.frozenParameters.empty()) j["train"]["frozen_parameters"] = train.frozenParameters;

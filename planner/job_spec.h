@@ -86,8 +86,12 @@ struct TrainSpec {
   int64_t evalBatches = 8;   // micro-batches per rank per evaluation
   int64_t checkpointEvery = 0;  // 0: only at the end
   std::string checkpointDir;    // empty: no checkpoints
-  // Resume from checkpoint_dir/latest when there is one (a restarted job goes on by itself).
+  // Resume from checkpoint_dir/latest when there is one (a restarted job goes on by itself); a
+  // damaged one falls back to the newest good one.
   bool resume = true;
+  // Complete checkpoints kept in checkpoint_dir; older ones are removed once a new one is
+  // published.
+  int64_t keepCheckpoints = 2;
   // Parameters held fixed: ECMAScript regular expressions, each matching whole HF names (the
   // regex model\.embed_tokens\.weight; model\.layers\.[0-3]\..* for the first four layers). A
   // frozen parameter gets no gradient and is not in the optimizer (no weight decay, no state).

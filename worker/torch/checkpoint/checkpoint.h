@@ -42,12 +42,25 @@ struct WeightStream {
   TensorProducer produce;
 };
 
-// Every rank of `comm` calls it (comm may be null for a single rank).
+// Every rank of `comm` calls it (comm may be null for a single rank). Rank 0 first checks that
+// `dir`'s file system has room for it (ResourceExhausted naming the directory and the bytes
+// needed, the previous checkpoint left as `latest`), and once it is published removes all but
+// the newest `keep` complete checkpoints.
 Status saveCheckpoint(const std::string& dir, int64_t step, const CheckpointContents& contents,
-                      const WeightStream& weights, int rank, backends::Communicator* comm);
+                      const WeightStream& weights, int rank, backends::Communicator* comm, int keep);
 
-// The checkpoint `latest` names, checked against its manifest, with this rank's file (absent
-// when the checkpoint was written by fewer ranks). nullopt when `dir` has no `latest`.
-StatusOr<std::optional<CheckpointContents>> loadLatestCheckpoint(const std::string& dir, int rank);
+// A checkpoint loaded for resuming, and the newer ones refused on the way (each "<tag dir>: the
+// reason", naming the file).
+struct LoadedCheckpoint {
+  CheckpointContents contents;
+  std::vector<std::string> refused;
+};
+
+// The newest good checkpoint: the one `latest` names, checked against its manifest, else (when a
+// file of it is corrupt, truncated or missing, or its manifest is) the next newest complete one,
+// with this rank's file (absent when the checkpoint was written by fewer ranks). Every rank reads
+// the same files and so picks the same one. nullopt when `dir` has no `latest`; DataLoss naming
+// every refusal when no checkpoint is good.
+StatusOr<std::optional<LoadedCheckpoint>> loadNewestGoodCheckpoint(const std::string& dir, int rank);
 
 }  // namespace loom::worker

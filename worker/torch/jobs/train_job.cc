@@ -150,10 +150,14 @@ std::string Trainer::convertJobForThisLayout() const {
 }
 
 Status Trainer::resume() {
-  auto loaded = loadLatestCheckpoint(spec_.train.checkpointDir, ctx_.rank);
+  auto loaded = loadNewestGoodCheckpoint(spec_.train.checkpointDir, ctx_.rank);
   if (!loaded.isOk()) return loaded.status().withContext("train.checkpoint_dir");
   if (!*loaded) return Status::ok();
-  auto& c = **loaded;
+  if (ctx_.rank == 0) {
+    for (const std::string& refused : (*loaded)->refused)
+      std::printf("checkpoint refused, an older one is used: %s\n", refused.c_str());
+  }
+  auto& c = (*loaded)->contents;
   const json& t = c.trainer;
   const std::string where = spec_.train.checkpointDir + "/" + t.value("tag", std::string("?"));
   if (t.value("train_batch_size", int64_t(0)) != ds_.trainBatchSize)
@@ -423,7 +427,8 @@ Status Trainer::saveNow() {
                  {"deepspeed", ds_.toJson()}};
   }
   const auto started = Clock::now();
-  RETURN_IF_ERROR(saveCheckpoint(spec_.train.checkpointDir, step_, c, weightStream(), ctx_.rank, rank_.mesh.world.get()));
+  RETURN_IF_ERROR(saveCheckpoint(spec_.train.checkpointDir, step_, c, weightStream(), ctx_.rank, rank_.mesh.world.get(),
+                                 static_cast<int>(spec_.train.keepCheckpoints)));
   lastSavedStep_ = step_;
   if (ctx_.rank == 0) {
     std::printf("step %lld: checkpoint %s/%s written in %.2f s\n", static_cast<long long>(step_),

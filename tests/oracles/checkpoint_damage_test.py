@@ -1,0 +1,139 @@
+"""Checkpoints that survive damage, end to end through `loomctl run` (a real loomd, a real rank):
+
+1. train.keep_checkpoints 2 keeps the two newest complete checkpoints (every 2 steps of 8: 6 and
+   8 stay).
+2. A job stopped at step 6 whose newest checkpoint has a corrupt weights file, or a truncated
+   manifest, resumes from step 4, saying which file it refused, and ends with the uninterrupted
+   run's weights; with both checkpoints damaged it fails with DATA_LOSS naming each.
+3. A disk that fills (a tmpfs the size of one and a half checkpoints): the next checkpoint is
+   refused before anything is written, naming the directory and the bytes it needs, and the
+   previous one stays `latest` with no partial directory left (skipped, saying so, where the
+   machine does not let the test mount a tmpfs).
+
+  python3 tests/oracles/checkpoint_damage_test.py --bin build/bin
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+import parity_test  # noqa: E402
+from parity_test import check, loom_run  # noqa: E402
+
+SEQ = 16
+
+
+def train_spec(data, model_dir, name, checkpoints, steps, keep=2):
+    return {"name": name, "kind": "train", "resources": {"ranks": 1},
+            "model": {"config": model_dir + "/config.json", "weights": model_dir},
+            "data": {"train": data, "seq_len": SEQ, "seed": 2},
+            "train": {"steps": steps, "checkpoint_dir": checkpoints, "checkpoint_every": 2, "keep_checkpoints": keep},
+            "deepspeed": {"train_batch_size": 4, "gradient_clipping": 1.0, "steps_per_print": 1,
+                          "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.01}}}}
+
+
+def tags(checkpoints):
+    return sorted(n for n in os.listdir(checkpoints) if n.startswith("global_step") or n.startswith("."))
+
+
+def corrupt(path):
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def weights(checkpoints, step):
+    return load_file(os.path.join(checkpoints, f"global_step{step}", "model.safetensors"))
+
+
+def same_weights(a, b):
+    return set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    bin_dir = os.path.abspath(parser.parse_args().bin)
+    work = tempfile.mkdtemp(prefix="loom-damage-")
+    mounted = None
+    try:
+        data, model_dir = parity_test.licence_tokens_and_model(bin_dir, work, "damage", seed=4)
+
+        def run(spec, expect_failure=False):
+            return loom_run(bin_dir, spec, work, spec["name"], expect_failure=expect_failure)
+
+        whole = os.path.join(work, "uninterrupted")
+        run(train_spec(data, model_dir, "uninterrupted", whole, 8))
+        check(tags(whole) == ["global_step6", "global_step8"],
+              f"keep_checkpoints 2: the checkpoints left are {tags(whole)}")
+        reference = weights(whole, 8)
+
+        for damage in ("corrupt-weights", "truncated-manifest"):
+            checkpoints = os.path.join(work, damage)
+            run(train_spec(data, model_dir, damage + "-first", checkpoints, 6))
+            newest = os.path.join(checkpoints, "global_step6")
+            if damage == "corrupt-weights":
+                corrupt(os.path.join(newest, "model.safetensors"))
+                named = os.path.join(newest, "model.safetensors") + ": CRC-32 does not match the manifest"
+            else:
+                with open(os.path.join(newest, "manifest.json"), "r+") as f:
+                    f.truncate(os.path.getsize(os.path.join(newest, "manifest.json")) // 2)
+                named = os.path.join(newest, "manifest.json") + ": not a checkpoint manifest"
+            log = run(train_spec(data, model_dir, damage + "-resumed", checkpoints, 8))
+            check(f"checkpoint refused, an older one is used: {checkpoints}/global_step6: " in log and named in log,
+                  f"{damage}: the refused checkpoint is named with its file")
+            check(f"resumed from {checkpoints}/global_step4 at step 4" in log, f"{damage}: resumed at step 4")
+            check(same_weights(weights(checkpoints, 8), reference),
+                  f"{damage}: the final weights equal the uninterrupted run's")
+
+        checkpoints = os.path.join(work, "all-damaged")
+        run(train_spec(data, model_dir, "all-damaged-first", checkpoints, 6))
+        for step in (4, 6):
+            corrupt(os.path.join(checkpoints, f"global_step{step}", "model.safetensors"))
+        failed = run(train_spec(data, model_dir, "all-damaged-resumed", checkpoints, 8), expect_failure=True)
+        check("DATA_LOSS" in failed and "no checkpoint is whole (2 tried)" in failed and
+              "global_step4/model.safetensors" in failed and "global_step6/model.safetensors" in failed,
+              "with every checkpoint damaged the job fails with DATA_LOSS naming each")
+
+        # A disk that fills: room for the first checkpoint, not for the second beside it.
+        size = sum(os.path.getsize(os.path.join(whole, "global_step8", n))
+                   for n in os.listdir(os.path.join(whole, "global_step8")))
+        mounted = os.path.join(work, "small-disk")
+        os.makedirs(mounted)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size * 3 // 2}", "tmpfs", mounted],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"skipped: the disk-full case (mount -t tmpfs: {r.stderr.strip()})")
+            mounted = None
+        else:
+            full = os.path.join(mounted, "checkpoints")
+            failed = run(train_spec(data, model_dir, "disk-full", full, 4), expect_failure=True)
+            check("RESOURCE_EXHAUSTED" in failed and f"checkpoint global_step4: {full} has " in failed and
+                  "the checkpoint needs about" in failed,
+                  "a full disk: the checkpoint is refused naming the directory and the bytes it needs")
+            latest = open(os.path.join(full, "latest")).read().strip()
+            check(latest == "global_step2" and tags(full) == ["global_step2"],
+                  f"a full disk: `latest` still names {latest}, and {tags(full)} is all that is there")
+    finally:
+        if mounted:
+            subprocess.run(["umount", mounted], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    if parity_test.failures:
+        print(f"FAILED: {len(parity_test.failures)} checks")
+        return 1
+    print("PASSED")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
