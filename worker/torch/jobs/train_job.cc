@@ -133,8 +133,8 @@ Status Trainer::setUp() {
 std::string Trainer::convertJobForThisLayout() const {
   const std::string& dir = spec_.train.checkpointDir;
   const planner::PlanMesh& m = rank_.plan.mesh;
-  json layout{{"ranks", m.world}, {"zero_stage", ds_.zero.stage}, {"autotp_size", m.tp}, {"sequence_parallel_size", m.sp},
-              {"autoep_size", m.ep}};
+  json layout{{"ranks", m.world}, {"zero_stage", ds_.zero.stage}, {"autotp_size", m.tp}, {"sequence_parallel_size", m.sp}};
+  if (built_.model->config().isMoe()) layout["autoep_size"] = m.ep;  // also 1: the checkpoint's may be another
   if (ds_.zero.stage == 3) {
     layout["stage3_param_persistence_threshold"] = ds_.zero.paramPersistenceThreshold;
     layout["stage3_model_persistence_threshold"] = ds_.zero.modelPersistenceThreshold;
