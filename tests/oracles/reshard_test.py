@@ -90,6 +90,16 @@ def final_weights(checkpoints):
     return load_file(os.path.join(checkpoints, f"global_step{STEPS}", "model.safetensors"))
 
 
+def check_resumed(name, output, log, reference_losses):
+    """The job resumed from `output` half way, and its losses from there equal the uninterrupted
+    run's within 1e-5."""
+    check(f"resumed from {output}/global_step{HALF} at step {HALF}" in log, f"{name}: resumed at step {HALF}")
+    losses = loom_losses(log)
+    worst = max(abs(losses.get(s, 0) - reference_losses[s]) / reference_losses[s] for s in range(HALF + 1, STEPS + 1))
+    check(len(losses) == STEPS - HALF and worst <= 1e-5,
+          f"{name}: {len(losses)} resumed losses vs the uninterrupted run, worst relative difference {worst:.2e}")
+
+
 def expert_parallel(run, data, work):
     """A mixtral's checkpoints under expert parallelism (each rank's file holding its own experts'
     state) resharded to and from other expert-parallel sizes and stages, and resumed there: the
@@ -116,14 +126,7 @@ def expert_parallel(run, data, work):
                 layout["stage3_param_persistence_threshold"] = 100
             run(convert_spec(target_name + "-convert", source, output, layout))
             log = run(train_spec(data, model_dir, target_name, target_ranks, target_zero, output, STEPS, ep=target_ep))
-            check(f"resumed from {output}/global_step{HALF} at step {HALF}" in log,
-                  f"{target_name}: resumed at step {HALF}")
-            losses = loom_losses(log)
-            worst = max(abs(losses.get(s, 0) - reference_losses[s]) / reference_losses[s]
-                        for s in range(HALF + 1, STEPS + 1))
-            check(len(losses) == STEPS - HALF and worst <= 1e-5,
-                  f"{target_name}: {len(losses)} resumed losses vs the uninterrupted run, worst relative "
-                  f"difference {worst:.2e}")
+            check_resumed(target_name, output, log, reference_losses)
             weights = final_weights(output)
             diffs = torch.cat([(weights[k] - reference_weights[k]).abs().reshape(-1) for k in reference_weights])
             largest, beyond = diffs.max().item(), (diffs > 1e-5).sum().item()
@@ -183,14 +186,7 @@ def main():
                       f"{target_name}: the convert job says where to point train.checkpoint_dir")
                 log = run(train_spec(data, model_dir, target_name, target_ranks, target_zero, output, STEPS,
                                      tp=target_tp, optimizer=optimizer, frozen=frozen))
-                check(f"resumed from {output}/global_step{HALF} at step {HALF}" in log,
-                      f"{target_name}: resumed at step {HALF}")
-                losses = loom_losses(log)
-                worst = max(abs(losses.get(s, 0) - reference_losses[s]) / reference_losses[s]
-                            for s in range(HALF + 1, STEPS + 1))
-                check(len(losses) == STEPS - HALF and worst <= 1e-5,
-                      f"{target_name}: {len(losses)} resumed losses vs the uninterrupted run, worst relative "
-                      f"difference {worst:.2e}")
+                check_resumed(target_name, output, log, reference_losses)
                 weights = final_weights(output)
                 diff = max((weights[k] - reference_weights[k]).abs().max().item() for k in reference_weights)
                 tolerance = WEIGHT_TOLERANCE.get(setting, 1e-5)
