@@ -1,6 +1,7 @@
 #include "daemon/daemon.h"
 
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -19,13 +20,14 @@ namespace loom::daemon {
 
 namespace {
 
-// A free TCP port for the attempt's MASTER_PORT (torchrun does the same: bind port 0, read it).
-StatusOr<int> pickFreePort() {
+// Binds `port` (0: any) on every address and closes it again: the port it got, or an error.
+StatusOr<int> bindAndRelease(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errnoStatus("socket");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof addr;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
@@ -35,6 +37,31 @@ StatusOr<int> pickFreePort() {
   }
   ::close(fd);
   return static_cast<int>(ntohs(addr.sin_port));
+}
+
+// The first port the kernel hands out on its own (ip_local_port_range), 32768 by default.
+int ephemeralPortsStart() {
+  auto text = files::readFile("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  if (text.isOk() && std::sscanf(text->c_str(), "%d", &low) == 1 && low > 1024) return low;
+  return 32768;
+}
+
+// A free TCP port for the attempt's MASTER_PORT, which rank 0 binds a moment later. Taken at
+// random below the ephemeral range: a port there is never handed to another process's outgoing
+// connection or bind(0) in between (torchrun's bind-0 pick can be, and then the attempt fails
+// with "Address already in use"), and two daemons collide only by picking the same of ~20,000.
+StatusOr<int> pickFreePort() {
+  static thread_local std::mt19937 random(std::random_device{}());
+  const int high = ephemeralPortsStart();
+  if (high > 12000) {
+    std::uniform_int_distribution<int> below(10000, high - 1);
+    for (int tries = 0; tries < 16; ++tries) {
+      auto port = bindAndRelease(below(random));
+      if (port.isOk()) return port;
+    }
+  }
+  return bindAndRelease(0);
 }
 
 // The worker writes its exit code here just before exiting, so that a daemon which was not its
