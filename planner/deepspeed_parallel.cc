@@ -239,6 +239,10 @@ Status parseExpertParallel(const json& object, ExpertParallelConfig* ep) {
   }
   if (!ep->enabled && ep->size > 1)
     return invalidArgument("deepspeed.expert_parallel.autoep_size: {} needs expert_parallel.enabled true", ep->size);
+  if (!ep->enabled && (ep->gateUpImpl != "separate" || !ep->expertActivation.empty()))
+    return invalidArgument("deepspeed.expert_parallel.{}: needs expert_parallel.enabled true (AutoEP's experts are "
+                           "what it changes; autoep_size 1 keeps every expert on every rank)",
+                           ep->gateUpImpl != "separate" ? "gate_up_impl" : "expert_activation");
   RETURN_IF_ERROR(checkInertExpertKeys(r));
   return r.rejectUnknown();
 }

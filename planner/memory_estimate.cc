@@ -67,7 +67,7 @@ MemoryEstimate estimateMemory(const ModelConfig& c, const std::vector<ParameterI
   // attention matrix, which memory-efficient attention never stores).
   const int64_t perLayer = c.hiddenSize * tokens * (10 + 24 / tp);
   const int64_t checkpointed = std::min(s.checkpointedLayers, c.numLayers);
-  const int64_t kept = s.checkpointsOnHost ? 0 : 2 * c.hiddenSize * tokens;
+  const int64_t kept = s.checkpointsOnHost ? 0 : weightBytes * c.hiddenSize * tokens;  // the layer's input
   m.activations = perLayer * (c.numLayers - checkpointed) + (checkpointed > 0 ? checkpointed * kept + perLayer : 0) +
                   2 * 4 * tokens * (c.vocabSize / tp);
   return m;

@@ -55,7 +55,7 @@ struct MemoryEstimate {
 // with memory-efficient attention and no recomputation: 10 + 24/tp bytes per hidden unit per
 // token per layer, with the sequence split by sp, plus the head's logits in fp32 (4 bytes per
 // vocabulary entry of the rank's tp slice per token, twice: values and gradient). A checkpointed
-// layer keeps its 2-byte input instead (none on the device with cpu_checkpointing), and one
+// layer keeps its input (in the model's dtype) instead (none on the device with cpu_checkpointing), and one
 // layer's whole activations exist at a time while it is recomputed.
 MemoryEstimate estimateMemory(const ModelConfig& config, const std::vector<ParameterInfo>& parameters,
                               const std::vector<TpLayout>& layouts, const TrainingShape& shape);

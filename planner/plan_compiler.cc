@@ -135,9 +135,9 @@ Status checkExpertBuffersAlike(const Plan& plan) {
     for (size_t e = 1; e < buffer.members.size(); ++e) {
       if (numels(buffer.members[e]) != numels(buffer.members[0]))
         return invalidArgument("train.frozen_parameters: at ZeRO stage {} under expert parallelism, layer {}'s experts "
-                               "are frozen unevenly over the expert-parallel ranks (rank 0 trains {} of its tensors, "
-                               "rank {} trains {}): freeze the same tensors of every rank's experts, or use stage 0 "
-                               "or 3",
+                               "are frozen unevenly over the expert-parallel ranks (expert-parallel rank 0 trains {} of "
+                               "its tensors, expert-parallel rank {} trains {}): freeze the same tensors of every "
+                               "rank's experts, or use stage 0 or 3",
                                plan.zero.stage, buffer.block - 1, buffer.members[0].size(), e,
                                buffer.members[e].size());
     }

@@ -5,7 +5,8 @@
    deepspeed.activation_checkpointing (every decoder layer recomputed in backward) on 1 rank
    (with cpu_checkpointing and number_checkpoints 1), 2 data-parallel ranks at ZeRO 0, 2 and 3, and
    tensor parallel 2 x dp 2, and with train.gradient_checkpointing (HF's switch), against the plain
-   job on 1 rank: losses within 1e-5 relative, gradient norms and final weights within 1e-5.
+   job on 1 rank: losses within 1e-5 relative, gradient norms and final weights within 1e-5; and
+   with the embedding and the first layer frozen at ZeRO 3 against 1 rank frozen alike.
 2. MoE under checkpointing replays its routing: qwen2_moe (load-balancing loss, shared expert) at
    ep2 x dp2 (ZeRO 0 and 3) and ep2 x tp2 (ZeRO 2), and mixtral at ep2 x dp2 (ZeRO 0), ep2 x tp2
    (ZeRO 2) and ep2 x sp2 (Ulysses, ZeRO 1), checkpointed, against the plain job on 1 rank; the aux loss keeps its gradient through the checkpoint (losses and norms agree), the
@@ -66,6 +67,19 @@ def dense(bin_dir, work):
     reference_log, reference_weights = runs.pop("1rank")
     for name, (log, weights) in runs.items():
         parity_test.compare_with_one_rank(f"dense {name}", log, weights, reference_log, reference_weights)
+    # The embedding and the first layer frozen: that layer has nothing to recompute for (no
+    # gradient comes in, none goes to its weights), and ZeRO 3 still releases it.
+    frozen = {}
+    for name, ranks, checkpointing in [("1rank-frozen", 1, None), ("dp2-zero3-ac-frozen", 2, {})]:
+        checkpoints = os.path.join(work, f"dense-{name}-ckpt")
+        zero = {"stage": 3, "stage3_param_persistence_threshold": 100} if ranks > 1 else {"stage": 0}
+        spec = moe_test.train_spec(f"ac-dense-{name}", model_dir, data, ranks, zero, checkpoints)
+        spec["train"]["frozen_parameters"] = ["model\\.embed_tokens\\.weight", "model\\.layers\\.0\\..*"]
+        if checkpointing is not None:
+            spec["deepspeed"]["activation_checkpointing"] = checkpointing
+        frozen[name] = (loom_run(bin_dir, spec, work, f"ac-dense-{name}"), final_weights(checkpoints, STEPS))
+    parity_test.compare_with_one_rank("dense dp2-zero3-ac-frozen (embedding and layer 0 frozen)",
+                                      *frozen["dp2-zero3-ac-frozen"], *frozen["1rank-frozen"])
 
 
 def comm_counts(log):

@@ -365,6 +365,8 @@ TEST_CASE("deepspeed: every AutoEP key of DeepSpeed 0.19.8 at its default is acc
             .find("deepspeed.expert_parallel.load_balance_coeff: not supported") == 0);
   CHECK(errorOf(withEp(R"("enabled": true, "routing_noise": 0.1)")) ==
         "deepspeed.expert_parallel.routing_noise: unknown key");
+  CHECK(errorOf(withEp(R"("gate_up_impl": "fused")"))
+            .find("deepspeed.expert_parallel.gate_up_impl: needs expert_parallel.enabled true") == 0);
   auto fused = parsed(withEp(R"("enabled": true, "gate_up_impl": "fused", "expert_activation": "swiglu_oai")"));
   CHECK(fused.expertParallel.gateUpImpl == "fused");
   CHECK(fused.expertParallel.expertActivation == "swiglu_oai");

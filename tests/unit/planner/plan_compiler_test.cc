@@ -533,8 +533,8 @@ TEST_CASE("plan rejections: train.frozen_parameters that hold nothing or everyth
   experts["train"]["frozen_parameters"] = {"model\\.layers\\.0\\.block_sparse_moe\\.experts\\.3\\.w1\\.weight"};
   CHECK(rejection("mixtral_8x7b.json", experts) ==
         "train.frozen_parameters: at ZeRO stage 2 under expert parallelism, layer 0's experts are frozen unevenly over "
-        "the expert-parallel ranks (rank 0 trains 3 of its tensors, rank 3 trains 2): freeze the same tensors of every "
-        "rank's experts, or use stage 0 or 3");
+        "the expert-parallel ranks (expert-parallel rank 0 trains 3 of its tensors, expert-parallel rank 3 trains 2): "
+        "freeze the same tensors of every rank's experts, or use stage 0 or 3");
   experts["train"]["frozen_parameters"] = {"model\\.layers\\.0\\.block_sparse_moe\\.experts\\.\\d+\\.w1\\.weight"};
   compiled("mixtral_8x7b.json", experts);
   // Not a regular expression: refused when the spec is read, by index.

@@ -139,7 +139,9 @@ Status saveCheckpoint(const std::string& dir, int64_t step, const CheckpointCont
   }
   if (rank == 0) {
     RETURN_IF_ERROR(publish(dir, tmp, tag));
-    RETURN_IF_ERROR(pruneCheckpoints(dir, keep));
+    // The new checkpoint is published: an old one that cannot be removed is not the job's failure.
+    if (Status pruned = pruneCheckpoints(dir, keep); !pruned.isOk())
+      std::fprintf(stderr, "warning: %s\n", pruned.message().c_str());
   }
   return barrier(comm, "checkpoint: waiting for it to be published");
 }
@@ -169,9 +171,12 @@ StatusOr<CheckpointContents> loadCheckpoint(const std::string& dir, const std::s
 StatusOr<std::optional<LoadedCheckpoint>> loadNewestGoodCheckpoint(const std::string& dir, int rank) {
   if (!files::exists(dir + "/latest")) return std::optional<LoadedCheckpoint>();
   ASSIGN_OR_RETURN(std::string latest, checkpoint::readLatestTag(dir));
+  // `latest` and the older complete ones: a newer directory (left by a run that did not resume)
+  // is not this run's.
+  const auto stepOf = [](const std::string& tag) { return std::strtoll(tag.c_str() + 11, nullptr, 10); };
   std::vector<std::string> candidates{latest};
   for (std::string& tag : completeTags(dir))
-    if (tag != latest) candidates.push_back(std::move(tag));
+    if (tag != latest && stepOf(tag) < stepOf(latest)) candidates.push_back(std::move(tag));
   LoadedCheckpoint loaded;
   for (const std::string& tag : candidates) {
     auto contents = loadCheckpoint(dir, tag, rank);

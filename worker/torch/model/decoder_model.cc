@@ -365,11 +365,19 @@ at::Tensor DecoderModel::block(int index, const at::Tensor& input) {
   if (index == 0) return vocabParallelEmbedding(embed_, input, vocabStart_, tp);
   if (index == numBlocks() - 1)
     return linear_(copyToTensorParallel(ops().rmsNorm(input, finalNorm_, config_.rmsNormEps), tp), head_, {});
-  if (!at::GradMode::is_enabled() || !checkpointing_.covers(index - 1)) return decoderLayer(index, input);
+  if (!at::GradMode::is_enabled() || !checkpointing_.covers(index - 1) || !needsGradient(index, input))
+    return decoderLayer(index, input);
   CheckpointedOutput out = checkpointedLayer(*this, index, input, checkpointing_);
   if (out.routerLogits.defined() && config_.outputRouterLogits)
     loadBalancing_.add(out.routerLogits, config_.expertsPerToken);
   return out.hidden;
+}
+
+bool DecoderModel::needsGradient(int index, const at::Tensor& input) const {
+  if (input.requires_grad()) return true;
+  for (int i : blockParameters_[index])
+    if (parameters_[i].second.requires_grad()) return true;
+  return false;  // a frozen layer under a frozen embedding: nothing to recompute for
 }
 
 at::Tensor DecoderModel::decoderLayer(int index, const at::Tensor& input, RoutingMode mode, RoutingRecord* record) {

@@ -164,6 +164,8 @@ class DecoderModel {
   at::Tensor attendWhole(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
   at::Tensor mlpBlock(const Layer& layer, const at::Tensor& x);
   at::Tensor moeBlock(const Layer& layer, const at::Tensor& x, RoutingMode mode, RoutingRecord* record);
+  // Whether block `index`'s backward computes anything: its input or a parameter wants a gradient.
+  bool needsGradient(int index, const at::Tensor& input) const;
   at::Tensor latentAttentionBlock(const Layer& layer, const at::Tensor& x);
   void bindExperts(Layer& layer, const std::string& prefix);
   // A row-parallel linear layer (o_proj, down_proj): this rank's input features, outputs summed over
