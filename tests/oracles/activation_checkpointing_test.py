@@ -218,11 +218,7 @@ def main():
         for name, part in [("dense", dense), ("moe", moe), ("activations", activations), ("refusals", refusals)]:
             if a.only in (None, name):
                 part(bin_dir, work)
-    if parity_test.failures:
-        print(f"FAILED: {len(parity_test.failures)} checks")
-        return 1
-    print("PASSED")
-    return 0
+    return parity_test.exit_code()
 
 
 if __name__ == "__main__":

@@ -128,11 +128,7 @@ def main():
         if mounted:
             subprocess.run(["umount", mounted], check=False)
         shutil.rmtree(work, ignore_errors=True)
-    if parity_test.failures:
-        print(f"FAILED: {len(parity_test.failures)} checks")
-        return 1
-    print("PASSED")
-    return 0
+    return parity_test.exit_code()
 
 
 if __name__ == "__main__":

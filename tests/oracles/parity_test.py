@@ -49,6 +49,15 @@ def check(ok, what):
         failures.append(what)
 
 
+def exit_code():
+    """The script's exit status from the checks so far: 0 and PASSED, or 1 and how many failed."""
+    if failures:
+        print(f"FAILED: {len(failures)} checks")
+        return 1
+    print("PASSED")
+    return 0
+
+
 def step_lines(log):
     """{step: {"loss": ..., "lr": ..., "grad_norm": ..., "tokens/s": ...}} from rank 0's step lines."""
     out = {}
