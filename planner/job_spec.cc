@@ -19,13 +19,15 @@ namespace {
 // Every job kind, once: its name, whether it is compiled into a Plan, and its spec's sections.
 // Adding a kind is adding a row here (and its runner in worker/job_runners.cc).
 constexpr JobKindInfo kJobKinds[] = {
-    {.kind = JobKind::kProbe, .name = "probe", .hasPlan = false, .modelAndData = false, .section = "probe",
+    {.kind = JobKind::kProbe, .name = "probe", .hasPlan = false, .model = false, .data = false, .section = "probe",
      .sectionRequired = false},
-    {.kind = JobKind::kTrain, .name = "train", .hasPlan = true, .modelAndData = true, .section = "train",
+    {.kind = JobKind::kTrain, .name = "train", .hasPlan = true, .model = true, .data = true, .section = "train",
      .sectionRequired = true},
-    {.kind = JobKind::kEval, .name = "eval", .hasPlan = true, .modelAndData = true, .section = "eval",
+    {.kind = JobKind::kEval, .name = "eval", .hasPlan = true, .model = true, .data = true, .section = "eval",
      .sectionRequired = false},
-    {.kind = JobKind::kConvert, .name = "convert", .hasPlan = false, .modelAndData = false, .section = "convert",
+    {.kind = JobKind::kConvert, .name = "convert", .hasPlan = false, .model = false, .data = false, .section = "convert",
+     .sectionRequired = true},
+    {.kind = JobKind::kRollout, .name = "rollout", .hasPlan = true, .model = true, .data = false, .section = "rollout",
      .sectionRequired = true},
 };
 
@@ -260,6 +262,25 @@ Status parseConvert(const json& object, JobSpec* spec) {
   return r.rejectUnknown();
 }
 
+Status parseRollout(const json& object, JobSpec* spec) { return parseRolloutSpec(object, &spec->rollout); }
+
+// A rollout's dtype is its own (rollout.dtype), not a training precision: "auto" is bfloat16 on
+// cuda and float32 on cpu. The Plan carries it as the precision, as for the other kinds.
+Status resolveRolloutDtype(const json* deepspeed, JobSpec* spec) {
+  std::string& dtype = spec->rollout.dtype;
+  if (dtype == "auto") dtype = spec->device == DeviceKind::kCuda ? "bfloat16" : "float32";
+  const Precision precision = dtype == "bfloat16" ? Precision::kBf16
+                              : dtype == "float16" ? Precision::kFp16
+                                                   : Precision::kFp32;
+  if (deepspeed && deepspeed->is_object() && !deepspeed->empty() && spec->deepspeed.precision != Precision::kFp32 &&
+      spec->deepspeed.precision != precision)
+    return invalidArgument("rollout.dtype: {} disagrees with the deepspeed section's {}; a rollout's dtype is "
+                           "rollout.dtype",
+                           dtype, precisionName(spec->deepspeed.precision));
+  spec->deepspeed.precision = precision;
+  return Status::ok();
+}
+
 Status parseRestart(const json& object, JobSpec* spec) {
   ObjectReader r(object, "restart");
   int64_t maxRestarts = spec->maxRestarts;
@@ -287,6 +308,20 @@ Status checkRunnable(const JobSpec& spec) {
   const DeepSpeedConfig& ds = spec.deepspeed;
   constexpr const char* kPlanned = "is planned (loomctl plan) but not run by the workers yet";
   const ExpertParallelConfig& ep = ds.expertParallel;
+  if (spec.kind == JobKind::kRollout) {
+    // A rollout's ranks split the model (tensor parallelism); the rest is not built for generation.
+    if (ds.sequenceParallelSize > 1)
+      return invalidArgument("deepspeed.sequence_parallel_size: {}: a rollout runs without sequence parallelism",
+                             ds.sequenceParallelSize);
+    if (ep.enabled && ep.size > 1)
+      return invalidArgument("deepspeed.expert_parallel.autoep_size: {}: a rollout with expert parallelism {}",
+                             ep.size, kPlanned);
+    if (spec.ranks != ds.tensorParallel.ranks())
+      return invalidArgument("resources.ranks: {} ranks for a rollout whose model is split over {} "
+                             "(tensor_parallel.autotp_size): a rollout's ranks are one tensor-parallel group; "
+                             "data-parallel rollout engines {}",
+                             spec.ranks, ds.tensorParallel.ranks(), kPlanned);
+  }
   if (ep.enabled && ep.size > 1 && ds.optimizer.type == OptimizerType::kMuon)
     return invalidArgument("deepspeed.expert_parallel.autoep_size: {} with the Muon optimizer {} (its experts' "
                            "matrices would need Newton-Schulz batched per expert)",
@@ -332,16 +367,16 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
   if (timeouts) RETURN_IF_ERROR(parseTimeouts(*timeouts, &spec));
   // model, data and the kind's own section (train or eval); data before train, whose checks read it.
   // The kind's table row says which sections apply: model and data, and its own.
-  const bool modelJob = info->modelAndData;
   auto own = [&](const char* section) { return std::string(info->section) == section; };
   using SectionParser = Status (*)(const json&, JobSpec*);
   const std::vector<std::tuple<const char*, SectionParser, bool, bool>> sections{
       // name, parser, applies, required
-      {"model", parseModel, modelJob, modelJob},
-      {"data", parseData, modelJob, modelJob},
+      {"model", parseModel, info->model, info->model},
+      {"data", parseData, info->data, info->data},
       {"train", parseTrain, own("train"), own("train") && info->sectionRequired},
       {"eval", parseEval, own("eval"), own("eval") && info->sectionRequired},
       {"convert", parseConvert, own("convert"), own("convert") && info->sectionRequired},
+      {"rollout", parseRollout, own("rollout"), own("rollout") && info->sectionRequired},
       {"kernels", parseKernels, true, false},  // a probe loads them with probe.kernels
   };
   for (const auto& [section, parse, applies, required] : sections) {
@@ -361,6 +396,7 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
                                                  .training = spec.kind == JobKind::kTrain,
                                                  .trainSteps = spec.train.steps}));
   ASSIGN_OR_RETURN(spec.deepspeed, parseDeepSpeedConfig(resolved, spec.ranks, spec.kind == JobKind::kTrain));
+  if (spec.kind == JobKind::kRollout) RETURN_IF_ERROR(resolveRolloutDtype(deepspeed, &spec));
 
   RETURN_IF_ERROR(r.rejectUnknown());
   if (purpose == SpecPurpose::kRun) RETURN_IF_ERROR(checkRunnable(spec));
@@ -395,10 +431,12 @@ json JobSpec::toJson() const {
   };
   if (deviceMemoryGb > 0) j["resources"]["device_memory_gb"] = deviceMemoryGb;
   if (kind == JobKind::kProbe) j["probe"] = probeJson;
-  if (kind == JobKind::kTrain || kind == JobKind::kEval) {
+  if (jobKindInfo(kind).model) {
     j["model"] = {{"config", model.config}, {"init_seed", model.initSeed}};
     if (!model.weights.empty()) j["model"]["weights"] = model.weights;
     if (model.lossBlockRows > 0) j["model"]["loss_block_rows"] = model.lossBlockRows;
+  }
+  if (jobKindInfo(kind).data) {
     j["data"] = {{"seq_len", data.seqLen}, {"seed", data.seed}, {"pack_documents", data.packDocuments}};
     if (!data.train.empty()) j["data"]["train"] = data.train;
     if (!data.eval.empty()) j["data"]["eval"] = data.eval;
@@ -436,6 +474,7 @@ json JobSpec::toJson() const {
       if (!convert.modelConfig.empty()) j["convert"]["config"] = convert.modelConfig;
     }
   }
+  if (kind == JobKind::kRollout) j["rollout"] = rolloutSpecToJson(rollout);
   if (kind == JobKind::kEval) {
     j["eval"] = {{"max_batches", eval.maxBatches}};
     if (!eval.logprobsOutput.empty()) j["eval"]["logprobs_output"] = eval.logprobsOutput;
@@ -451,7 +490,8 @@ std::string resolveSpecPaths(const std::string& specJson, const std::string& bas
   static const std::vector<std::pair<const char*, const char*>> kPaths{
       {"model", "config"}, {"model", "weights"},        {"data", "train"},
       {"data", "eval"},    {"train", "checkpoint_dir"}, {"eval", "logprobs_output"}, {"eval", "kl_reference"},
-      {"convert", "from"}, {"convert", "output"}, {"convert", "config"}};
+      {"convert", "from"}, {"convert", "output"}, {"convert", "config"},
+      {"rollout", "prompts"}, {"rollout", "output"}, {"rollout", "tokenizer"}};
   for (const auto& [section, key] : kPaths) {
     auto s = root.find(section);
     if (s == root.end() || !s->is_object()) continue;

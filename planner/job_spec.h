@@ -9,10 +9,11 @@
 
 #include "common/status.h"
 #include "planner/deepspeed_config.h"
+#include "planner/rollout_spec.h"
 
 namespace loom::planner {
 
-enum class JobKind { kProbe, kTrain, kEval, kConvert };
+enum class JobKind { kProbe, kTrain, kEval, kConvert, kRollout };
 enum class DeviceKind { kCpu, kCuda };
 
 const char* jobKindName(JobKind kind);
@@ -23,13 +24,14 @@ struct JobKindInfo {
   JobKind kind;
   const char* name;     // the spec's "kind"
   bool hasPlan;         // compiled into a Plan on submit, which its ranks execute
-  bool modelAndData;    // its spec needs the model and data sections
-  const char* section;  // its own section of the spec ("probe", "train", "eval", "convert")
+  bool model;           // its spec needs the model section
+  bool data;            // and the data section
+  const char* section;  // its own section of the spec ("probe", "train", "eval", "convert", "rollout")
   bool sectionRequired;
 };
 const JobKindInfo& jobKindInfo(JobKind kind);
 const JobKindInfo* jobKindNamed(const std::string& name);  // null: not a kind
-std::string jobKindNames();                                 // "probe, train, eval, convert"
+std::string jobKindNames();                                 // "probe, train, eval, convert, rollout"
 const char* deviceKindName(DeviceKind device);
 
 // The probe's collective benchmark (like nccl-tests): each op at sizes from minBytes to
@@ -165,11 +167,12 @@ struct JobSpec {
   int64_t heartbeatTimeoutMs = 30'000;  // a rank silent for this long fails the attempt
   int64_t rendezvousTimeoutMs = 300'000;  // every rank must have joined the attempt's store by then
   int64_t collectiveTimeoutMs = 1'800'000;  // the watchdog: a collective not done by then fails the attempt
-  ModelSpec model;     // train, eval
+  ModelSpec model;     // train, eval, rollout
   DataSpec data;       // train, eval
   TrainSpec train;     // train
   EvalSpec eval;       // eval
   ConvertSpec convert; // convert
+  RolloutSpec rollout; // rollout
   DeepSpeedConfig deepspeed;
   // kernels.plugins: kernel plugin files or directories (kernels/loader.h), loaded by every rank
   // before LOOM_KERNEL_PATH's.

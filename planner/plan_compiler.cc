@@ -217,7 +217,7 @@ Status checkPlanRunnable(const Plan& plan) {
 
 Status checkHasPlan(const JobSpec& spec) {
   if (jobKindInfo(spec.kind).hasPlan) return Status::ok();
-  return invalidArgument("kind: a {} job has no plan (train and eval jobs do)", jobKindName(spec.kind));
+  return invalidArgument("kind: a {} job has no plan (train, eval and rollout jobs do)", jobKindName(spec.kind));
 }
 
 StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
@@ -230,16 +230,25 @@ StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
   plan.modelFamily = modelFamilyName(model.family);
   plan.training = spec.kind == JobKind::kTrain;
   plan.precision = ds.precision;
-  plan.microBatch = ds.microBatchSize;
-  plan.sequenceLength = spec.data.seqLen;
+  // A rollout step computes up to max_num_batched_tokens tokens: its activations are those of one
+  // sample that long.
+  const bool rollout = spec.kind == JobKind::kRollout;
+  const int64_t sequenceLength = rollout ? spec.rollout.maxNumBatchedTokens : spec.data.seqLen;
+  const int64_t microBatch = rollout ? 1 : ds.microBatchSize;
+  plan.microBatch = microBatch;
+  plan.sequenceLength = sequenceLength;
   plan.deviceMemoryBytes = spec.deviceMemoryBytes();
 
+  if (rollout && model.isMla())
+    return invalidArgument("model.config: a rollout of {}'s multi-head latent attention is not built yet (its KV "
+                           "cache would hold the latents)",
+                           plan.modelFamily);
   ASSIGN_OR_RETURN(Mesh mesh, Mesh::create(spec.ranks, tp, sp, ep));
   plan.mesh = PlanMesh{.world = mesh.world(), .dp = mesh.dp(), .sp = mesh.sp(), .tp = mesh.tp(), .ep = mesh.ep()};
   const auto parameters = enumerateParameters(model);
   RETURN_IF_ERROR(checkFrozenParameters(spec.train, parameters));
   ASSIGN_OR_RETURN(auto layouts, layoutTensorParallel(model, parameters, ds.tensorParallel));
-  RETURN_IF_ERROR(checkSequenceParallel(model, sp, spec.data.seqLen, tp));
+  RETURN_IF_ERROR(checkSequenceParallel(model, sp, sequenceLength, tp));
   RETURN_IF_ERROR(checkExpertParallel(model, ep));
   if (ds.expertParallel.enabled) {
     ASSIGN_OR_RETURN(plan.routing, resolveRouting(model, ds.expertParallel));
@@ -261,8 +270,8 @@ StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
                                              .optimizerStates = optimizerStatesPerElement(ds.optimizer, held),
                                              .offloadOptimizer = zero.offloadOptimizer == "cpu",
                                              .training = plan.training,
-                                             .microBatch = ds.microBatchSize,
-                                             .sequenceLength = spec.data.seqLen,
+                                             .microBatch = microBatch,
+                                             .sequenceLength = sequenceLength,
                                              .reduceBucketElements = zero.reduceBucketSize,
                                              .persistenceThreshold = zero.paramPersistenceThreshold,
                                              .prefetchBucketElements = zero.prefetchBucketSize,

@@ -333,7 +333,7 @@ StatusOr<std::string> StateStore::loadPlanBytes(const std::string& jobId) {
   const int rc = st.step();
   if (rc == SQLITE_DONE) return notFound("job {} does not exist", jobId);
   if (rc != SQLITE_ROW) return sqliteError(db_, "load the plan of " + jobId);
-  if (st.isNull(0)) return notFound("job {} has no plan (only train and eval jobs are compiled)", jobId);
+  if (st.isNull(0)) return notFound("job {} has no plan (only train, eval and rollout jobs are compiled)", jobId);
   return st.blob(0);
 }
 

@@ -10,7 +10,7 @@ namespace loom::worker {
 
 namespace {
 
-// Train and eval run in libloom_torch.so; their metrics go to the daemon as progress reports.
+// Train, eval and rollout run in libloom_torch.so; their metrics go to the daemon as progress reports.
 Status runTorchJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan* plan,
                    ReportClient& reports) {
   ASSIGN_OR_RETURN(TorchRuntime * torch, loadTorchRuntime());
@@ -34,6 +34,7 @@ constexpr JobKindRunner kRunners[] = {
     {planner::JobKind::kTrain, runTorchJob},
     {planner::JobKind::kEval, runTorchJob},
     {planner::JobKind::kConvert, runConvert},
+    {planner::JobKind::kRollout, runTorchJob},
 };
 
 }  // namespace

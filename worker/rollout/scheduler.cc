@@ -44,6 +44,9 @@ StatusOr<RequestId> Scheduler::addRequest(RequestOptions request) {
                            "(rollout.max_model_len)",
                            promptLength, limits_.maxModelLen);
   if (request.n < 1) return invalidArgument("n: must be at least 1, got {}", request.n);
+  if (request.n > limits_.maxNumSeqs)
+    return invalidArgument("n: {} samples run side by side, and rollout.max_num_seqs is {}", request.n,
+                           limits_.maxNumSeqs);
   if (request.stop.maxNewTokens < 1)
     return invalidArgument("max_new_tokens: must be at least 1, got {}", request.stop.maxNewTokens);
   const int64_t longest = std::min(promptLength + request.stop.maxNewTokens, limits_.maxModelLen);
@@ -228,7 +231,7 @@ StepResult Scheduler::complete(const ScheduledStep& step, const std::vector<std:
                     .stop = s.stop};
       for (int32_t b : fork.blocks) pool_.share(b);
       fork.tokens.push_back(sampled[i][j]);
-      result.appended.push_back({fork.id, fork.request, fork.sample, sampled[i][j]});
+      result.appended.push_back({fork.id, fork.request, fork.sample, sampled[i][j], i, j});
       FinishReason reason;
       if (stops(fork, &reason)) ended.push_back(fork.id);
       running_.push_back(fork.id);
@@ -236,7 +239,7 @@ StepResult Scheduler::complete(const ScheduledStep& step, const std::vector<std:
     }
     s.pendingSamples = 0;
     s.tokens.push_back(sampled[i][0]);
-    result.appended.push_back({s.id, s.request, s.sample, sampled[i][0]});
+    result.appended.push_back({s.id, s.request, s.sample, sampled[i][0], i, 0});
     FinishReason reason;
     if (stops(s, &reason)) ended.push_back(s.id);
   }

@@ -109,6 +109,8 @@ struct StepResult {
     RequestId request;
     int sample;
     int64_t token;
+    size_t chunk;  // sampled[chunk][draw] is the token
+    int draw;
   };
   std::vector<Appended> appended;
   std::vector<FinishedSequence> finished;

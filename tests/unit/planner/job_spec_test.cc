@@ -65,7 +65,44 @@ TEST_CASE("bad specs name the field", "[planner]") {
   CHECK(errorOf(R"({"name": "p", "kind": "probe", "resources": {"ranks": 1}, "timeouts": {"grace_period_s": "x"}})")
             .find("timeouts.grace_period_s") == 0);
   CHECK(errorOf(R"({"name": "a b", "kind": "probe", "resources": {"ranks": 1}})").find("name:") == 0);
-  CHECK(errorOf(R"({"name": "p", "kind": "rollout", "resources": {"ranks": 1}})").find("kind: \"rollout\"") == 0);
+  CHECK(errorOf(R"({"name": "p", "kind": "serve", "resources": {"ranks": 1}})").find("kind: \"serve\"") == 0);
+}
+
+TEST_CASE("rollout specs: engine limits, sampling defaults, and what is refused", "[planner]") {
+  const std::string head = R"({"name": "r", "kind": "rollout", "resources": {"ranks": 1},
+    "model": {"config": "/m/config.json"}, "rollout": )";
+  auto spec = parseJobSpec(head + R"({"prompts": "/p.jsonl", "output": "/o.jsonl", "max_num_seqs": 64,
+    "sampling": {"temperature": 0.7, "top_p": 0.9, "top_k": -1, "n": 2, "stop": "END", "max_tokens": 32}}})");
+  REQUIRE(spec.isOk());
+  CHECK(spec->rollout.maxNumSeqs == 64);
+  CHECK(spec->rollout.blockSize == 16);
+  CHECK(spec->rollout.dtype == "float32");  // auto, on the cpu
+  CHECK(spec->rollout.sampling.topK == 0);
+  CHECK(spec->rollout.sampling.stop == std::vector<std::string>{"END"});
+  CHECK(spec->rollout.sampling.maxNewTokens == 32);
+  auto again = parseJobSpec(spec->toJson().dump());
+  REQUIRE(again.isOk());
+  CHECK(again->toJson() == spec->toJson());
+
+  auto rolloutError = [&](const std::string& rollout) { return errorOf(head + rollout + "}"); };
+  CHECK(rolloutError(R"({"output": "/o.jsonl"})").find("rollout.prompts: required") == 0);
+  CHECK(rolloutError(R"({"serve": true, "prompts": "/p.jsonl"})").find("rollout.serve") == 0);
+  CHECK(rolloutError(R"({"prompts": "/p", "output": "/o", "sampling": {"top_p": 0}})")
+            .find("rollout.sampling.top_p: 0 is outside (0, 1]") == 0);
+  CHECK(rolloutError(R"({"prompts": "/p", "output": "/o", "sampling": {"top_p": 1.5}})").find("rollout.sampling.top_p") == 0);
+  CHECK(rolloutError(R"({"prompts": "/p", "output": "/o", "sampling": {"beam_width": 4}})")
+            .find("rollout.sampling.beam_width: unknown key") == 0);
+  CHECK(rolloutError(R"({"prompts": "/p", "output": "/o", "use_shared_prefill": true})")
+            .find("rollout.use_shared_prefill: continuous batching does not support shared prompt prefill") == 0);
+  CHECK(rolloutError(R"({"prompts": "/p", "output": "/o", "max_num_seqs": 512, "max_num_batched_tokens": 256})")
+            .find("rollout.max_num_batched_tokens") == 0);
+  CHECK(rolloutError(R"({"prompts": "/p", "output": "/o", "dtype": "int8"})").find("rollout.dtype") == 0);
+  CHECK(errorOf(R"({"name": "r", "kind": "rollout", "resources": {"ranks": 2}, "model": {"config": "/m/config.json"},
+    "rollout": {"prompts": "/p", "output": "/o"}})")
+            .find("resources.ranks: 2 ranks for a rollout") == 0);
+  CHECK(errorOf(R"({"name": "r", "kind": "rollout", "resources": {"ranks": 1}, "model": {"config": "/m/config.json"},
+    "data": {"seq_len": 8}, "rollout": {"prompts": "/p", "output": "/o"}})")
+            .find("data: does not apply to a rollout job") == 0);
 }
 
 TEST_CASE("probe.collectives, timeouts and deepspeed.comms_logger", "[planner]") {

@@ -347,7 +347,7 @@ TEST_CASE("plan: tied embeddings - GQA replication - eval jobs - cpu has no memo
   CHECK(plan->deviceMemoryBytes == 0);
   // A probe job has no plan.
   JobSpec probe;
-  CHECK(compilePlan(model, probe).status().message() == "kind: a probe job has no plan (train and eval jobs do)");
+  CHECK(compilePlan(model, probe).status().message() == "kind: a probe job has no plan (train, eval and rollout jobs do)");
 }
 
 TEST_CASE("plan: layer_specs choose splits - strict mode names what nothing covers", "[planner][plan]") {

@@ -137,7 +137,7 @@ TEST_CASE("a job's plan is stored with it - read back whole - NOT_FOUND when it 
   CHECK(loaded->parameters.back().localShape == plan->parameters.back().localShape);
   CHECK((loaded->routing && loaded->routing->topK == 2));
   CHECK((*store)->loadPlan("probe").status().message() ==
-        "job probe has no plan (only train and eval jobs are compiled)");
+        "job probe has no plan (only train, eval and rollout jobs are compiled)");
   CHECK((*store)->loadPlan("nope").status().code() == StatusCode::kNotFound);
 }
 

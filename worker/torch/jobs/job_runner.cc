@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "worker/torch/jobs/eval_job.h"
+#include "worker/torch/jobs/rollout_job.h"
 #include "worker/torch/jobs/train_job.h"
 #include "worker/torch/model/kernels.h"
 #include "worker/torch/model/model_setup.h"
@@ -20,6 +21,7 @@ struct RegisteredRunner {
 constexpr RegisteredRunner kRunners[] = {
     {planner::JobKind::kTrain, makeTrainRunner},
     {planner::JobKind::kEval, makeEvalRunner},
+    {planner::JobKind::kRollout, makeRolloutRunner},
 };
 
 TensorHome homeOf(const planner::JobSpec& spec) {

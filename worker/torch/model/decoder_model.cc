@@ -297,6 +297,7 @@ at::Tensor DecoderModel::attendWhole(const at::Tensor& q, const at::Tensor& k, c
 }
 
 at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& input) {
+  if (pagedStep_) return pagedAttentionBlock(l, input);
   backends::Communicator& tp = *shards_.tp;
   backends::Communicator& sp = *shards_.sp;
   const int64_t b = input.size(0), s = input.size(1), d = config_.headDim;

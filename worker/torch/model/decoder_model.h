@@ -15,6 +15,7 @@
 #include "worker/torch/model/activation_checkpointing.h"
 #include "worker/torch/model/latent_attention.h"
 #include "worker/torch/model/moe.h"
+#include "worker/torch/model/paged_kv.h"
 #include "worker/torch/model/rope.h"
 #include "worker/torch/model/token_layout.h"
 #include "worker/torch/parallel/expert_parallel.h"
@@ -140,6 +141,13 @@ class DecoderModel {
   at::Tensor tokenLogprobs(const at::Tensor& logits, const at::Tensor& labels);
   at::Tensor tokenEntropy(const at::Tensor& logits);
   at::Tensor tokenKl(const at::Tensor& logits, const at::Tensor& teacherLogits);
+  // Rollout (decoder_model_paged.cc): a KV cache of `numBlocks` blocks for this rank's KV heads,
+  // in the model's dtype and on its device, serving positions below maxModelLen; and the next-token
+  // logits [R, V / tp] of a step's tokens [T] (int64), step.logitRows' rows only, with the step's
+  // keys and values written into the cache. Without autograd.
+  PagedKvCache createKvCache(int64_t numBlocks, int64_t blockSize, int64_t maxModelLen) const;
+  int64_t kvCacheBytesPerBlock(int64_t blockSize) const;
+  at::Tensor pagedLogits(const at::Tensor& tokens, const PagedStep& step, PagedKvCache& cache);
   // Rows per block of those losses (model.loss_block_rows); 0: as many as fit 2^24 logits.
   void setLossBlockRows(int64_t rows) { lossBlockRows_ = rows; }
 
@@ -163,6 +171,8 @@ class DecoderModel {
   // Hkv, D], RoPE applied -> [B, S, Hq * D].
   at::Tensor attendWhole(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
   at::Tensor mlpBlock(const Layer& layer, const at::Tensor& x);
+  // attentionBlock's rollout form: x [1, T, hidden], keys and values written to the cache.
+  at::Tensor pagedAttentionBlock(const Layer& layer, const at::Tensor& x);
   at::Tensor moeBlock(const Layer& layer, const at::Tensor& x, RoutingMode mode, RoutingRecord* record);
   // Whether block `index`'s backward computes anything: its input or a parameter wants a gradient.
   bool needsGradient(int index, const at::Tensor& input) const;
@@ -202,6 +212,9 @@ class DecoderModel {
   // packed documents [B, s, D]; the keys each query may see, [B, 1, S, S] bool (undefined:
   // causal).
   at::Tensor batchCos_, batchSin_, attentionMask_;
+  // The rollout step in flight (pagedLogits); null otherwise.
+  const PagedStep* pagedStep_ = nullptr;
+  PagedKvCache* kvCache_ = nullptr;
 };
 
 }  // namespace loom::worker

@@ -48,6 +48,17 @@ int64_t devicePeakBytes(const at::Device& device) {
   return 0;
 }
 
+std::pair<int64_t, int64_t> deviceMemoryInfo(const at::Device& device) {
+#ifdef LOOM_HAVE_NCCL
+  if (device.is_cuda()) {
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) return {static_cast<int64_t>(free), static_cast<int64_t>(total)};
+  }
+#endif
+  (void)device;
+  return {0, 0};
+}
+
 void synchronize(const at::Device& device) {
 #ifdef LOOM_HAVE_NCCL
   if (device.is_cuda()) c10::cuda::getCurrentCUDAStream(device.index()).synchronize();

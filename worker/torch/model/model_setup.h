@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include <ATen/core/ScalarType.h>
 #include <c10/core/Device.h>
@@ -43,6 +44,9 @@ void synchronize(const at::Device& device);
 // The most memory libtorch's allocator has held on `device` since the rank started (its
 // max_memory_allocated); 0 on the CPU.
 int64_t devicePeakBytes(const at::Device& device);
+
+// The device's free and total memory in bytes (cudaMemGetInfo); {0, 0} on the CPU.
+std::pair<int64_t, int64_t> deviceMemoryInfo(const at::Device& device);
 
 // Threads for libtorch: the machine's cores shared among the ranks on this node.
 void setThreadsForRanks(int localWorldSize);

@@ -54,6 +54,7 @@ constexpr OpTable kReference{
     .swiglu = swigluReference,
     .clampedSwiglu = kernels::reference::clampedSwigluForward,
     .attention = attentionReference,
+    .pagedAttention = pagedAttentionReference,
     .crossEntropy = crossEntropyReference,
     .logprobs = logprobsReference,
 };

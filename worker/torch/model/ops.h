@@ -5,6 +5,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "worker/torch/model/paged_attention.h"
+
 namespace loom::worker {
 
 // The named ops the models call. Every layer goes through this one table, so that a kernel
@@ -26,6 +28,9 @@ struct OpTable {
   // causal, or where `allowed` (bool, broadcastable to [B, H, S, S]) says which keys each query
   // sees (a window, packed documents). Returns [B, H, S, D].
   at::Tensor (*attention)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed);
+  // Rollout's attention of a step's tokens q [T, H, D] over the paged KV cache (paged_attention.h).
+  at::Tensor (*pagedAttention)(const at::Tensor& q, const at::Tensor& keyCache, const at::Tensor& valueCache,
+                               const PagedSequences& sequences);
   // Mean cross-entropy of logits [N, V] against labels [N] (computed in fp32; label -100 is ignored).
   at::Tensor (*crossEntropy)(const at::Tensor& logits, const at::Tensor& labels);
   // log p(label) per row of logits [N, V], in fp32: [N].

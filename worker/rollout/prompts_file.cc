@@ -1,0 +1,83 @@
+#include "worker/rollout/prompts_file.h"
+
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "common/files.h"
+#include "planner/json_reader.h"
+
+namespace loom::rollout {
+
+using nlohmann::json;
+
+namespace {
+
+StatusOr<PromptLine> parseLine(const json& j, int64_t number, const planner::SamplingParams& defaults) {
+  PromptLine line{.id = std::to_string(number), .line = number, .text = {}, .tokenIds = {}, .isText = false,
+                  .sampling = defaults};
+  if (!j.is_object()) return invalidArgument("must be a JSON object, got {}", j.type_name());
+  planner::ObjectReader r(j, "");
+  if (const json* id = r.find("id")) {
+    if (id->is_string()) {
+      line.id = id->get<std::string>();
+    } else if (id->is_number_integer()) {
+      line.id = std::to_string(id->get<int64_t>());
+    } else {
+      return invalidArgument("id: must be a string or an integer, got {}", id->dump());
+    }
+  }
+  const json* text = r.find("prompt");
+  const json* ids = r.find("prompt_token_ids");
+  if ((text != nullptr) == (ids != nullptr))
+    return invalidArgument("needs one of prompt (text) and prompt_token_ids (a list of token ids)");
+  if (text) {
+    if (!text->is_string()) return invalidArgument("prompt: must be text, got {}", text->dump());
+    line.text = text->get<std::string>();
+    line.isText = true;
+  } else {
+    if (!ids->is_array()) return invalidArgument("prompt_token_ids: must be a list of token ids");
+    for (const json& id : *ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0)
+        return invalidArgument("prompt_token_ids: {} is not a token id (an integer >= 0)", id.dump());
+      line.tokenIds.push_back(id.get<int64_t>());
+    }
+  }
+  if (const json* sampling = r.find("sampling")) {
+    ASSIGN_OR_RETURN(line.sampling, planner::parseSamplingParams(*sampling, "sampling", defaults));
+  }
+  RETURN_IF_ERROR(r.rejectUnknown());
+  return line;
+}
+
+}  // namespace
+
+StatusOr<std::vector<PromptLine>> readPromptsFile(const std::string& path, const planner::SamplingParams& defaults) {
+  auto text = files::readFile(path);
+  if (!text.isOk()) return text.status().withContext("rollout.prompts");
+  std::vector<PromptLine> lines;
+  std::set<std::string> ids;
+  size_t begin = 0;
+  for (int64_t number = 1; begin < text->size(); ++number) {
+    size_t end = text->find('\n', begin);
+    if (end == std::string::npos) end = text->size();
+    const std::string raw = text->substr(begin, end - begin);
+    begin = end + 1;
+    if (raw.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto where = [&](const Status& s) { return s.withContext(fmt::format("rollout.prompts: {} line {}", path, number)); };
+    json j;
+    try {
+      j = json::parse(raw);
+    } catch (const json::parse_error& e) {
+      return where(invalidArgument("not valid JSON: {}", e.what()));
+    }
+    auto line = parseLine(j, number, defaults);
+    if (!line.isOk()) return where(line.status());
+    if (!ids.insert(line->id).second) return where(invalidArgument("id: \"{}\" is used by an earlier line", line->id));
+    lines.push_back(std::move(*line));
+  }
+  if (lines.empty()) return invalidArgument("rollout.prompts: {} holds no prompt", path);
+  return lines;
+}
+
+}  // namespace loom::rollout

@@ -1,0 +1,30 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "planner/rollout_spec.h"
+
+namespace loom::rollout {
+
+// One line of a rollout's prompts file (rollout.prompts, JSONL):
+//   {"id": "q1", "prompt": "text", "sampling": {"temperature": 0.7, "n": 4}}
+//   {"prompt_token_ids": [128000, 9906], "sampling": {"max_new_tokens": 64}}
+// "id" (a string or a number) defaults to the line number; the prompt is text (which needs the
+// tokenizer) or token ids; "sampling" overrides rollout.sampling's keys for this request.
+struct PromptLine {
+  std::string id;
+  int64_t line = 0;  // from 1
+  std::string text;
+  std::vector<int64_t> tokenIds;
+  bool isText = false;
+  planner::SamplingParams sampling;
+};
+
+// Reads and checks every line before anything runs: a malformed line, an unknown key, a bad
+// sampling value or a repeated id is an error naming the file and the line. Blank lines are skipped.
+StatusOr<std::vector<PromptLine>> readPromptsFile(const std::string& path, const planner::SamplingParams& defaults);
+
+}  // namespace loom::rollout

@@ -1,0 +1,191 @@
+#include "worker/torch/jobs/rollout_job.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "common/human_bytes.h"
+#include "worker/rollout/generation_config.h"
+#include "worker/rollout/prompts_file.h"
+#include "worker/rollout/results_file.h"
+#include "worker/torch/model/model_setup.h"
+#include "worker/torch/rollout/rollout_engine.h"
+
+namespace loom::worker {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[static_cast<size_t>(q * static_cast<double>(values.size() - 1) + 0.5)];
+}
+
+// The KV cache's bytes: rollout.kv_cache_memory_gb, or on a GPU gpu_memory_utilization of it less
+// what is held already (the model) and what a step of max_num_batched_tokens takes.
+int64_t kvCacheBudget(const planner::JobSpec& spec, const DecoderModel& model, const at::Device& device) {
+  const planner::RolloutSpec& r = spec.rollout;
+  if (r.kvCacheMemoryGb > 0) return static_cast<int64_t>(r.kvCacheMemoryGb * double(int64_t(1) << 30));
+  if (!device.is_cuda()) return int64_t(1) << 30;
+  const auto [free, total] = deviceMemoryInfo(device);
+  const planner::ModelConfig& c = model.config();
+  // A step's activations: a few hidden-sized and MLP-sized rows per token, and fp32 logits per sequence.
+  const int64_t step = r.maxNumBatchedTokens * (8 * c.hiddenSize + 3 * c.intermediateSize) * 4 +
+                       r.maxNumSeqs * c.vocabSize * 4 * 4;
+  const int64_t used = total - free;
+  return static_cast<int64_t>(r.gpuMemoryUtilization * static_cast<double>(total)) - used - step;
+}
+
+struct SampleTiming {
+  Clock::time_point firstToken, lastToken;
+  bool started = false;
+};
+
+class RolloutRunner final : public JobRunner {
+ public:
+  explicit RolloutRunner(RankSetup& rank) : rank_(rank) {}
+
+  Status run() override {
+    const planner::JobSpec& spec = rank_.spec;
+    const planner::RolloutSpec& r = spec.rollout;
+    if (rank_.context.worldSize > 1)
+      return invalidArgument("resources.ranks: a rollout runs on one rank for now (got {})", rank_.context.worldSize);
+    ASSIGN_OR_RETURN(BuiltModel built, buildModel(spec, rank_.local, rank_.device, rank_.mesh));
+    DecoderModel& model = *built.model;
+    const planner::ModelConfig& config = model.config();
+    const int64_t maxModelLen = r.maxModelLen > 0 ? r.maxModelLen : config.maxPositionEmbeddings;
+    if (maxModelLen > config.maxPositionEmbeddings)
+      return invalidArgument("rollout.max_model_len: {} is beyond the model's max_position_embeddings {}", maxModelLen,
+                             config.maxPositionEmbeddings);
+
+    const int64_t budget = kvCacheBudget(spec, model, rank_.device);
+    const int64_t blockBytes = model.kvCacheBytesPerBlock(r.blockSize);
+    const int64_t numBlocks = std::max<int64_t>(0, budget / blockBytes);
+    if (numBlocks < 1)
+      return Status(StatusCode::kResourceExhausted,
+                    fmt::format("rollout.kv_cache_memory_gb: {} leaves no room for one KV block of {} tokens ({})",
+                                budget > 0 ? humanBytes(budget) : "the device's memory less the model's",
+                                r.blockSize, humanBytes(blockBytes)));
+    rollout::SchedulerLimits limits{.blockSize = static_cast<int32_t>(r.blockSize),
+                                    .numBlocks = static_cast<int32_t>(std::min<int64_t>(numBlocks, INT32_MAX)),
+                                    .maxNumSeqs = r.maxNumSeqs,
+                                    .maxNumBatchedTokens = r.maxNumBatchedTokens,
+                                    .maxModelLen = maxModelLen};
+    RETURN_IF_ERROR(limits.validate());
+    ASSIGN_OR_RETURN(std::vector<int64_t> eos, rollout::readEosTokenIds(spec.model.config));
+    ASSIGN_OR_RETURN(std::vector<rollout::PromptLine> prompts, rollout::readPromptsFile(r.prompts, r.sampling));
+
+    RolloutEngine engine(model, model.createKvCache(limits.numBlocks, limits.blockSize, maxModelLen),
+                         EngineOptions{.limits = limits, .eosTokenIds = eos});
+    std::printf("rollout: %lld prompts, KV cache %d blocks of %d tokens (%s), max_num_seqs %lld, "
+                "max_num_batched_tokens %lld, max_model_len %lld\n",
+                static_cast<long long>(prompts.size()), limits.numBlocks, limits.blockSize,
+                humanBytes(limits.numBlocks * blockBytes).c_str(), static_cast<long long>(limits.maxNumSeqs),
+                static_cast<long long>(limits.maxNumBatchedTokens), static_cast<long long>(maxModelLen));
+    std::fflush(stdout);
+
+    // Every prompt arrives at the start; requests are numbered in file order.
+    const Clock::time_point start = Clock::now();
+    std::map<rollout::RequestId, size_t> lineOf;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const rollout::PromptLine& p = prompts[i];
+      if (p.isText)
+        return invalidArgument("rollout.prompts: line {}: a text prompt needs rollout.tokenizer (or give "
+                               "prompt_token_ids)",
+                               p.line);
+      auto id = engine.addRequest(p.tokenIds, p.sampling, r.seed + i);
+      if (!id.isOk()) return id.status().withContext(fmt::format("rollout.prompts: line {}", p.line));
+      lineOf[*id] = i;
+    }
+
+    std::map<std::pair<rollout::RequestId, int>, rollout::SampleResult> results;
+    std::map<std::pair<rollout::RequestId, int>, SampleTiming> timing;
+    std::vector<double> ttft, itl;
+    int64_t promptTokens = 0, outputTokens = 0, steps = 0;
+    Clock::time_point lastReport = start;
+    while (!engine.idle()) {
+      StepEvents events = engine.step();
+      const Clock::time_point now = Clock::now();
+      ++steps;
+      promptTokens += events.promptTokens;
+      for (const TokenEvent& e : events.tokens) {
+        const auto key = std::make_pair(e.request, e.sample);
+        rollout::SampleResult& out = results[key];
+        if (out.tokenIds.empty()) {
+          const rollout::PromptLine& p = prompts[lineOf.at(e.request)];
+          out.id = p.id;
+          out.order = p.line;
+          out.sample = e.sample;
+          out.promptTokens = static_cast<int64_t>(p.tokenIds.size());
+        }
+        out.tokenIds.push_back(e.drawn.token);
+        out.logprobs.push_back(e.drawn.logprob);
+        if (!e.drawn.top.empty()) out.topLogprobs.push_back(e.drawn.top);
+        SampleTiming& t = timing[key];
+        if (!t.started) {
+          t.started = true;
+          t.firstToken = now;
+          ttft.push_back(seconds(now - start));
+        } else {
+          itl.push_back(seconds(now - t.lastToken));
+        }
+        t.lastToken = now;
+        ++outputTokens;
+      }
+      for (const rollout::FinishedSequence& f : events.finished) {
+        const auto key = std::make_pair(f.request, f.sample);
+        rollout::SampleResult& out = results[key];
+        out.finishReason = rollout::finishReasonName(f.reason);
+        out.timeToFirstTokenS = seconds(timing[key].firstToken - start);
+        out.timeS = seconds(timing[key].lastToken - start);
+      }
+      if (seconds(now - lastReport) >= 1.0 || engine.idle()) {
+        lastReport = now;
+        const rollout::Scheduler& s = engine.scheduler();
+        const double elapsed = std::max(1e-9, seconds(now - start));
+        rank_.progress(steps, {{"rollout_requests_running", double(s.numRunning())},
+                               {"rollout_requests_waiting", double(s.numWaiting())},
+                               {"rollout_kv_blocks_used", double(s.numBlocksUsed())},
+                               {"rollout_preemptions", double(s.numPreemptions())},
+                               {"rollout_prompt_tokens_per_s", double(promptTokens) / elapsed},
+                               {"rollout_output_tokens_per_s", double(outputTokens) / elapsed},
+                               {"rollout_ttft_p50_s", percentile(ttft, 0.5)},
+                               {"rollout_itl_p50_s", percentile(itl, 0.5)}});
+      }
+    }
+    const double elapsed = std::max(1e-9, seconds(Clock::now() - start));
+    std::vector<rollout::SampleResult> all;
+    for (auto& [key, result] : results) all.push_back(std::move(result));
+    RETURN_IF_ERROR(rollout::writeResultsFile(r.output, std::move(all)));
+    std::printf("rollout: %lld samples, %lld output tokens in %.3f s: %.1f output tokens/s, %.1f prompt tokens/s; "
+                "%lld steps, %lld preemptions\n",
+                static_cast<long long>(results.size()), static_cast<long long>(outputTokens), elapsed,
+                double(outputTokens) / elapsed, double(promptTokens) / elapsed, static_cast<long long>(steps),
+                static_cast<long long>(engine.scheduler().numPreemptions()));
+    std::printf("rollout: time to first token p50 %.4f s p90 %.4f s p99 %.4f s; inter-token latency p50 %.4f s "
+                "p90 %.4f s p99 %.4f s\n",
+                percentile(ttft, 0.5), percentile(ttft, 0.9), percentile(ttft, 0.99), percentile(itl, 0.5),
+                percentile(itl, 0.9), percentile(itl, 0.99));
+    std::printf("rollout: results written to %s\n", r.output.c_str());
+    std::fflush(stdout);
+    return Status::ok();
+  }
+
+ private:
+  RankSetup& rank_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<JobRunner>> makeRolloutRunner(RankSetup& rank) {
+  return std::unique_ptr<JobRunner>(std::make_unique<RolloutRunner>(rank));
+}
+
+}  // namespace loom::worker

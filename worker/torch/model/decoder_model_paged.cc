@@ -1,0 +1,81 @@
+// DecoderModel's rollout forward: the step's tokens of many sequences, flat, with keys and values
+// in the paged KV cache (paged_kv.h) and attention over it (paged_attention.h).
+#include "worker/torch/model/decoder_model.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "worker/torch/model/ops.h"
+#include "worker/torch/parallel/tensor_parallel.h"
+
+namespace loom::worker {
+
+void PagedKvCache::copyBlocks(const std::vector<std::pair<int64_t, int64_t>>& copies) {
+  if (copies.empty()) return;
+  std::vector<int64_t> from, to;
+  for (const auto& [f, t] : copies) from.push_back(f), to.push_back(t);
+  const auto options = at::TensorOptions().dtype(at::kLong).device(keys[0].device());
+  const at::Tensor source = at::tensor(from, at::kLong).to(options.device());
+  const at::Tensor target = at::tensor(to, at::kLong).to(options.device());
+  for (auto* layers : {&keys, &values})
+    for (at::Tensor& cache : *layers) cache.index_copy_(0, target, cache.index_select(0, source));
+}
+
+int64_t DecoderModel::kvCacheBytesPerBlock(int64_t blockSize) const {
+  return 2 * config_.numLayers * blockSize * kvHeads_ * config_.headDim * at::elementSize(dtype_);
+}
+
+PagedKvCache DecoderModel::createKvCache(int64_t numBlocks, int64_t blockSize, int64_t maxModelLen) const {
+  PagedKvCache cache{.keys = {}, .values = {}, .blockSize = blockSize, .maxModelLen = maxModelLen};
+  const auto options = at::TensorOptions().dtype(dtype_).device(device_);
+  for (int64_t l = 0; l < config_.numLayers; ++l) {
+    // Zeroed: a padded block-table entry points at block 0, whose keys the mask hides but whose
+    // values still enter the weighted sum with weight 0 — NaN garbage there would poison it.
+    cache.keys.push_back(at::zeros({numBlocks, blockSize, kvHeads_, config_.headDim}, options));
+    cache.values.push_back(at::zeros({numBlocks, blockSize, kvHeads_, config_.headDim}, options));
+  }
+  return cache;
+}
+
+at::Tensor DecoderModel::pagedAttentionBlock(const Layer& l, const at::Tensor& input) {
+  const int64_t t = input.size(1), d = config_.headDim;
+  const at::Tensor x = copyToTensorParallel(input, *shards_.tp);
+  at::Tensor q = linear_(x, l.q, l.qBias).view({1, t, heads_, d});
+  at::Tensor k = linear_(x, l.k, l.kBias).view({1, t, kvHeads_, d});
+  const at::Tensor v = linear_(x, l.v, l.vBias).view({t, kvHeads_, d});
+  if (config_.qkNorm) {
+    q = ops().rmsNorm(q, l.qNorm, config_.rmsNormEps);
+    k = ops().rmsNorm(k, l.kNorm, config_.rmsNormEps);
+  }
+  auto [qr, kr] = ops().rope(q.transpose(1, 2), k.transpose(1, 2), batchCos_, batchSin_);
+  q = qr.squeeze(0).transpose(0, 1).contiguous();  // [T, H, D]
+  k = kr.squeeze(0).transpose(0, 1);
+  const int64_t layer = &l - layers_.data();
+  at::Tensor& keys = kvCache_->keys[layer];
+  at::Tensor& values = kvCache_->values[layer];
+  keys.view({-1, kvHeads_, d}).index_copy_(0, pagedStep_->slots, k.to(keys.scalar_type()));
+  values.view({-1, kvHeads_, d}).index_copy_(0, pagedStep_->slots, v.to(values.scalar_type()));
+  const at::Tensor attended = ops().pagedAttention(q, keys, values, pagedStep_->sequences);
+  return rowParallel(attended.reshape({1, t, heads_ * d}), l.o, l.oBias);
+}
+
+at::Tensor DecoderModel::pagedLogits(const at::Tensor& tokens, const PagedStep& step, PagedKvCache& cache) {
+  at::NoGradGuard noGrad;
+  auto [cos, sin] = rotary(cache.maxModelLen);
+  batchCos_ = cos.index_select(0, step.positions);
+  batchSin_ = sin.index_select(0, step.positions);
+  attentionMask_ = at::Tensor();
+  pagedStep_ = &step;
+  kvCache_ = &cache;
+  struct Reset {
+    DecoderModel* model;
+    ~Reset() { model->pagedStep_ = nullptr, model->kvCache_ = nullptr; }
+  } reset{this};
+  at::Tensor h = block(0, tokens.view({1, -1}));
+  for (int i = 1; i < numBlocks() - 1; ++i) h = decoderLayer(i, h);
+  // Only the rows that are sampled reach the head: a prompt's other tokens need no logits.
+  h = h.index_select(1, step.logitRows);
+  return block(numBlocks() - 1, h).squeeze(0);
+}
+
+}  // namespace loom::worker

@@ -1,0 +1,92 @@
+#include "worker/torch/rollout/rollout_engine.h"
+
+#include <ATen/ATen.h>
+
+#include "worker/torch/rollout/step_batch.h"
+
+namespace loom::worker {
+
+RolloutEngine::RolloutEngine(DecoderModel& model, PagedKvCache cache, EngineOptions options)
+    : model_(model), cache_(std::move(cache)), options_(std::move(options)), scheduler_(options_.limits) {}
+
+StatusOr<rollout::RequestId> RolloutEngine::addRequest(std::vector<int64_t> prompt,
+                                                       const planner::SamplingParams& params, uint64_t seed) {
+  const int64_t vocab = model_.config().vocabSize;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= vocab)
+      return invalidArgument("prompt_token_ids[{}]: {} is outside the model's vocabulary of {}", i, prompt[i], vocab);
+  for (int64_t id : params.stopTokenIds)
+    if (id >= vocab) return invalidArgument("stop_token_ids: {} is outside the model's vocabulary of {}", id, vocab);
+  rollout::RequestOptions request{.prompt = std::move(prompt),
+                                  .n = static_cast<int>(params.n),
+                                  .stop = {.maxNewTokens = params.maxNewTokens,
+                                           .eosTokenIds = options_.eosTokenIds,
+                                           .stopTokenIds = params.stopTokenIds,
+                                           .ignoreEos = params.ignoreEos}};
+  ASSIGN_OR_RETURN(rollout::RequestId id, scheduler_.addRequest(std::move(request)));
+  RequestState state{.params = params, .generators = {}, .live = static_cast<int>(params.n)};
+  const uint64_t base = params.seed ? static_cast<uint64_t>(*params.seed) : seed;
+  for (int64_t j = 0; j < params.n; ++j) state.generators.push_back(sampleGenerator(base, j));
+  requests_.emplace(id, std::move(state));
+  return id;
+}
+
+StepEvents RolloutEngine::step() {
+  StepEvents events;
+  const rollout::ScheduledStep step = scheduler_.schedule();
+  if (step.empty()) return events;
+  std::vector<std::pair<int64_t, int64_t>> copies;
+  for (const rollout::BlockCopy& c : step.copies) copies.emplace_back(c.from, c.to);
+  cache_.copyBlocks(copies);
+
+  const int64_t window = model_.config().slidingWindow;
+  const StepBatch batch = makeStepBatch(step, scheduler_, model_.device(), window);
+  const at::Tensor logits = model_.pagedLogits(batch.tokens, batch.paged, cache_);
+
+  // Each drawing chunk draws for its sequence's sample and, when the prompt forks, the rest.
+  std::vector<Draw> draws;
+  std::vector<size_t> firstDraw(step.chunks.size());
+  for (size_t i = 0; i < step.chunks.size(); ++i) {
+    const rollout::ScheduledChunk& c = step.chunks[i];
+    (c.count == 1 ? events.decodeTokens : events.promptTokens) += c.count;
+    const rollout::Sequence& s = *scheduler_.sequence(c.sequence);
+    RequestState& request = requests_.at(s.request);
+    firstDraw[i] = draws.size();
+    for (int j = 0; j < c.samples; ++j)
+      draws.push_back({.row = batch.logitRow[i], .params = &request.params,
+                       .generator = &request.generators[s.sample + j]});
+  }
+  const std::vector<DrawnToken> drawn = drawTokens(logits, draws);
+  std::vector<std::vector<int64_t>> sampled(step.chunks.size());
+  for (size_t i = 0; i < step.chunks.size(); ++i)
+    for (int j = 0; j < step.chunks[i].samples; ++j) sampled[i].push_back(drawn[firstDraw[i] + j].token);
+
+  rollout::StepResult result = scheduler_.complete(step, sampled);
+  for (const auto& a : result.appended)
+    events.tokens.push_back(
+        {.request = a.request, .sample = a.sample, .sequence = a.sequence, .drawn = drawn[firstDraw[a.chunk] + a.draw]});
+  events.finished = std::move(result.finished);
+  forget(events.finished);
+  return events;
+}
+
+void RolloutEngine::forget(const std::vector<rollout::FinishedSequence>& finished) {
+  for (const auto& f : finished) {
+    auto it = requests_.find(f.request);
+    if (it != requests_.end() && --it->second.live == 0) requests_.erase(it);
+  }
+}
+
+rollout::FinishedSequence RolloutEngine::finish(rollout::SequenceId sequence, rollout::FinishReason reason) {
+  rollout::FinishedSequence f = scheduler_.finish(sequence, reason);
+  forget({f});
+  return f;
+}
+
+std::vector<rollout::FinishedSequence> RolloutEngine::cancel(rollout::RequestId request) {
+  std::vector<rollout::FinishedSequence> finished = scheduler_.cancelRequest(request);
+  requests_.erase(request);
+  return finished;
+}
+
+}  // namespace loom::worker

@@ -1,0 +1,111 @@
+#include "worker/torch/rollout/sampler.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+namespace loom::worker {
+
+namespace {
+
+// splitmix64: nearby seeds (a request's samples 0, 1, 2) give unrelated streams.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// A uniform number in [0, 1) from the generator, 53 random bits.
+double uniform(at::Generator& generator) {
+  auto* impl = at::check_generator<at::CPUGeneratorImpl>(generator);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return static_cast<double>(impl->random64() >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// Indices [D, 1] into the last dimension of each row's cumulative weights, drawn by inverse CDF.
+at::Tensor drawFromCdf(const at::Tensor& weights, const at::Tensor& uniforms) {
+  const at::Tensor cdf = weights.cumsum(-1);
+  const at::Tensor target = uniforms.unsqueeze(1) * cdf.narrow(1, cdf.size(1) - 1, 1);
+  return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(cdf.size(1) - 1);
+}
+
+}  // namespace
+
+at::Generator sampleGenerator(uint64_t seed, int64_t sample) {
+  return at::make_generator<at::CPUGeneratorImpl>(mix(mix(seed) + static_cast<uint64_t>(sample)));
+}
+
+std::vector<DrawnToken> drawTokens(const at::Tensor& logits, const std::vector<Draw>& draws) {
+  const auto count = static_cast<int64_t>(draws.size());
+  if (count == 0) return {};
+  const int64_t vocab = logits.size(1);
+  std::vector<int64_t> rows, sampled;
+  std::vector<float> temperature, topK, topP, minP, uniforms;
+  bool filters = false;
+  int64_t maxTop = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const Draw& d = draws[i];
+    const planner::SamplingParams& p = *d.params;
+    rows.push_back(d.row);
+    maxTop = std::max(maxTop, p.logprobs);
+    if (p.greedy()) continue;
+    sampled.push_back(i);
+    temperature.push_back(static_cast<float>(p.temperature));
+    const bool limitsK = p.topK > 0 && p.topK < vocab;
+    topK.push_back(static_cast<float>(limitsK ? p.topK : vocab));
+    topP.push_back(static_cast<float>(p.topP));
+    minP.push_back(static_cast<float>(p.minP));
+    uniforms.push_back(static_cast<float>(uniform(*d.generator)));
+    filters = filters || limitsK || p.topP < 1 || p.minP > 0;
+  }
+  const at::Device device = logits.device();
+  auto onDevice = [&](const auto& values) { return at::tensor(values).to(device); };
+  const at::Tensor raw = logits.index_select(0, onDevice(rows)).to(at::kFloat);  // [D, V]
+  const at::Tensor logprobs = at::log_softmax(raw, -1);
+  at::Tensor tokens = raw.argmax(-1);
+  if (!sampled.empty()) {
+    const at::Tensor which = onDevice(sampled);
+    const at::Tensor scaled = raw.index_select(0, which) / onDevice(temperature).unsqueeze(1);
+    const at::Tensor u = onDevice(uniforms);
+    // The draw is by inverse CDF in vocabulary order whether or not a row filters, so that a
+    // row's token never depends on whether another row of the batch made the step sort.
+    const at::Tensor probs = at::softmax(scaled, -1);
+    at::Tensor weights = probs;
+    if (filters) {
+      const at::Tensor order = std::get<1>(scaled.sort(-1, /*descending=*/true));
+      const at::Tensor sorted = probs.gather(1, order);
+      const at::Tensor rank = at::arange(vocab, order.options()).unsqueeze(0);
+      at::Tensor keep = (sorted >= onDevice(minP).unsqueeze(1) * sorted.narrow(1, 0, 1))
+                            .logical_and(rank < onDevice(topK).unsqueeze(1));
+      at::Tensor kept = sorted * keep;
+      kept = kept / kept.sum(-1, /*keepdim=*/true);
+      // The smallest prefix whose mass reaches top_p: a token stays while the mass before it is short.
+      keep = keep.logical_and((kept.cumsum(-1) - kept) < onDevice(topP).unsqueeze(1));
+      weights = probs * at::zeros_like(keep).scatter(1, order, keep);
+    }
+    const at::Tensor picked = drawFromCdf(weights, u);
+    tokens.index_put_({which}, picked.squeeze(1));
+  }
+  const at::Tensor chosen = logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1).cpu();
+  const at::Tensor tokensHost = tokens.cpu();
+  at::Tensor topValues, topIds;
+  if (maxTop > 0) {
+    maxTop = std::min(maxTop, vocab);
+    auto [values, ids] = logprobs.topk(maxTop, -1);
+    topValues = values.cpu();
+    topIds = ids.cpu();
+  }
+  std::vector<DrawnToken> out(count);
+  for (int64_t i = 0; i < count; ++i) {
+    out[i].token = tokensHost.data_ptr<int64_t>()[i];
+    out[i].logprob = chosen.data_ptr<float>()[i];
+    for (int64_t k = 0; k < draws[i].params->logprobs; ++k)
+      out[i].top.emplace_back(topIds.data_ptr<int64_t>()[i * maxTop + k], topValues.data_ptr<float>()[i * maxTop + k]);
+  }
+  return out;
+}
+
+}  // namespace loom::worker
