@@ -92,6 +92,9 @@ int main(int argc, char** argv) {
   prepareCmd->add_option("--text-key", prepare.textKey, "jsonl: the key holding each document")->capture_default_str();
   prepareCmd->add_option("--separator", prepare.separator,
                          "text: a line equal to this ends a document (e.g. %); default: one document per file");
+  prepareCmd->add_option("--tokenizer", prepare.tokenizer,
+                         "a Hugging Face tokenizer directory (tokenizer.json; byte-level BPE as Llama 3, Qwen2, "
+                         "Mistral); default: the byte tokenizer");
 
   CLI11_PARSE(app, argc, argv);
   g.format = output == "json" ? OutputFormat::kJson : OutputFormat::kHuman;

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
 #include "worker/data/byte_tokenizer.h"
+#include "worker/data/hf_tokenizer.h"
+#include "worker/data/utf8.h"
 
 namespace loom::data {
 
@@ -34,20 +37,57 @@ Status forEachLine(std::string_view text, F&& f) {
   return Status::ok();
 }
 
+// How a document becomes ids: the byte tokenizer, or a Hugging Face tokenizer (options.tokenizer).
+class DocumentEncoder {
+ public:
+  static StatusOr<DocumentEncoder> open(const std::string& tokenizerDir) {
+    DocumentEncoder e;
+    if (tokenizerDir.empty()) return e;
+    ASSIGN_OR_RETURN(HfTokenizer hf, HfTokenizer::load(tokenizerDir));
+    if (hf.eosTokenIds().empty())
+      return invalidArgument("{}: no end-of-document token: tokenizer_config.json names no eos_token and "
+                             "generation_config.json no eos_token_id",
+                             tokenizerDir);
+    e.eosTokenId_ = hf.eosTokenIds().front();
+    e.vocabSize_ = hf.vocabSize();
+    // The absolute path: the token file may be read from another directory.
+    std::filesystem::path path = std::filesystem::absolute(tokenizerDir).lexically_normal();
+    if (!path.has_filename()) path = path.parent_path();  // "dir/" names the same directory as "dir"
+    e.name_ = "hf:" + path.string();
+    e.hf_ = std::make_shared<HfTokenizer>(std::move(hf));
+    return e;
+  }
+
+  bool readsUtf8() const { return hf_ != nullptr; }
+  // Pretraining data carries no template: the text's ids, then the end of the document.
+  std::vector<uint32_t> encode(std::string_view text) const { return hf_ ? hf_->encode(text) : encodeBytes(text); }
+  uint32_t eosTokenId() const { return eosTokenId_; }
+  int64_t vocabSize() const { return vocabSize_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::shared_ptr<const HfTokenizer> hf_;
+  uint32_t eosTokenId_ = kByteEosToken;
+  int64_t vocabSize_ = kByteVocabSize;
+  std::string name_ = kByteTokenizerName;
+};
+
 // Appends documents to the token stream, each followed by the end-of-document token.
 class DocumentSink {
  public:
+  explicit DocumentSink(const DocumentEncoder* encoder) : encoder_(encoder) {}
   void add(std::string_view text) {
     if (isBlank(text)) return;
     starts_.push_back(static_cast<int64_t>(tokens_.size()));
-    std::vector<uint32_t> encoded = encodeBytes(text);
+    std::vector<uint32_t> encoded = encoder_->encode(text);
     tokens_.insert(tokens_.end(), encoded.begin(), encoded.end());
-    tokens_.push_back(kByteEosToken);
+    tokens_.push_back(encoder_->eosTokenId());
   }
   const std::vector<uint32_t>& tokens() const { return tokens_; }
   const std::vector<int64_t>& starts() const { return starts_; }
 
  private:
+  const DocumentEncoder* encoder_;
   std::vector<uint32_t> tokens_;
   std::vector<int64_t> starts_;
 };
@@ -127,9 +167,14 @@ StatusOr<TokenFileHeader> prepareTokenFile(const PrepareOptions& options) {
   if (!outputDir.empty() && !std::filesystem::is_directory(outputDir, ec))
     return invalidArgument("{}: the directory {} does not exist", options.output, outputDir);
 
-  DocumentSink sink;
+  ASSIGN_OR_RETURN(DocumentEncoder encoder, DocumentEncoder::open(options.tokenizer));
+
+  DocumentSink sink(&encoder);
   for (const auto& input : options.inputs) {
     ASSIGN_OR_RETURN(std::string text, files::readFile(input));
+    // The byte tokenizer takes any bytes; a Hugging Face tokenizer reads text, as `tokenizers` does.
+    if (const size_t bad = utf8::firstInvalidOffset(text); encoder.readsUtf8() && bad != std::string::npos)
+      return invalidArgument("{}: not valid UTF-8 at byte {}: a Hugging Face tokenizer reads UTF-8 text", input, bad);
     bool jsonl = options.format == "jsonl" ||
                  (options.format == "auto" && (endsWith(input, ".jsonl") || endsWith(input, ".json-lines")));
     if (jsonl) {
@@ -140,10 +185,11 @@ StatusOr<TokenFileHeader> prepareTokenFile(const PrepareOptions& options) {
   }
   if (sink.starts().empty()) return invalidArgument("no documents in the inputs: every one is empty or blank");
 
-  TokenFileHeader header{.dtype = "uint16",
-                         .vocabSize = kByteVocabSize,
-                         .tokenizer = kByteTokenizerName,
-                         .eosTokenId = kByteEosToken,
+  // The narrowest dtype that holds every id of the vocabulary.
+  TokenFileHeader header{.dtype = encoder.vocabSize() <= 65536 ? "uint16" : "uint32",
+                         .vocabSize = encoder.vocabSize(),
+                         .tokenizer = encoder.name(),
+                         .eosTokenId = encoder.eosTokenId(),
                          .documentStarts = sink.starts()};
   RETURN_IF_ERROR(writeTokenFile(options.output, header, sink.tokens()));
   header.numTokens = static_cast<int64_t>(sink.tokens().size());
