@@ -174,6 +174,18 @@ typedef struct loom_kernel_table {
                                 double limit, void* stream);
   int (*clamped_swiglu_backward)(loom_dtype dtype, const void* gate, const void* up, const void* dout, void* dgate,
                                  void* dup, int64_t n, double alpha, double limit, void* stream);
+
+  /* Rollout's decode attention over a paged KV cache: for each of `seqs` sequences, its one query
+   * q [seqs, heads, dim] (at position context_lens[s] - 1) over the keys and values of its first
+   * context_lens[s] positions, which sit in key_cache and value_cache [num_blocks, block_size,
+   * kv_heads, dim] at the blocks block_tables [seqs, max_blocks] (int64) lists, position p in
+   * block p / block_size at row p % block_size. Query head h reads KV head h / (heads / kv_heads).
+   * softmax(scale * q.k) over those keys (window > 0: the last `window` of them) weights the
+   * values; out [seqs, heads, dim]. All four tensors in dtype; context_lens (int64, device) >= 1. */
+  int (*paged_attention_decode)(loom_dtype dtype, const void* q, const void* key_cache, const void* value_cache,
+                                const int64_t* block_tables, const int64_t* context_lens, void* out, int64_t seqs,
+                                int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size, int64_t max_blocks,
+                                double scale, int64_t window, void* stream);
 } loom_kernel_table;
 
 /* The one symbol a plugin exports. */

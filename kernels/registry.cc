@@ -30,6 +30,7 @@ const std::vector<OpSlot>& opSlots() {
       LOOM_OP_SLOT(masked_softmax_backward),
       LOOM_OP_SLOT(clamped_swiglu_forward),
       LOOM_OP_SLOT(clamped_swiglu_backward),
+      LOOM_OP_SLOT(paged_attention_decode),
   };
   return slots;
 }

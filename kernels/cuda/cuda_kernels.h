@@ -150,4 +150,21 @@ cudaError_t launchAdam(const AdamArgs& a, cudaStream_t stream);
 cudaError_t launchLion(const LionArgs& a, cudaStream_t stream);
 cudaError_t launchAdagrad(const AdagradArgs& a, cudaStream_t stream);
 
+// attention_kernels.cu: rollout's decode attention over the paged KV cache.
+struct PagedDecodeArgs {
+  loom_dtype dtype;
+  const void* q;           // [seqs, heads, dim]
+  const void* keyCache;    // [blocks, blockSize, kvHeads, dim]
+  const void* valueCache;
+  const int64_t* blockTables;  // [seqs, maxBlocks]
+  const int64_t* contextLens;  // [seqs]
+  void* out;               // [seqs, heads, dim]
+  int64_t seqs, heads, kvHeads, dim, blockSize, maxBlocks, window;
+  float scale;
+};
+// The head layouts the kernel is built for: dim 32, 64 or 128, and 1, 2, 4 or 8 query heads per
+// KV head.
+bool pagedDecodeSupported(int64_t heads, int64_t kvHeads, int64_t dim);
+cudaError_t launchPagedAttentionDecode(const PagedDecodeArgs& a, cudaStream_t stream);
+
 }  // namespace loom::kernels::gpu

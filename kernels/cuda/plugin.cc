@@ -450,6 +450,39 @@ int adagradStep(const loom_adagrad_config* c, loom_dtype paramDtype, void* param
   return launched(launchAdagrad(a, streamOf(stream)), what);
 }
 
+int pagedAttentionDecode(loom_dtype dtype, const void* q, const void* keyCache, const void* valueCache,
+                         const int64_t* blockTables, const int64_t* contextLens, void* out, int64_t seqs, int64_t heads,
+                         int64_t kvHeads, int64_t dim, int64_t blockSize, int64_t maxBlocks, double scale,
+                         int64_t window, void* stream) {
+  const char* what = "paged_attention_decode";
+  LOOM_CHECK(checkDtype(dtype, what));
+  LOOM_CHECK(checkSizes({seqs, heads, kvHeads, dim, blockSize, maxBlocks}, what));
+  LOOM_CHECK(checkPointers(seqs > 0, {q, keyCache, valueCache, blockTables, contextLens, out}, what));
+  if (!pagedDecodeSupported(heads, kvHeads, dim))
+    return fail(LOOM_KERNEL_UNSUPPORTED, std::string(what) + ": built for head_dim 32, 64 or 128 and 1, 2, 4 or 8 "
+                                             "query heads per KV head, got head_dim " + std::to_string(dim) + ", " +
+                                             std::to_string(heads) + " heads over " + std::to_string(kvHeads));
+  if (blockSize < 1 || maxBlocks < 1) return fail(LOOM_KERNEL_INVALID_ARGUMENT, std::string(what) + ": empty block table");
+  LOOM_CHECK(checkRows(seqs, what));
+  if (seqs == 0) return LOOM_KERNEL_OK;
+  const PagedDecodeArgs a{.dtype = dtype,
+                          .q = q,
+                          .keyCache = keyCache,
+                          .valueCache = valueCache,
+                          .blockTables = blockTables,
+                          .contextLens = contextLens,
+                          .out = out,
+                          .seqs = seqs,
+                          .heads = heads,
+                          .kvHeads = kvHeads,
+                          .dim = dim,
+                          .blockSize = blockSize,
+                          .maxBlocks = maxBlocks,
+                          .window = window,
+                          .scale = static_cast<float>(scale)};
+  return launched(launchPagedAttentionDecode(a, streamOf(stream)), what);
+}
+
 // No init: nothing to configure, and the plugin must load on machines without a GPU.
 const loom_kernel_table kTable = {
     .abi_version = LOOM_KERNEL_ABI_VERSION,
@@ -477,6 +510,7 @@ const loom_kernel_table kTable = {
     .masked_softmax_backward = maskedSoftmaxBackward,
     .clamped_swiglu_forward = clampedSwigluForward,
     .clamped_swiglu_backward = clampedSwigluBackward,
+    .paged_attention_decode = pagedAttentionDecode,
 };
 
 }  // namespace

@@ -356,3 +356,55 @@ TEST_CASE("CUDA: dtypes other than fp32 and bf16 are refused before anything run
   CHECK(out.eq(7.0f).all().item<bool>());
   CHECK(std::string(t.device) == "cuda");
 }
+
+TEST_CASE("CUDA paged decode attention matches attention over the gathered keys and values", "[gpu][kernels]") {
+  struct Shape {
+    int64_t seqs, heads, kvHeads, dim, blockSize, maxContext, window;
+  };
+  const Shape shapes[] = {{3, 8, 2, 64, 16, 300, 0},   {64, 32, 8, 64, 16, 1000, 0}, {5, 4, 4, 128, 16, 70, 0},
+                          {7, 16, 2, 32, 8, 90, 0},     {6, 8, 2, 64, 16, 200, 8}};
+  for (bool pooled : kPooledStream) {
+    const StreamPass pass(pooled);
+    for (loom_dtype dtype : kDtypes) {
+      for (const Shape& s : shapes) {
+        const std::string what = fmt::format("paged decode {} {} [{} seqs, {}/{} heads, dim {}, window {}]",
+                                             pass.label(), dtypeName(dtype), s.seqs, s.heads, s.kvHeads, s.dim,
+                                             s.window);
+        const at::Tensor lengths = at::randint(1, s.maxContext + 1, {s.seqs}, at::kLong);
+        lengths[0] = 1;  // a sequence of one position
+        const int64_t maxBlocks = (s.maxContext + s.blockSize - 1) / s.blockSize;
+        const int64_t numBlocks = s.seqs * maxBlocks + 3;
+        // Each sequence's blocks scattered over the cache, the padding pointing at block 0.
+        const at::Tensor tables = at::randperm(numBlocks, at::kLong).narrow(0, 0, s.seqs * maxBlocks)
+                                      .view({s.seqs, maxBlocks});
+        const at::Tensor keys = cudaInput({numBlocks, s.blockSize, s.kvHeads, s.dim}, dtype);
+        const at::Tensor values = cudaInput({numBlocks, s.blockSize, s.kvHeads, s.dim}, dtype);
+        const at::Tensor q = cudaInput({s.seqs, s.heads, s.dim}, dtype);
+        const at::Tensor tablesCuda = onCuda(tables), lengthsCuda = onCuda(lengths);
+        at::Tensor out = at::empty_like(q);
+        const double scale = 1.0 / std::sqrt(static_cast<double>(s.dim));
+        REQUIRE(cudaPlugin().paged_attention_decode(dtype, q.data_ptr(), keys.data_ptr(), values.data_ptr(),
+                                                    tablesCuda.data_ptr<int64_t>(), lengthsCuda.data_ptr<int64_t>(),
+                                                    out.data_ptr(), s.seqs, s.heads, s.kvHeads, s.dim, s.blockSize,
+                                                    maxBlocks, scale, s.window, pass.stream()) == LOOM_KERNEL_OK);
+        for (int64_t i = 0; i < s.seqs; ++i) {
+          const int64_t context = lengths[i].item<int64_t>();
+          const int64_t first = s.window > 0 && context > s.window ? context - s.window : 0;
+          const at::Tensor blocks = onCuda(tables[i]);
+          auto gather = [&](const at::Tensor& cache) {
+            return cache.to(at::kFloat).index_select(0, blocks).reshape({-1, s.kvHeads, s.dim})
+                .narrow(0, first, context - first).transpose(0, 1).unsqueeze(0);  // [1, Hkv, L, D]
+          };
+          const at::Tensor expected =
+              at::scaled_dot_product_attention(q[i].to(at::kFloat).unsqueeze(0).unsqueeze(2), gather(keys),
+                                               gather(values), std::nullopt, 0.0, false, scale, s.heads != s.kvHeads)
+                  .view({s.heads, s.dim});
+          requireClose(out[i], expected, tolerance(dtype, 1.0), what + fmt::format(" sequence {} ({} positions)", i, context));
+        }
+      }
+    }
+  }
+  // Head layouts it is not built for are refused, so that the reference runs instead.
+  CHECK(cudaPlugin().paged_attention_decode(LOOM_DTYPE_F32, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 12,
+                                            4, 64, 16, 1, 0.125, 0, nullptr) == LOOM_KERNEL_UNSUPPORTED);
+}

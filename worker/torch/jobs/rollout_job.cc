@@ -82,13 +82,15 @@ class RolloutRunner final : public JobRunner {
     ASSIGN_OR_RETURN(std::vector<int64_t> eos, rollout::readEosTokenIds(spec.model.config));
     ASSIGN_OR_RETURN(std::vector<rollout::PromptLine> prompts, rollout::readPromptsFile(r.prompts, r.sampling));
 
-    RolloutEngine engine(model, model.createKvCache(limits.numBlocks, limits.blockSize, maxModelLen),
-                         EngineOptions{.limits = limits, .eosTokenIds = eos});
+    // One block more than the scheduler hands out: the scratch block of padded CUDA-graph rows.
+    RolloutEngine engine(model, model.createKvCache(limits.numBlocks + 1, limits.blockSize, maxModelLen),
+                         EngineOptions{.limits = limits, .eosTokenIds = eos, .cudaGraphs = r.cudaGraphs});
     std::printf("rollout: %lld prompts, KV cache %d blocks of %d tokens (%s), max_num_seqs %lld, "
-                "max_num_batched_tokens %lld, max_model_len %lld\n",
+                "max_num_batched_tokens %lld, max_model_len %lld, CUDA graphs %s\n",
                 static_cast<long long>(prompts.size()), limits.numBlocks, limits.blockSize,
                 humanBytes(limits.numBlocks * blockBytes).c_str(), static_cast<long long>(limits.maxNumSeqs),
-                static_cast<long long>(limits.maxNumBatchedTokens), static_cast<long long>(maxModelLen));
+                static_cast<long long>(limits.maxNumBatchedTokens), static_cast<long long>(maxModelLen),
+                engine.cudaGraphs() ? "on" : "off");
     std::fflush(stdout);
 
     // Every prompt arrives at the start; requests are numbered in file order.

@@ -1,5 +1,6 @@
 #include "worker/torch/model/plugin_ops.h"
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -315,6 +316,45 @@ at::Tensor logprobs(const at::Tensor& logits, const at::Tensor& labels) {
       [&] { return referenceOps().logprobs(logits, labels); });
 }
 
+// The step's decodes (its single-query sequences, first) through the plugin; its prompt chunks, if
+// any, through the reference.
+at::Tensor pagedAttention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                          const PagedSequences& s) {
+  const int64_t decodes = s.numSingleQuery;
+  const bool usable = decodes > 0 && gRegistry &&
+                      gRegistry->pluginProvides(&loom_kernel_table::paged_attention_decode, deviceName(q)) &&
+                      pluginDtype(q) && keys.scalar_type() == q.scalar_type() && keys.is_contiguous() &&
+                      values.is_contiguous() && s.blockTables.scalar_type() == at::kLong;
+  if (!usable) return referenceOps().pagedAttention(q, keys, values, s);
+  const at::Tensor queries = q.narrow(0, 0, decodes).contiguous();
+  const at::Tensor tables = s.blockTables.narrow(0, 0, decodes).contiguous();
+  const at::Tensor lengths = s.contextLens.narrow(0, 0, decodes).contiguous();
+  at::Tensor out = at::empty_like(q);
+  at::Tensor decoded = out.narrow(0, 0, decodes);
+  try {
+    run(&loom_kernel_table::paged_attention_decode, q, dtypeOf(q), queries.const_data_ptr(), keys.const_data_ptr(),
+        values.const_data_ptr(), tables.const_data_ptr<int64_t>(), lengths.const_data_ptr<int64_t>(),
+        decoded.data_ptr(), decodes, q.size(1), keys.size(2), q.size(2), keys.size(1), tables.size(1),
+        1.0 / std::sqrt(static_cast<double>(q.size(2))), s.slidingWindow, streamOf(q));
+  } catch (const Refused&) {
+    return referenceOps().pagedAttention(q, keys, values, s);
+  }
+  const int64_t rest = s.numSequences() - decodes;
+  if (rest > 0) {
+    PagedSequences chunks = s;
+    chunks.blockTables = s.blockTables.narrow(0, decodes, rest);
+    chunks.contextLens = s.contextLens.narrow(0, decodes, rest);
+    chunks.contextLensHost.assign(s.contextLensHost.begin() + decodes, s.contextLensHost.end());
+    const int64_t begin = s.queryStarts[decodes];
+    chunks.queryStarts.clear();
+    for (size_t i = decodes; i < s.queryStarts.size(); ++i) chunks.queryStarts.push_back(s.queryStarts[i] - begin);
+    chunks.numSingleQuery = 0;
+    const int64_t tokens = s.numTokens() - begin;
+    out.narrow(0, begin, tokens).copy_(referenceOps().pagedAttention(q.narrow(0, begin, tokens), keys, values, chunks));
+  }
+  return out;
+}
+
 }  // namespace
 
 void usePluginOps(const kernels::KernelRegistry& registry) {
@@ -327,6 +367,7 @@ void usePluginOps(const kernels::KernelRegistry& registry) {
   table.clampedSwiglu = clampedSwiglu;
   table.crossEntropy = crossEntropy;
   table.logprobs = logprobs;
+  table.pagedAttention = pagedAttention;
 }
 
 }  // namespace loom::worker

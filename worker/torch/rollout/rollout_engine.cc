@@ -7,7 +7,13 @@
 namespace loom::worker {
 
 RolloutEngine::RolloutEngine(DecoderModel& model, PagedKvCache cache, EngineOptions options)
-    : model_(model), cache_(std::move(cache)), options_(std::move(options)), scheduler_(options_.limits) {}
+    : model_(model), cache_(std::move(cache)), options_(std::move(options)), scheduler_(options_.limits) {
+  if (options_.cudaGraphs) {
+    const rollout::SchedulerLimits& l = options_.limits;
+    graphs_ = makeDecodeGraphs(model_, cache_, l.maxNumSeqs, (l.maxModelLen + l.blockSize - 1) / l.blockSize,
+                               /*scratchBlock=*/l.numBlocks);
+  }
+}
 
 StatusOr<rollout::RequestId> RolloutEngine::addRequest(std::vector<int64_t> prompt,
                                                        const planner::SamplingParams& params, uint64_t seed) {
@@ -41,7 +47,8 @@ StepEvents RolloutEngine::step() {
 
   const int64_t window = model_.config().slidingWindow;
   const StepBatch batch = makeStepBatch(step, scheduler_, model_.device(), window);
-  const at::Tensor logits = model_.pagedLogits(batch.tokens, batch.paged, cache_);
+  const at::Tensor logits = graphs_ && graphs_->covers(batch) ? graphs_->run(batch)
+                                                               : model_.pagedLogits(batch.tokens, batch.paged, cache_);
 
   // Each drawing chunk draws for its sequence's sample and, when the prompt forks, the rest.
   std::vector<Draw> draws;

@@ -8,6 +8,7 @@
 #include "planner/rollout_spec.h"
 #include "worker/rollout/scheduler.h"
 #include "worker/torch/model/decoder_model.h"
+#include "worker/torch/rollout/decode_graphs.h"
 #include "worker/torch/rollout/sampler.h"
 
 namespace loom::worker {
@@ -15,6 +16,7 @@ namespace loom::worker {
 struct EngineOptions {
   rollout::SchedulerLimits limits;
   std::vector<int64_t> eosTokenIds;  // the model's end of sequence, for every request
+  bool cudaGraphs = false;           // decode steps as CUDA graphs where the model can (decode_graphs.h)
 };
 
 // A token drawn for a request's sample in a step.
@@ -38,7 +40,9 @@ struct StepEvents {
 class RolloutEngine {
  public:
   RolloutEngine(DecoderModel& model, PagedKvCache cache, EngineOptions options);
+  bool cudaGraphs() const { return graphs_ != nullptr; }
 
+  // `cache` holds limits.numBlocks blocks and one more, the scratch block of padded graph rows.
   // Queues a prompt of token ids. `seed` is the request's when its params have none. Refused,
   // naming the field: ids outside the vocabulary, and what the scheduler refuses.
   StatusOr<rollout::RequestId> addRequest(std::vector<int64_t> prompt, const planner::SamplingParams& params,
@@ -65,6 +69,7 @@ class RolloutEngine {
   PagedKvCache cache_;
   EngineOptions options_;
   rollout::Scheduler scheduler_;
+  std::unique_ptr<DecodeGraphs> graphs_;  // null: every step runs eagerly
   std::unordered_map<rollout::RequestId, RequestState> requests_;
 };
 

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# bench/gpu on the GPU machine: rollout of a Llama-3.2-1B-shaped model (random init) in bf16 on one
+# GPU, 256 prompts of 128 random tokens and 256 new tokens each (greedy, end tokens ignored),
+# through the real control plane (`loomctl run`); transformers' generate with static batching on
+# the same model and batch in the same run. Loom runs with CUDA graphs on and off, and without the
+# kernel plugin (paged attention on the libtorch reference). Prints a table with each run's output
+# tokens/s, its ratio to transformers, and the fraction of the decode bandwidth bound (weights
+# plus the KV read per step at the H200's 4.8 TB/s).
+# Usage (from the repository root, Loom's binaries in BIN): bench/gpu/rollout.sh BIN OUT [PLUGIN]
+set -euo pipefail
+bin=$1 out=$2 plugin=${3:-} batch=${BATCH:-256} prompt=128 new=256
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")" && pwd)
+config=$here/llama-1b-config.json
+python3 "$here/hf_generate.py" --config "$config" --batch "$batch" --prompt $prompt --new $new \
+  > "$out/reference.jsonl" 2> "$out/reference.err" || echo "transformers generate failed: see reference.err"
+python3 - "$out/prompts.jsonl" "$batch" $prompt $new <<'PY'
+import json, random, sys
+path, batch, prompt, new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rng = random.Random(0)
+with open(path, "w") as f:
+    for i in range(batch):
+        ids = [rng.randrange(3, 128000) for _ in range(prompt)]
+        f.write(json.dumps({"prompt_token_ids": ids, "sampling": {"temperature": 0, "max_new_tokens": new,
+                                                                   "ignore_eos": True}}) + "\n")
+PY
+runs="graphs eager"
+[ -n "$plugin" ] || runs="reference-graphs"
+[ -n "$plugin" ] && runs="$runs reference-graphs"
+for run in ${RUNS:-$runs}; do
+  graphs=true kernels=""
+  [[ $run == eager ]] && graphs=false
+  [[ $run != reference* && -n $plugin ]] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
+  cat > "$out/loom-$run.json" <<JSON
+{"name": "bench-rollout-$run", "kind": "rollout", "resources": {"ranks": 1, "device": "cuda", "device_memory_gb": 139},
+ $kernels
+ "model": {"config": "$config", "init_seed": 1},
+ "rollout": {"prompts": "$out/prompts.jsonl", "output": "$out/loom-$run-output.jsonl", "max_num_seqs": $batch,
+             "max_num_batched_tokens": 8192, "cuda_graphs": $graphs}}
+JSON
+  "$bin/loomctl" run "$out/loom-$run.json" --state-dir "$out/state-$run" > "$out/loom-$run.out" 2>&1 ||
+    echo "loom $run failed: see loom-$run.out"
+  cp "$out"/state-$run/jobs/*/attempt-1/rank-0.log "$out/loom-$run-rank0.log" 2>/dev/null || true
+done
+python3 - "$out" "$batch" $prompt $new <<'PY'
+import json, re, sys
+out, batch, prompt, new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+text = open(f"{out}/reference.jsonl").read()
+hf = json.loads(text.splitlines()[0]) if text.strip() else None
+# The decode bound: each step reads the bf16 weights and every sequence's keys and values so far.
+params, layers, kv_heads, head_dim, bandwidth = 1235814400, 16, 8, 64, 4.8e12
+kv_per_token = layers * 2 * kv_heads * head_dim * 2
+mean_context = prompt + new / 2
+step_bytes = 2 * params + batch * mean_context * kv_per_token
+bound = batch * bandwidth / step_bytes
+rows = []
+if hf:
+    rows.append((f"transformers {hf['version']} generate (static batch, sdpa)", hf["output_tokens_per_s"], ""))
+for run, name in [("graphs", "Loom, CUDA graphs, paged-attention kernel"), ("eager", "Loom, eager, paged-attention kernel"),
+                  ("reference-graphs", "Loom, CUDA graphs, libtorch paged attention")]:
+    try:
+        log = open(f"{out}/loom-{run}-rank0.log").read()
+    except OSError:
+        continue
+    m = re.search(r"([\d.]+) output tokens/s", log)
+    lat = re.search(r"time to first token p50 ([\d.]+) s .* inter-token latency p50 ([\d.]+) s p90 ([\d.]+) s", log)
+    if m:
+        extra = f"TTFT p50 {float(lat.group(1))*1e3:.0f} ms, ITL p50 {float(lat.group(2))*1e3:.2f} ms" if lat else ""
+        rows.append((name, float(m.group(1)), extra))
+print(f"{batch} sequences x ({prompt} prompt + {new} new tokens), bf16, one GPU; decode bound {bound:,.0f} tokens/s")
+print("| run | output tokens/s | vs transformers | of the bound | latency |")
+print("|---|---|---|---|---|")
+for name, tps, extra in rows:
+    ratio = f"{tps / hf['output_tokens_per_s']:.2f}x" if hf else ""
+    print(f"| {name} | {tps:,.0f} | {ratio} | {tps / bound:.0%} | {extra} |")
+PY
