@@ -9,10 +9,14 @@ a real CPU rank):
 2. Continuous batching: 64 requests of mixed lengths through 8 running sequences, greedy and
    seeded sampling (top-k, top-p, min-p, n = 2), give each request the tokens it gets in a batch
    of at most 2 sequences (its own two samples, or it and one other request).
-3. Refused, naming the line or field: a prompt longer than the model's context, a KV cache too
+3. Text: prompts as text through a byte-level BPE tokenizer trained in the test with the
+   `tokenizers` package; the ids, the tokens and the decoded text equal transformers' (its fast
+   tokenizer over the same tokenizer.json, generate, decode with skip_special_tokens); a stop
+   string ends the text right before it, with finish reason stop.
+4. Refused, naming the line or field: a prompt longer than the model's context, a KV cache too
    small for one sequence, top_p outside (0, 1], an unknown sampling key.
 
-  python3 tests/oracles/rollout_test.py --bin build/bin [--only greedy|batching|refusals]
+  python3 tests/oracles/rollout_test.py --bin build/bin [--only greedy|batching|text|refusals]
 """
 import argparse
 import json
@@ -139,6 +143,62 @@ def batching(bin_dir, work):
                       f"(differ: {differ[:5]})")
 
 
+def train_tokenizer(out_dir):
+    """A byte-level BPE of 299 tokens (the 256 bytes, merges, one special token) for the tiny
+    models' vocabulary of 300, trained on the GPL's text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=299, special_tokens=["<|end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train(["/usr/share/common-licenses/GPL-3"], trainer)
+    os.makedirs(out_dir, exist_ok=True)
+    tokenizer.save(os.path.join(out_dir, "tokenizer.json"))
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": "<|end|>", "tokenizer_class": "PreTrainedTokenizerFast"}, f)
+    return out_dir
+
+
+def text(bin_dir, work):
+    from transformers import PreTrainedTokenizerFast
+    model_dir = os.path.join(work, "text-llama")
+    model = parity_test.save_model("llama", model_dir, seed=6).eval()
+    tokenizer_dir = train_tokenizer(os.path.join(work, "text-tokenizer"))
+    hf_tokenizer = PreTrainedTokenizerFast(tokenizer_file=os.path.join(tokenizer_dir, "tokenizer.json"))
+    texts = ["This License applies to any program", "The GNU General Public License is a free, copyleft license",
+             "  You may convey verbatim copies\n\tof the Program's source code", "été — café 😀"]
+    max_new = 30
+    path = os.path.join(work, "text-prompts.jsonl")
+    with open(path, "w") as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"id": f"t{i}", "prompt": t, "sampling": {"temperature": 0, "max_new_tokens": max_new,
+                                                                         "ignore_eos": True}}) + "\n")
+    output = os.path.join(work, "text-output.jsonl")
+    loom_run(bin_dir, rollout_spec("rollout-text", model_dir, path, output, tokenizer=tokenizer_dir), work, "rollout-text")
+    results = read_results(output)
+    for r, t in zip(results, texts):
+        ids = hf_tokenizer(t)["input_ids"]
+        expected = hf_greedy(model, ids, max_new)
+        check(r["prompt_tokens"] == len(ids), f"text {r['id']}: the prompt's {len(ids)} ids equal transformers' tokenizer's")
+        check(r["token_ids"] == expected, f"text {r['id']}: greedy tokens equal transformers' generate")
+        want = hf_tokenizer.decode(expected, skip_special_tokens=True)
+        check(r["text"] == want, f"text {r['id']}: text equals transformers' decode ({r['text']!r})")
+    # A stop string taken from the middle of the first output ends it right before the string.
+    full = results[0]["text"]
+    plain = [i for i in range(len(full) // 3, len(full) - 1) if full[i:i + 2].isascii() and full[i:i + 2].isprintable()]
+    stop = full[plain[0]:plain[0] + 2] if plain else full[len(full) // 2:len(full) // 2 + 3]
+    with open(path, "w") as f:
+        f.write(json.dumps({"id": "s", "prompt": texts[0], "sampling": {"temperature": 0, "max_new_tokens": max_new,
+                                                                        "ignore_eos": True, "stop": [stop]}}) + "\n")
+    loom_run(bin_dir, rollout_spec("rollout-stop", model_dir, path, output, tokenizer=tokenizer_dir), work, "rollout-stop")
+    stopped = read_results(output)[0]
+    check(stopped["finish_reason"] == "stop" and stopped["text"] == full[:full.find(stop)],
+          f"stop string {stop!r}: text {stopped['text']!r}, finish reason {stopped['finish_reason']}")
+    check(stopped["token_ids"] == results[0]["token_ids"][:len(stopped["token_ids"])],
+          "stop string: the tokens are the unstopped run's, up to the one that completed the string")
+
+
 def refusals(bin_dir, work):
     model_dir = os.path.join(work, "refusals-llama")
     parity_test.save_model("llama", model_dir, seed=2)
@@ -161,6 +221,9 @@ def refusals(bin_dir, work):
           "line 1: sampling.top_p: 0 is outside (0, 1]")
     fails("unknown sampling key", '{"prompt_token_ids": [5], "sampling": {"best_of": 2}}\n',
           "line 1: sampling.best_of: unknown key")
+    fails("text without a tokenizer", '{"prompt": "hello"}\n', "line 1: prompt: a text prompt needs rollout.tokenizer")
+    fails("stop strings without a tokenizer", '{"prompt_token_ids": [5], "sampling": {"stop": ["x"]}}\n',
+          "line 1: sampling.stop: stop strings need rollout.tokenizer")
     fails("token outside the vocabulary", '{"prompt_token_ids": [5, 300]}\n',
           "line 1: prompt_token_ids[1]: 300 is outside the model's vocabulary of 300")
     spec = rollout_spec("refused-top-p", model_dir, path, os.path.join(work, "x.jsonl"), sampling={"top_p": 1.5})
@@ -170,7 +233,7 @@ def refusals(bin_dir, work):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["greedy", "batching", "refusals"])
+    p.add_argument("--only", choices=["greedy", "batching", "text", "refusals"])
     a = p.parse_args()
     bin_dir = os.path.abspath(a.bin)
     torch.set_num_threads(2)
@@ -179,6 +242,8 @@ def main():
             greedy(bin_dir, work)
         if a.only in (None, "batching"):
             batching(bin_dir, work)
+        if a.only in (None, "text"):
+            text(bin_dir, work)
         if a.only in (None, "refusals"):
             refusals(bin_dir, work)
     return parity_test.exit_code()

@@ -4,13 +4,16 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "common/human_bytes.h"
+#include "worker/data/hf_tokenizer.h"
 #include "worker/rollout/generation_config.h"
 #include "worker/rollout/prompts_file.h"
 #include "worker/rollout/results_file.h"
+#include "worker/rollout/sample_text.h"
 #include "worker/torch/model/model_setup.h"
 #include "worker/torch/rollout/rollout_engine.h"
 
@@ -43,10 +46,81 @@ int64_t kvCacheBudget(const planner::JobSpec& spec, const DecoderModel& model, c
   return static_cast<int64_t>(r.gpuMemoryUtilization * static_cast<double>(total)) - used - step;
 }
 
-struct SampleTiming {
-  Clock::time_point firstToken, lastToken;
-  bool started = false;
+// Each sample's tokens, logprobs, text and times as the steps produce them; the latency samples.
+class ResultCollector {
+ public:
+  ResultCollector(const std::vector<rollout::PromptLine>& prompts, const data::HfTokenizer* tokenizer,
+                  Clock::time_point start)
+      : prompts_(prompts), tokenizer_(tokenizer), start_(start) {}
+
+  void addRequest(rollout::RequestId id, size_t line, int64_t promptTokens) {
+    lineOf_[id] = line;
+    promptTokens_[id] = promptTokens;
+  }
+  // Records a drawn token; true when a stop string of the request now ends the sample's text.
+  bool onToken(const TokenEvent& e, Clock::time_point now) {
+    Sample& s = samples_[{e.request, e.sample}];
+    rollout::SampleResult& out = s.result;
+    if (out.tokenIds.empty()) {
+      const rollout::PromptLine& p = prompts_[lineOf_.at(e.request)];
+      out.id = p.id;
+      out.order = p.line;
+      out.sample = e.sample;
+      out.promptTokens = promptTokens_.at(e.request);
+      if (tokenizer_) s.text.emplace(*tokenizer_, p.sampling.stop);
+      ttft_.push_back(seconds(now - start_));
+      out.timeToFirstTokenS = ttft_.back();
+    } else {
+      itl_.push_back(seconds(now - s.lastToken));
+    }
+    s.lastToken = now;
+    out.tokenIds.push_back(e.drawn.token);
+    out.logprobs.push_back(e.drawn.logprob);
+    if (!e.drawn.top.empty()) out.topLogprobs.push_back(e.drawn.top);
+    ++outputTokens_;
+    return s.text && s.text->append(e.drawn.token);
+  }
+  void onFinished(const rollout::FinishedSequence& f) {
+    Sample& s = samples_[{f.request, f.sample}];
+    s.result.finishReason = rollout::finishReasonName(f.reason);
+    s.result.timeS = seconds(s.lastToken - start_);
+    if (s.text) s.result.text = s.text->finish();
+  }
+
+  std::vector<rollout::SampleResult> takeResults() {
+    std::vector<rollout::SampleResult> all;
+    for (auto& [key, s] : samples_) all.push_back(std::move(s.result));
+    return all;
+  }
+  size_t numSamples() const { return samples_.size(); }
+  int64_t outputTokens() const { return outputTokens_; }
+  double ttft(double q) const { return percentile(ttft_, q); }
+  double itl(double q) const { return percentile(itl_, q); }
+
+ private:
+  struct Sample {
+    rollout::SampleResult result;
+    std::optional<rollout::SampleText> text;
+    Clock::time_point lastToken;
+  };
+  const std::vector<rollout::PromptLine>& prompts_;
+  const data::HfTokenizer* tokenizer_;
+  Clock::time_point start_;
+  std::map<rollout::RequestId, size_t> lineOf_;
+  std::map<rollout::RequestId, int64_t> promptTokens_;
+  std::map<std::pair<rollout::RequestId, int>, Sample> samples_;
+  std::vector<double> ttft_, itl_;
+  int64_t outputTokens_ = 0;
 };
+
+// The request's prompt as token ids: given, or the text through the tokenizer (with the
+// template's special tokens, as vLLM encodes a completion prompt).
+StatusOr<std::vector<int64_t>> promptIds(const rollout::PromptLine& p, const data::HfTokenizer* tokenizer) {
+  if (!p.isText) return p.tokenIds;
+  if (!tokenizer) return invalidArgument("prompt: a text prompt needs rollout.tokenizer (or give prompt_token_ids)");
+  const std::vector<uint32_t> ids = tokenizer->encode(p.text, {.addSpecialTokens = true});
+  return std::vector<int64_t>(ids.begin(), ids.end());
+}
 
 class RolloutRunner final : public JobRunner {
  public:
@@ -79,7 +153,14 @@ class RolloutRunner final : public JobRunner {
                                     .maxNumBatchedTokens = r.maxNumBatchedTokens,
                                     .maxModelLen = maxModelLen};
     RETURN_IF_ERROR(limits.validate());
+    std::optional<data::HfTokenizer> tokenizer;
+    if (!r.tokenizer.empty()) {
+      auto loaded = data::HfTokenizer::load(r.tokenizer);
+      if (!loaded.isOk()) return loaded.status().withContext("rollout.tokenizer");
+      tokenizer.emplace(std::move(*loaded));
+    }
     ASSIGN_OR_RETURN(std::vector<int64_t> eos, rollout::readEosTokenIds(spec.model.config));
+    if (eos.empty() && tokenizer) eos.assign(tokenizer->eosTokenIds().begin(), tokenizer->eosTokenIds().end());
     ASSIGN_OR_RETURN(std::vector<rollout::PromptLine> prompts, rollout::readPromptsFile(r.prompts, r.sampling));
 
     // One block more than the scheduler hands out: the scratch block of padded CUDA-graph rows.
@@ -95,59 +176,37 @@ class RolloutRunner final : public JobRunner {
 
     // Every prompt arrives at the start; requests are numbered in file order.
     const Clock::time_point start = Clock::now();
-    std::map<rollout::RequestId, size_t> lineOf;
+    ResultCollector collector(prompts, tokenizer ? &*tokenizer : nullptr, start);
     for (size_t i = 0; i < prompts.size(); ++i) {
       const rollout::PromptLine& p = prompts[i];
-      if (p.isText)
-        return invalidArgument("rollout.prompts: line {}: a text prompt needs rollout.tokenizer (or give "
-                               "prompt_token_ids)",
-                               p.line);
-      auto id = engine.addRequest(p.tokenIds, p.sampling, r.seed + i);
-      if (!id.isOk()) return id.status().withContext(fmt::format("rollout.prompts: line {}", p.line));
-      lineOf[*id] = i;
+      auto where = [&](const Status& s) { return s.withContext(fmt::format("rollout.prompts: line {}", p.line)); };
+      if (!p.sampling.stop.empty() && !tokenizer)
+        return where(invalidArgument("sampling.stop: stop strings need rollout.tokenizer (stop_token_ids do not)"));
+      auto ids = promptIds(p, tokenizer ? &*tokenizer : nullptr);
+      if (!ids.isOk()) return where(ids.status());
+      const int64_t promptTokens = static_cast<int64_t>(ids->size());
+      auto id = engine.addRequest(std::move(*ids), p.sampling, r.seed + i);
+      if (!id.isOk()) return where(id.status());
+      collector.addRequest(*id, i, promptTokens);
     }
 
-    std::map<std::pair<rollout::RequestId, int>, rollout::SampleResult> results;
-    std::map<std::pair<rollout::RequestId, int>, SampleTiming> timing;
-    std::vector<double> ttft, itl;
-    int64_t promptTokens = 0, outputTokens = 0, steps = 0;
+    int64_t promptTokens = 0, steps = 0;
     Clock::time_point lastReport = start;
     while (!engine.idle()) {
       StepEvents events = engine.step();
+      if (events.tokens.empty() && events.finished.empty() && events.promptTokens == 0)
+        return internalError("rollout: a step scheduled nothing with {} sequences waiting",
+                             engine.scheduler().numWaiting());
       const Clock::time_point now = Clock::now();
       ++steps;
       promptTokens += events.promptTokens;
-      for (const TokenEvent& e : events.tokens) {
-        const auto key = std::make_pair(e.request, e.sample);
-        rollout::SampleResult& out = results[key];
-        if (out.tokenIds.empty()) {
-          const rollout::PromptLine& p = prompts[lineOf.at(e.request)];
-          out.id = p.id;
-          out.order = p.line;
-          out.sample = e.sample;
-          out.promptTokens = static_cast<int64_t>(p.tokenIds.size());
-        }
-        out.tokenIds.push_back(e.drawn.token);
-        out.logprobs.push_back(e.drawn.logprob);
-        if (!e.drawn.top.empty()) out.topLogprobs.push_back(e.drawn.top);
-        SampleTiming& t = timing[key];
-        if (!t.started) {
-          t.started = true;
-          t.firstToken = now;
-          ttft.push_back(seconds(now - start));
-        } else {
-          itl.push_back(seconds(now - t.lastToken));
-        }
-        t.lastToken = now;
-        ++outputTokens;
-      }
-      for (const rollout::FinishedSequence& f : events.finished) {
-        const auto key = std::make_pair(f.request, f.sample);
-        rollout::SampleResult& out = results[key];
-        out.finishReason = rollout::finishReasonName(f.reason);
-        out.timeToFirstTokenS = seconds(timing[key].firstToken - start);
-        out.timeS = seconds(timing[key].lastToken - start);
-      }
+      std::vector<rollout::SequenceId> stopped;
+      for (const TokenEvent& e : events.tokens)
+        if (collector.onToken(e, now)) stopped.push_back(e.sequence);
+      for (const rollout::FinishedSequence& f : events.finished) collector.onFinished(f);
+      // A stop string ends a sample its stop rule has not ended already this step.
+      for (rollout::SequenceId id : stopped)
+        if (engine.scheduler().sequence(id)) collector.onFinished(engine.finish(id, rollout::FinishReason::kStop));
       if (seconds(now - lastReport) >= 1.0 || engine.idle()) {
         lastReport = now;
         const rollout::Scheduler& s = engine.scheduler();
@@ -157,24 +216,24 @@ class RolloutRunner final : public JobRunner {
                                {"rollout_kv_blocks_used", double(s.numBlocksUsed())},
                                {"rollout_preemptions", double(s.numPreemptions())},
                                {"rollout_prompt_tokens_per_s", double(promptTokens) / elapsed},
-                               {"rollout_output_tokens_per_s", double(outputTokens) / elapsed},
-                               {"rollout_ttft_p50_s", percentile(ttft, 0.5)},
-                               {"rollout_itl_p50_s", percentile(itl, 0.5)}});
+                               {"rollout_output_tokens_per_s", double(collector.outputTokens()) / elapsed},
+                               {"rollout_ttft_p50_s", collector.ttft(0.5)},
+                               {"rollout_itl_p50_s", collector.itl(0.5)}});
       }
     }
     const double elapsed = std::max(1e-9, seconds(Clock::now() - start));
-    std::vector<rollout::SampleResult> all;
-    for (auto& [key, result] : results) all.push_back(std::move(result));
-    RETURN_IF_ERROR(rollout::writeResultsFile(r.output, std::move(all)));
+    const size_t samples = collector.numSamples();
+    const int64_t outputTokens = collector.outputTokens();
+    RETURN_IF_ERROR(rollout::writeResultsFile(r.output, collector.takeResults()));
     std::printf("rollout: %lld samples, %lld output tokens in %.3f s: %.1f output tokens/s, %.1f prompt tokens/s; "
                 "%lld steps, %lld preemptions\n",
-                static_cast<long long>(results.size()), static_cast<long long>(outputTokens), elapsed,
+                static_cast<long long>(samples), static_cast<long long>(outputTokens), elapsed,
                 double(outputTokens) / elapsed, double(promptTokens) / elapsed, static_cast<long long>(steps),
                 static_cast<long long>(engine.scheduler().numPreemptions()));
     std::printf("rollout: time to first token p50 %.4f s p90 %.4f s p99 %.4f s; inter-token latency p50 %.4f s "
                 "p90 %.4f s p99 %.4f s\n",
-                percentile(ttft, 0.5), percentile(ttft, 0.9), percentile(ttft, 0.99), percentile(itl, 0.5),
-                percentile(itl, 0.9), percentile(itl, 0.99));
+                collector.ttft(0.5), collector.ttft(0.9), collector.ttft(0.99), collector.itl(0.5), collector.itl(0.9),
+                collector.itl(0.99));
     std::printf("rollout: results written to %s\n", r.output.c_str());
     std::fflush(stdout);
     return Status::ok();
