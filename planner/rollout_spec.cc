@@ -89,6 +89,7 @@ Status parseRolloutSpec(const json& object, RolloutSpec* spec) {
   RETURN_IF_ERROR(r.readBool("cuda_graphs", &s.cudaGraphs));
   RETURN_IF_ERROR(r.readString("dtype", &s.dtype, false));
   RETURN_IF_ERROR(r.readInt("seed", &s.seed, false, 0, INT64_MAX));
+  RETURN_IF_ERROR(r.readInt("profile_step", &s.profileStep, false, 0, INT64_MAX));
   bool sharedPrefill = false;
   RETURN_IF_ERROR(r.readBool("use_shared_prefill", &sharedPrefill));
   if (sharedPrefill)
@@ -127,6 +128,7 @@ json rolloutSpecToJson(const RolloutSpec& s) {
   if (!s.prompts.empty()) j["prompts"] = s.prompts;
   if (!s.output.empty()) j["output"] = s.output;
   if (!s.tokenizer.empty()) j["tokenizer"] = s.tokenizer;
+  if (s.profileStep > 0) j["profile_step"] = s.profileStep;
   return j;
 }
 

@@ -7,6 +7,8 @@
 # tokens/s, its ratio to transformers, and the fraction of the decode bandwidth bound (weights
 # plus the KV read per step at the H200's 4.8 TB/s).
 # Usage (from the repository root, Loom's binaries in BIN): bench/gpu/rollout.sh BIN OUT [PLUGIN]
+# PROFILE_STEP: a step of the graphs run under the profiler (its report in loom-graphs-rank0.log);
+# PROFILE_PREFILL: one of the eager run's.
 set -euo pipefail
 bin=$1 out=$2 plugin=${3:-} batch=${BATCH:-256} prompt=128 new=256
 mkdir -p "$out"
@@ -28,15 +30,15 @@ runs="graphs eager"
 [ -n "$plugin" ] || runs="reference-graphs"
 [ -n "$plugin" ] && runs="$runs reference-graphs"
 for run in ${RUNS:-$runs}; do
-  graphs=true kernels=""
-  [[ $run == eager ]] && graphs=false
+  graphs=true kernels="" profile=${PROFILE_STEP:-0}
+  [[ $run == eager ]] && graphs=false profile=${PROFILE_PREFILL:-0}
   [[ $run != reference* && -n $plugin ]] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
   cat > "$out/loom-$run.json" <<JSON
 {"name": "bench-rollout-$run", "kind": "rollout", "resources": {"ranks": 1, "device": "cuda", "device_memory_gb": 139},
  $kernels
  "model": {"config": "$config", "init_seed": 1},
  "rollout": {"prompts": "$out/prompts.jsonl", "output": "$out/loom-$run-output.jsonl", "max_num_seqs": $batch,
-             "max_num_batched_tokens": 8192, "cuda_graphs": $graphs}}
+             "max_num_batched_tokens": 8192, "cuda_graphs": $graphs, "profile_step": $profile}}
 JSON
   "$bin/loomctl" run "$out/loom-$run.json" --state-dir "$out/state-$run" > "$out/loom-$run.out" 2>&1 ||
     echo "loom $run failed: see loom-$run.out"

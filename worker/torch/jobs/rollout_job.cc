@@ -14,6 +14,7 @@
 #include "worker/rollout/prompts_file.h"
 #include "worker/rollout/results_file.h"
 #include "worker/rollout/sample_text.h"
+#include "worker/torch/jobs/step_profiler.h"
 #include "worker/torch/model/model_setup.h"
 #include "worker/torch/rollout/rollout_engine.h"
 
@@ -193,7 +194,21 @@ class RolloutRunner final : public JobRunner {
     int64_t promptTokens = 0, steps = 0;
     Clock::time_point lastReport = start;
     while (!engine.idle()) {
+      std::optional<StepProfiler> profiler;
+      if (steps + 1 == r.profileStep) {
+        synchronize(rank_.device);
+        profiler.emplace(rank_.device);
+      }
+      const Clock::time_point stepStart = Clock::now();
       StepEvents events = engine.step();
+      if (profiler) {
+        synchronize(rank_.device);
+        const double ms = seconds(Clock::now() - stepStart) * 1e3;
+        std::printf("profile of step %lld (rollout.profile_step; %lld sequences running):\n%s",
+                    static_cast<long long>(steps + 1), static_cast<long long>(engine.scheduler().numRunning()),
+                    profiler->report(ms).c_str());
+        std::fflush(stdout);
+      }
       if (events.tokens.empty() && events.finished.empty() && events.promptTokens == 0)
         return internalError("rollout: a step scheduled nothing with {} sequences waiting",
                              engine.scheduler().numWaiting());

@@ -1,5 +1,8 @@
 #include "worker/torch/model/paged_attention.h"
 
+#include <algorithm>
+#include <optional>
+
 #include <ATen/ATen.h>
 
 namespace loom::worker {
@@ -27,6 +30,48 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           /*scale=*/std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
 }
 
+// On a GPU in 16-bit floats: the sequences from `first` on, at once, through flash attention's
+// variable-length form over their keys and values gathered from the cache (flash attention aligns
+// a query block shorter than its keys to their end, which is where a chunk's tokens sit).
+bool varlenServes(const at::Tensor& q) {
+  const bool halfPrecision = q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf;
+  return q.is_cuda() && halfPrecision && q.size(2) % 8 == 0 && q.size(2) <= 256;
+}
+
+at::Tensor attendVarlen(const at::Tensor& q, const at::Tensor& keyCache, const at::Tensor& valueCache,
+                        const PagedSequences& s, int64_t first) {
+  const int64_t count = s.numSequences() - first;
+  std::vector<int64_t> queryStarts, keyStarts{0};
+  int64_t maxQuery = 0, maxKey = 0;
+  for (int64_t i = first; i < s.numSequences(); ++i) {
+    queryStarts.push_back(s.queryStarts[i] - s.queryStarts[first]);
+    keyStarts.push_back(keyStarts.back() + s.contextLensHost[i]);
+    maxQuery = std::max(maxQuery, s.queryStarts[i + 1] - s.queryStarts[i]);
+    maxKey = std::max(maxKey, s.contextLensHost[i]);
+  }
+  queryStarts.push_back(s.queryStarts.back() - s.queryStarts[first]);
+  const auto device = q.device();
+  const at::Tensor keyStartsDevice = at::tensor(keyStarts, at::kLong).to(device, /*non_blocking=*/true);
+  const at::Tensor lengths = s.contextLens.narrow(0, first, count);
+  // Every key's cache slot: sequence i's positions 0..context-1 through its block table.
+  const int64_t totalKeys = keyStarts.back();
+  const at::Tensor owner = at::repeat_interleave(at::arange(count, lengths.options()), lengths, 0, totalKeys);
+  const at::Tensor position = at::arange(totalKeys, lengths.options()) - keyStartsDevice.index_select(0, owner);
+  const at::Tensor tables = s.blockTables.narrow(0, first, count);
+  const at::Tensor blocks = tables.index({owner, at::floor_divide(position, s.blockSize)});
+  const at::Tensor slots = blocks * s.blockSize + position.remainder(s.blockSize);
+  const at::Tensor k = keyCache.view({-1, keyCache.size(2), keyCache.size(3)}).index_select(0, slots);
+  const at::Tensor v = valueCache.view({-1, valueCache.size(2), valueCache.size(3)}).index_select(0, slots);
+  const at::Tensor cumQuery = at::tensor(queryStarts, at::kInt).to(device, true);
+  const at::Tensor cumKey = at::tensor(keyStarts, at::kInt).to(device, true);
+  const std::optional<int64_t> window =
+      s.slidingWindow > 0 ? std::optional<int64_t>(s.slidingWindow - 1) : std::nullopt;
+  const std::optional<int64_t> right = s.slidingWindow > 0 ? std::optional<int64_t>(0) : std::nullopt;
+  return std::get<0>(at::_flash_attention_forward(q.contiguous(), k, v, cumQuery, cumKey, maxQuery, maxKey, 0.0,
+                                                  /*is_causal=*/true, /*return_debug_mask=*/false, std::nullopt,
+                                                  window, right));
+}
+
 }  // namespace
 
 at::Tensor pagedAttentionReference(const at::Tensor& q, const at::Tensor& keyCache, const at::Tensor& valueCache,
@@ -43,6 +88,12 @@ at::Tensor pagedAttentionReference(const at::Tensor& q, const at::Tensor& keyCac
     const at::Tensor allowed = visibleKeys(positions, k.size(2), s.slidingWindow).view({decodes, 1, 1, -1});
     const at::Tensor queries = q.narrow(0, 0, decodes).unsqueeze(2);  // [S, H, 1, D]
     out.narrow(0, 0, decodes).copy_(attend(queries, k, v, allowed).squeeze(2));
+  }
+  if (decodes < s.numSequences() && varlenServes(q)) {
+    const int64_t begin = s.queryStarts[decodes];
+    out.narrow(0, begin, s.numTokens() - begin)
+        .copy_(attendVarlen(q.narrow(0, begin, s.numTokens() - begin), keyCache, valueCache, s, decodes));
+    return out;
   }
   for (int64_t i = decodes; i < s.numSequences(); ++i) {
     const int64_t begin = s.queryStarts[i], count = s.queryStarts[i + 1] - begin;

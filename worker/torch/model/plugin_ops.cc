@@ -357,6 +357,11 @@ at::Tensor pagedAttention(const at::Tensor& q, const at::Tensor& keys, const at:
 
 }  // namespace
 
+bool pluginPagedDecode(const c10::Device& device) {
+  return gRegistry &&
+         gRegistry->pluginProvides(&loom_kernel_table::paged_attention_decode, device.is_cuda() ? "cuda" : "cpu");
+}
+
 void usePluginOps(const kernels::KernelRegistry& registry) {
   gRegistry = &registry;
   if (registry.plugins().empty()) return;

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include "kernels/registry.h"
 
 namespace loom::worker {
@@ -13,5 +15,9 @@ namespace loom::worker {
 // Call once, after the plugins are loaded and before the model runs; `registry` must outlive
 // every op call.
 void usePluginOps(const kernels::KernelRegistry& registry);
+
+// Whether a loaded plugin provides rollout's paged decode attention on `device` (CUDA graphs of
+// decode steps need it: the reference gathers whole block tables).
+bool pluginPagedDecode(const c10::Device& device);
 
 }  // namespace loom::worker

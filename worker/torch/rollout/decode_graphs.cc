@@ -3,6 +3,8 @@
 #include <map>
 
 #include <ATen/ATen.h>
+
+#include "worker/torch/model/plugin_ops.h"
 #ifdef LOOM_HAVE_NCCL
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -103,7 +105,8 @@ std::unique_ptr<DecodeGraphs> makeDecodeGraphs(DecoderModel& model, PagedKvCache
 #ifdef LOOM_HAVE_NCCL
   // Under tensor parallelism the forward's collectives run on the communicators' own streams.
   const bool tensorParallel = model.shards().tp && model.shards().tp->size() > 1;
-  if (model.device().is_cuda() && model.config().numExperts == 0 && !tensorParallel)
+  if (model.device().is_cuda() && model.config().numExperts == 0 && !tensorParallel &&
+      pluginPagedDecode(model.device()))
     return std::make_unique<CudaDecodeGraphs>(model, cache, maxBatch, maxBlocksPerSequence, scratchBlock);
 #endif
   (void)model, (void)cache, (void)maxBatch, (void)maxBlocksPerSequence, (void)scratchBlock;

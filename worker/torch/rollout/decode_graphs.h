@@ -25,8 +25,9 @@ class DecodeGraphs {
   virtual at::Tensor run(const StepBatch& batch) = 0;
 };
 
-// Null where graphs cannot run: not on a GPU, a build without CUDA, or a model whose forward
-// synchronizes with the host (mixture-of-experts routing sizes its exchanges on the host).
+// Null where graphs cannot run: not on a GPU, a build without CUDA, no kernel plugin with paged
+// decode attention, tensor parallelism, or a model whose forward synchronizes with the host
+// (mixture-of-experts routing sizes its exchanges on the host).
 // `scratchBlock` is a block of the cache outside the scheduler's pool.
 std::unique_ptr<DecodeGraphs> makeDecodeGraphs(DecoderModel& model, PagedKvCache& cache, int64_t maxBatch,
                                                int64_t maxBlocksPerSequence, int64_t scratchBlock);

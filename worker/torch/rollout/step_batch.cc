@@ -42,14 +42,29 @@ StepBatch makeStepBatch(const rollout::ScheduledStep& step, const rollout::Sched
   std::vector<int64_t> blockTables(tables.size() * widest, 0);
   for (size_t r = 0; r < tables.size(); ++r) std::copy(tables[r]->begin(), tables[r]->end(), blockTables.begin() + r * widest);
 
-  auto onDevice = [&](const std::vector<int64_t>& values) { return at::tensor(values, at::kLong).to(device); };
-  batch.tokens = onDevice(tokens);
-  batch.paged.positions = onDevice(positions);
-  batch.paged.slots = onDevice(slots);
-  batch.paged.logitRows = onDevice(logitRows);
+  // One host buffer (pinned for a GPU), one copy that does not wait for the device; the step's
+  // tensors are views of its copy.
+  const std::vector<const std::vector<int64_t>*> parts{&tokens, &positions, &slots, &logitRows, &blockTables,
+                                                       &contextLens};
+  int64_t total = 0;
+  for (const auto* part : parts) total += static_cast<int64_t>(part->size());
+  at::Tensor host = at::empty({total}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+  int64_t* out = host.data_ptr<int64_t>();
+  for (const auto* part : parts) out = std::copy(part->begin(), part->end(), out);
+  const at::Tensor all = host.to(device, /*non_blocking=*/true);
+  std::vector<at::Tensor> views;
+  int64_t offset = 0;
+  for (const auto* part : parts) {
+    views.push_back(all.narrow(0, offset, static_cast<int64_t>(part->size())));
+    offset += static_cast<int64_t>(part->size());
+  }
+  batch.tokens = views[0];
+  batch.paged.positions = views[1];
+  batch.paged.slots = views[2];
+  batch.paged.logitRows = views[3];
   PagedSequences& seqs = batch.paged.sequences;
-  seqs.blockTables = onDevice(blockTables).view({static_cast<int64_t>(tables.size()), static_cast<int64_t>(widest)});
-  seqs.contextLens = onDevice(contextLens);
+  seqs.blockTables = views[4].view({static_cast<int64_t>(tables.size()), static_cast<int64_t>(widest)});
+  seqs.contextLens = views[5];
   seqs.contextLensHost = std::move(contextLens);
   seqs.queryStarts = std::move(queryStarts);
   seqs.numSingleQuery = singles;
