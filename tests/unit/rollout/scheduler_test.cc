@@ -122,10 +122,15 @@ TEST_CASE("scheduler: max_num_seqs holds the rest back", "[rollout]") {
   ScheduledStep step = scheduler.schedule();
   CHECK(step.chunks.size() == 2);
   CHECK(scheduler.numWaiting() == 1);
-  // A request of n samples counts as n sequences.
-  Scheduler samples(limits(64, 2, 64));
+  // A request of n samples counts as n sequences: it waits until n fit, and more than
+  // max_num_seqs never would.
+  Scheduler samples(limits(64, 3, 64));
+  REQUIRE(samples.addRequest(request(4, 2)).isOk());
   REQUIRE(samples.addRequest(request(4, 2, /*n=*/3)).isOk());
-  CHECK(samples.schedule().empty());
+  CHECK(samples.schedule().chunks.size() == 1);
+  CHECK(samples.numWaiting() == 1);
+  CHECK(samples.addRequest(request(4, 2, /*n=*/4)).status().message() ==
+        "n: 4 samples run side by side, and rollout.max_num_seqs is 3");
 }
 
 TEST_CASE("scheduler: the newest running sequence is preempted and recomputed from its tokens", "[rollout]") {
