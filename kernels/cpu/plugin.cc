@@ -447,6 +447,28 @@ int clampedSwigluBackward(loom_dtype dtype, const void* gate, const void* up, co
   return LOOM_KERNEL_OK;
 }
 
+int pagedAttentionDecode(loom_dtype dtype, const void* q, const void* keyCache, const void* valueCache,
+                         const int64_t* blockTables, const int64_t* contextLens, void* out, int64_t seqs, int64_t heads,
+                         int64_t kvHeads, int64_t dim, int64_t blockSize, int64_t maxBlocks, double scale,
+                         int64_t window, void* stream) {
+  const char* what = "paged_attention_decode";
+  LOOM_CHECK(checkCall(stream, what));
+  LOOM_CHECK(checkDtype(dtype, what));
+  LOOM_CHECK(checkSizes({seqs, heads, kvHeads, dim, blockSize, maxBlocks}, what));
+  LOOM_CHECK(checkPointers(seqs > 0, {q, keyCache, valueCache, blockTables, contextLens, out}, what));
+  if (kvHeads < 1 || heads % kvHeads != 0 || blockSize < 1 || maxBlocks < 1)
+    return fail(LOOM_KERNEL_INVALID_ARGUMENT, std::string(what) + ": " + std::to_string(heads) +
+                                                  " query heads over " + std::to_string(kvHeads) +
+                                                  " KV heads, or an empty block table");
+  const PagedDecodeArgs args{.dtype = dtype, .q = q, .keyCache = keyCache, .valueCache = valueCache,
+                             .blockTables = blockTables, .contextLens = contextLens, .out = out, .heads = heads,
+                             .kvHeads = kvHeads, .dim = dim, .blockSize = blockSize, .maxBlocks = maxBlocks,
+                             .window = window, .scale = static_cast<float>(scale)};
+  // A row is a query head over its whole context: a few rows a task.
+  parallelFor(seqs * heads, 4, [&](int64_t b, int64_t e) { pagedDecodeRows(args, b, e); });
+  return LOOM_KERNEL_OK;
+}
+
 loom_kernel_table gTable = {
     .abi_version = LOOM_KERNEL_ABI_VERSION,
     .struct_size = sizeof(loom_kernel_table),
@@ -473,6 +495,7 @@ loom_kernel_table gTable = {
     .masked_softmax_backward = maskedSoftmaxBackward,
     .clamped_swiglu_forward = clampedSwigluForward,
     .clamped_swiglu_backward = clampedSwigluBackward,
+    .paged_attention_decode = pagedAttentionDecode,
 };
 
 int initPlugin(const loom_kernel_host* host) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -111,6 +112,44 @@ void clampedSwigluForwardRange(const ClampedSwigluArgs& a, int64_t begin, int64_
 }
 void clampedSwigluBackwardRange(const ClampedSwigluArgs& a, int64_t begin, int64_t end) {
   byType(a.dtype, [&](auto t) { clampedBackward<decltype(t)>(a, begin, end); });
+}
+
+namespace {
+
+template <typename T>
+void pagedRows(const PagedDecodeArgs& a, int64_t begin, int64_t end) {
+  const int64_t group = a.heads / a.kvHeads, dim = a.dim;
+  std::vector<float> query(dim), acc(dim);
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t seq = r / a.heads, head = r % a.heads, kvHead = head / group;
+    const T* q = static_cast<const T*>(a.q) + r * dim;
+    for (int64_t d = 0; d < dim; ++d) query[d] = toFloat(q[d]) * a.scale;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    const int64_t context = a.contextLens[seq];
+    const int64_t first = a.window > 0 && context > a.window ? context - a.window : 0;
+    float max = -std::numeric_limits<float>::infinity(), sum = 0;
+    for (int64_t p = first; p < context; ++p) {
+      const int64_t slot = a.blockTables[seq * a.maxBlocks + p / a.blockSize] * a.blockSize + p % a.blockSize;
+      const int64_t offset = (slot * a.kvHeads + kvHead) * dim;
+      const T* k = static_cast<const T*>(a.keyCache) + offset;
+      const T* v = static_cast<const T*>(a.valueCache) + offset;
+      float score = 0;
+      for (int64_t d = 0; d < dim; ++d) score += query[d] * toFloat(k[d]);
+      const float next = std::max(max, score);
+      const float correction = std::exp(max - next), weight = std::exp(score - next);
+      sum = sum * correction + weight;
+      for (int64_t d = 0; d < dim; ++d) acc[d] = acc[d] * correction + weight * toFloat(v[d]);
+      max = next;
+    }
+    T* out = static_cast<T*>(a.out) + r * dim;
+    for (int64_t d = 0; d < dim; ++d) out[d] = fromFloat<T>(acc[d] / sum);
+  }
+}
+
+}  // namespace
+
+void pagedDecodeRows(const PagedDecodeArgs& a, int64_t begin, int64_t end) {
+  byType(a.dtype, [&](auto t) { pagedRows<decltype(t)>(a, begin, end); });
 }
 
 }  // namespace loom::kernels::cpu

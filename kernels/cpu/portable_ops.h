@@ -1,7 +1,7 @@
 #pragma once
 
 // Ops the CPU plugin writes once in plain C++ for every instruction set (the compiler vectorizes
-// what it can): the masked softmax and GPT-OSS's clamped SwiGLU. plugin.cc checks a call and runs
+// what it can): the masked softmax, GPT-OSS's clamped SwiGLU and rollout's paged decode attention. plugin.cc checks a call and runs
 // these over ranges, as it does the per-instruction-set kernels of cpu_kernels.h.
 
 #include <cstdint>
@@ -37,5 +37,20 @@ struct ClampedSwigluArgs {
 // Elements [begin, end).
 void clampedSwigluForwardRange(const ClampedSwigluArgs& a, int64_t begin, int64_t end);
 void clampedSwigluBackwardRange(const ClampedSwigluArgs& a, int64_t begin, int64_t end);
+
+struct PagedDecodeArgs {
+  loom_dtype dtype;
+  const void* q;           // [seqs, heads, dim]
+  const void* keyCache;    // [blocks, blockSize, kvHeads, dim]
+  const void* valueCache;
+  const int64_t* blockTables;  // [seqs, maxBlocks]
+  const int64_t* contextLens;  // [seqs]
+  void* out;               // [seqs, heads, dim]
+  int64_t heads, kvHeads, dim, blockSize, maxBlocks, window;
+  float scale;
+};
+// Query rows [begin, end) of seqs * heads: each over its sequence's keys and values through the
+// block table, with a running softmax in fp32.
+void pagedDecodeRows(const PagedDecodeArgs& a, int64_t begin, int64_t end);
 
 }  // namespace loom::kernels::cpu

@@ -1,6 +1,8 @@
 // Every layer and vocabulary op of the CPU plugin against the libtorch reference, both through
 // the plugin ABI, on fresh random inputs of several shapes, in fp32 and bf16, on every
 // instruction-set path this processor has and on both kinds of threads.
+#include <cmath>
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -324,6 +326,51 @@ TEST_CASE("masked softmax forward and backward match the reference - a fully mas
             out.backward(dy);
             requireClose(dxRef, leaf.grad(), tolerance(dtype, terms), what + " dx, closed form vs autograd");
           }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("paged decode attention matches attention over the gathered keys and values", "[kernels]") {
+  struct Shape {
+    int64_t seqs, heads, kvHeads, dim, blockSize, maxContext, window;
+  };
+  const Shape shapes[] = {{3, 8, 2, 64, 16, 300, 0}, {5, 4, 4, 16, 4, 40, 0}, {4, 6, 2, 32, 8, 50, 8}};
+  for (const PluginSetup& setup : pluginSetups()) {
+    configurePlugin(setup);
+    for (loom_dtype dtype : kDtypes) {
+      for (const Shape& s : shapes) {
+        const std::string what = fmt::format("paged decode {} {} [{} seqs, {}/{} heads, dim {}, window {}]",
+                                             setup.label(), dtypeName(dtype), s.seqs, s.heads, s.kvHeads, s.dim,
+                                             s.window);
+        const at::Tensor lengths = at::randint(1, s.maxContext + 1, {s.seqs}, at::kLong);
+        lengths[0] = 1;
+        const int64_t maxBlocks = (s.maxContext + s.blockSize - 1) / s.blockSize;
+        const int64_t numBlocks = s.seqs * maxBlocks + 2;
+        const at::Tensor tables = at::randperm(numBlocks, at::kLong).narrow(0, 0, s.seqs * maxBlocks)
+                                      .reshape({s.seqs, maxBlocks}).contiguous();
+        const at::Tensor keys = randomInput({numBlocks, s.blockSize, s.kvHeads, s.dim}, dtype);
+        const at::Tensor values = randomInput({numBlocks, s.blockSize, s.kvHeads, s.dim}, dtype);
+        const at::Tensor q = randomInput({s.seqs, s.heads, s.dim}, dtype);
+        at::Tensor out = at::empty_like(q);
+        const double scale = 1.0 / std::sqrt(static_cast<double>(s.dim));
+        REQUIRE(cpuPlugin().paged_attention_decode(dtype, q.data_ptr(), keys.data_ptr(), values.data_ptr(),
+                                                   tables.data_ptr<int64_t>(), lengths.data_ptr<int64_t>(),
+                                                   out.data_ptr(), s.seqs, s.heads, s.kvHeads, s.dim, s.blockSize,
+                                                   maxBlocks, scale, s.window, nullptr) == LOOM_KERNEL_OK);
+        for (int64_t i = 0; i < s.seqs; ++i) {
+          const int64_t context = lengths[i].item<int64_t>();
+          const int64_t first = s.window > 0 && context > s.window ? context - s.window : 0;
+          auto gather = [&](const at::Tensor& cache) {
+            return cache.to(at::kFloat).index_select(0, tables[i]).reshape({-1, s.kvHeads, s.dim})
+                .narrow(0, first, context - first).transpose(0, 1).unsqueeze(0);  // [1, Hkv, L, D]
+          };
+          const at::Tensor expected =
+              at::scaled_dot_product_attention(q[i].to(at::kFloat).unsqueeze(0).unsqueeze(2), gather(keys),
+                                               gather(values), std::nullopt, 0.0, false, scale, s.heads != s.kvHeads)
+                  .view({s.heads, s.dim});
+          requireClose(out[i], expected, tolerance(dtype, 1.0), what + fmt::format(" sequence {}", i));
         }
       }
     }
