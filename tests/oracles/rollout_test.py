@@ -6,7 +6,8 @@ a real CPU rank):
    budget of 32 tokens so that long prompts are computed in chunks; again with a KV cache so small
    that sequences are preempted and recomputed; each returned logprob equals log-softmax of
    transformers' logits at the chosen token within 1e-5.
-2. Continuous batching: 64 requests of mixed lengths through 8 running sequences, greedy and
+2. Continuous batching: 64 requests of mixed lengths arriving 20 ms apart (arrival_s) through 8
+   running sequences, greedy and
    seeded sampling (top-k, top-p, min-p, n = 2), give each request the tokens it gets in a batch
    of at most 2 sequences (its own two samples, or it and one other request).
 3. Text: prompts as text through a byte-level BPE tokenizer trained in the test with the
@@ -44,12 +45,14 @@ def prompts_of(lengths, seed):
     return [[rng.randrange(3, VOCAB) for _ in range(n)] for n in lengths]
 
 
-def write_prompts(path, prompts, sampling=None):
+def write_prompts(path, prompts, sampling=None, arrival=None):
     with open(path, "w") as f:
         for i, p in enumerate(prompts):
             line = {"id": f"r{i}", "prompt_token_ids": p}
             if sampling:
                 line["sampling"] = sampling(i)
+            if arrival:
+                line["arrival_s"] = arrival(i)
             f.write(json.dumps(line) + "\n")
 
 
@@ -127,11 +130,12 @@ def batching(bin_dir, work):
                 "min_p": 0.05 if i % 5 == 1 else 0.0, "seed": 1000 + i, "n": 2 if i % 7 == 1 else 1,
                 "max_new_tokens": 5 + i % 19, "ignore_eos": i % 3 == 0}
 
-    path = os.path.join(work, "batching-prompts.jsonl")
-    write_prompts(path, prompts, sampling)
     runs = {}
-    for name, extra in [("together", {"max_num_seqs": 8, "max_num_batched_tokens": 48}),
-                        ("alone", {"max_num_seqs": 2, "max_num_batched_tokens": 64})]:
+    # Together: the requests arrive over 1.3 s, 20 ms apart, and join the running batch as they come.
+    for name, extra, arrival in [("together", {"max_num_seqs": 8, "max_num_batched_tokens": 48}, lambda i: i * 0.02),
+                                 ("alone", {"max_num_seqs": 2, "max_num_batched_tokens": 64}, None)]:
+        path = os.path.join(work, f"batching-{name}-prompts.jsonl")
+        write_prompts(path, prompts, sampling, arrival)
         output = os.path.join(work, f"batching-{name}.jsonl")
         loom_run(bin_dir, rollout_spec(f"rollout-batching-{name}", model_dir, path, output, **extra), work,
                  f"rollout-batching-{name}")
@@ -139,7 +143,7 @@ def batching(bin_dir, work):
     samples = sum(2 if i % 7 == 1 and i % 4 else 1 for i in range(64))
     check(len(runs["together"]) == samples, f"batching: {len(runs['together'])} samples written of {samples}")
     differ = [k for k in runs["alone"] if runs["together"].get(k) != runs["alone"][k]]
-    check(not differ, f"batching: 64 requests through 8 running sequences get the tokens each gets alone "
+    check(not differ, f"batching: 64 requests arriving over time through 8 running sequences get the tokens each gets alone "
                       f"(differ: {differ[:5]})")
 
 

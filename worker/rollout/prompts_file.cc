@@ -43,6 +43,7 @@ StatusOr<PromptLine> parseLine(const json& j, int64_t number, const planner::Sam
       line.tokenIds.push_back(id.get<int64_t>());
     }
   }
+  RETURN_IF_ERROR(r.readDouble("arrival_s", &line.arrivalS, false, 0, 1e7));
   if (const json* sampling = r.find("sampling")) {
     ASSIGN_OR_RETURN(line.sampling, planner::parseSamplingParams(*sampling, "sampling", defaults));
   }

@@ -13,7 +13,9 @@ namespace loom::rollout {
 //   {"id": "q1", "prompt": "text", "sampling": {"temperature": 0.7, "n": 4}}
 //   {"prompt_token_ids": [128000, 9906], "sampling": {"max_new_tokens": 64}}
 // "id" (a string or a number) defaults to the line number; the prompt is text (which needs the
-// tokenizer) or token ids; "sampling" overrides rollout.sampling's keys for this request.
+// tokenizer) or token ids; "sampling" overrides rollout.sampling's keys for this request;
+// "arrival_s" holds the request back until that many seconds after the job's start (a
+// benchmark's arrival schedule).
 struct PromptLine {
   std::string id;
   int64_t line = 0;  // from 1
@@ -21,6 +23,7 @@ struct PromptLine {
   std::vector<int64_t> tokenIds;
   bool isText = false;
   planner::SamplingParams sampling;
+  double arrivalS = 0;
 };
 
 // Reads and checks every line before anything runs: a malformed line, an unknown key, a bad

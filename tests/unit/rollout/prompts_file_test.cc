@@ -35,7 +35,8 @@ TEST_CASE("prompts file: text or token ids, ids from the line number, sampling o
   auto lines = readPromptsFile(write(dir, "p.jsonl",
                                      "{\"prompt\": \"hi\"}\n\n"
                                      "{\"id\": \"q\", \"prompt_token_ids\": [1, 2], \"sampling\": {\"n\": 3}}\n"
-                                     "{\"id\": 9, \"prompt_token_ids\": [4], \"sampling\": {\"max_tokens\": 2}}\n"),
+                                     "{\"id\": 9, \"prompt_token_ids\": [4], \"sampling\": {\"max_tokens\": 2}, "
+                                     "\"arrival_s\": 0.5}\n"),
                                defaults);
   REQUIRE(lines.isOk());
   REQUIRE(lines->size() == 3);
@@ -49,6 +50,8 @@ TEST_CASE("prompts file: text or token ids, ids from the line number, sampling o
   CHECK((*lines)[1].sampling.maxNewTokens == 7);
   CHECK((*lines)[2].id == "9");
   CHECK((*lines)[2].sampling.maxNewTokens == 2);
+  CHECK((*lines)[2].arrivalS == 0.5);
+  CHECK((*lines)[0].arrivalS == 0);
 }
 
 TEST_CASE("prompts file: every bad line is refused, naming the file and the line", "[rollout]") {
@@ -68,6 +71,7 @@ TEST_CASE("prompts file: every bad line is refused, naming the file and the line
   CHECK(errorOf(dir, "{\"id\": \"a\", \"prompt\": \"x\"}\n{\"id\": \"a\", \"prompt\": \"y\"}\n")
             .find("line 2: id: \"a\" is used by an earlier line") != std::string::npos);
   CHECK(errorOf(dir, "\n  \n").find("holds no prompt") != std::string::npos);
+  CHECK(errorOf(dir, "{\"prompt\": \"a\", \"arrival_s\": -1}\n").find("line 1: arrival_s") != std::string::npos);
   auto missing = readPromptsFile(dir.path() + "/absent.jsonl", {});
   CHECK(missing.status().message().find("rollout.prompts") == 0);
 }

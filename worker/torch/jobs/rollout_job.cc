@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -50,13 +51,13 @@ int64_t kvCacheBudget(const planner::JobSpec& spec, const DecoderModel& model, c
 // Each sample's tokens, logprobs, text and times as the steps produce them; the latency samples.
 class ResultCollector {
  public:
-  ResultCollector(const std::vector<rollout::PromptLine>& prompts, const data::HfTokenizer* tokenizer,
-                  Clock::time_point start)
-      : prompts_(prompts), tokenizer_(tokenizer), start_(start) {}
+  ResultCollector(const std::vector<rollout::PromptLine>& prompts, const data::HfTokenizer* tokenizer)
+      : prompts_(prompts), tokenizer_(tokenizer) {}
 
-  void addRequest(rollout::RequestId id, size_t line, int64_t promptTokens) {
+  void addRequest(rollout::RequestId id, size_t line, int64_t promptTokens, Clock::time_point arrival) {
     lineOf_[id] = line;
     promptTokens_[id] = promptTokens;
+    arrival_[id] = arrival;
   }
   // Records a drawn token; true when a stop string of the request now ends the sample's text.
   bool onToken(const TokenEvent& e, Clock::time_point now) {
@@ -69,7 +70,8 @@ class ResultCollector {
       out.sample = e.sample;
       out.promptTokens = promptTokens_.at(e.request);
       if (tokenizer_) s.text.emplace(*tokenizer_, p.sampling.stop);
-      ttft_.push_back(seconds(now - start_));
+      s.arrival = arrival_.at(e.request);
+      ttft_.push_back(seconds(now - s.arrival));
       out.timeToFirstTokenS = ttft_.back();
     } else {
       itl_.push_back(seconds(now - s.lastToken));
@@ -84,7 +86,7 @@ class ResultCollector {
   void onFinished(const rollout::FinishedSequence& f) {
     Sample& s = samples_[{f.request, f.sample}];
     s.result.finishReason = rollout::finishReasonName(f.reason);
-    s.result.timeS = seconds(s.lastToken - start_);
+    s.result.timeS = seconds(s.lastToken - s.arrival);
     if (s.text) s.result.text = s.text->finish();
   }
 
@@ -102,13 +104,13 @@ class ResultCollector {
   struct Sample {
     rollout::SampleResult result;
     std::optional<rollout::SampleText> text;
-    Clock::time_point lastToken;
+    Clock::time_point arrival, lastToken;
   };
   const std::vector<rollout::PromptLine>& prompts_;
   const data::HfTokenizer* tokenizer_;
-  Clock::time_point start_;
   std::map<rollout::RequestId, size_t> lineOf_;
   std::map<rollout::RequestId, int64_t> promptTokens_;
+  std::map<rollout::RequestId, Clock::time_point> arrival_;
   std::map<std::pair<rollout::RequestId, int>, Sample> samples_;
   std::vector<double> ttft_, itl_;
   int64_t outputTokens_ = 0;
@@ -175,25 +177,47 @@ class RolloutRunner final : public JobRunner {
                 engine.cudaGraphs() ? "on" : "off");
     std::fflush(stdout);
 
-    // Every prompt arrives at the start; requests are numbered in file order.
-    const Clock::time_point start = Clock::now();
-    ResultCollector collector(prompts, tokenizer ? &*tokenizer : nullptr, start);
+    // Requests are numbered in file order and arrive at their arrival_s (all at the start by default).
     for (size_t i = 0; i < prompts.size(); ++i) {
       const rollout::PromptLine& p = prompts[i];
-      auto where = [&](const Status& s) { return s.withContext(fmt::format("rollout.prompts: line {}", p.line)); };
       if (!p.sampling.stop.empty() && !tokenizer)
-        return where(invalidArgument("sampling.stop: stop strings need rollout.tokenizer (stop_token_ids do not)"));
-      auto ids = promptIds(p, tokenizer ? &*tokenizer : nullptr);
-      if (!ids.isOk()) return where(ids.status());
-      const int64_t promptTokens = static_cast<int64_t>(ids->size());
-      auto id = engine.addRequest(std::move(*ids), p.sampling, r.seed + i);
-      if (!id.isOk()) return where(id.status());
-      collector.addRequest(*id, i, promptTokens);
+        return invalidArgument("rollout.prompts: line {}: sampling.stop: stop strings need rollout.tokenizer "
+                               "(stop_token_ids do not)",
+                               p.line);
     }
+    std::vector<size_t> arrivals(prompts.size());
+    for (size_t i = 0; i < arrivals.size(); ++i) arrivals[i] = i;
+    std::stable_sort(arrivals.begin(), arrivals.end(),
+                     [&](size_t a, size_t b) { return prompts[a].arrivalS < prompts[b].arrivalS; });
+    size_t arrived = 0;
+    const Clock::time_point start = Clock::now();
+    ResultCollector collector(prompts, tokenizer ? &*tokenizer : nullptr);
+    auto admitArrivals = [&](Clock::time_point now) -> Status {
+      for (; arrived < arrivals.size() && prompts[arrivals[arrived]].arrivalS <= seconds(now - start); ++arrived) {
+        const size_t i = arrivals[arrived];
+        const rollout::PromptLine& p = prompts[i];
+        auto where = [&](const Status& s) { return s.withContext(fmt::format("rollout.prompts: line {}", p.line)); };
+        auto ids = promptIds(p, tokenizer ? &*tokenizer : nullptr);
+        if (!ids.isOk()) return where(ids.status());
+        const int64_t promptTokens = static_cast<int64_t>(ids->size());
+        auto id = engine.addRequest(std::move(*ids), p.sampling, r.seed + i);
+        if (!id.isOk()) return where(id.status());
+        collector.addRequest(*id, i, promptTokens, now);
+      }
+      return Status::ok();
+    };
+    RETURN_IF_ERROR(admitArrivals(start));
 
     int64_t promptTokens = 0, steps = 0;
     Clock::time_point lastReport = start;
-    while (!engine.idle()) {
+    while (!engine.idle() || arrived < arrivals.size()) {
+      RETURN_IF_ERROR(admitArrivals(Clock::now()));
+      if (engine.idle()) {
+        // Nothing to compute before the next arrival.
+        const double wait = prompts[arrivals[arrived]].arrivalS - seconds(Clock::now() - start);
+        if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+        continue;
+      }
       std::optional<StepProfiler> profiler;
       if (steps + 1 == r.profileStep) {
         synchronize(rank_.device);
@@ -222,7 +246,7 @@ class RolloutRunner final : public JobRunner {
       // A stop string ends a sample its stop rule has not ended already this step.
       for (rollout::SequenceId id : stopped)
         if (engine.scheduler().sequence(id)) collector.onFinished(engine.finish(id, rollout::FinishReason::kStop));
-      if (seconds(now - lastReport) >= 1.0 || engine.idle()) {
+      if (seconds(now - lastReport) >= 1.0 || (engine.idle() && arrived == arrivals.size())) {
         lastReport = now;
         const rollout::Scheduler& s = engine.scheduler();
         const double elapsed = std::max(1e-9, seconds(now - start));
