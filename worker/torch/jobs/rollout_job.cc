@@ -233,7 +233,7 @@ class RolloutRunner final : public JobRunner {
                     profiler->report(ms).c_str());
         std::fflush(stdout);
       }
-      if (events.tokens.empty() && events.finished.empty() && events.promptTokens == 0)
+      if (events.computedTokens == 0)
         return internalError("rollout: a step scheduled nothing with {} sequences waiting",
                              engine.scheduler().numWaiting());
       const Clock::time_point now = Clock::now();

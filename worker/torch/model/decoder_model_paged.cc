@@ -14,9 +14,8 @@ void PagedKvCache::copyBlocks(const std::vector<std::pair<int64_t, int64_t>>& co
   if (copies.empty()) return;
   std::vector<int64_t> from, to;
   for (const auto& [f, t] : copies) from.push_back(f), to.push_back(t);
-  const auto options = at::TensorOptions().dtype(at::kLong).device(keys[0].device());
-  const at::Tensor source = at::tensor(from, at::kLong).to(options.device());
-  const at::Tensor target = at::tensor(to, at::kLong).to(options.device());
+  const at::Tensor source = at::tensor(from, at::kLong).to(keys[0].device());
+  const at::Tensor target = at::tensor(to, at::kLong).to(keys[0].device());
   for (auto* layers : {&keys, &values})
     for (at::Tensor& cache : *layers) cache.index_copy_(0, target, cache.index_select(0, source));
 }

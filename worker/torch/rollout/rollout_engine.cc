@@ -41,6 +41,7 @@ StepEvents RolloutEngine::step() {
   StepEvents events;
   const rollout::ScheduledStep step = scheduler_.schedule();
   if (step.empty()) return events;
+  events.computedTokens = step.numTokens;
   std::vector<std::pair<int64_t, int64_t>> copies;
   for (const rollout::BlockCopy& c : step.copies) copies.emplace_back(c.from, c.to);
   cache_.copyBlocks(copies);
@@ -55,7 +56,7 @@ StepEvents RolloutEngine::step() {
   std::vector<size_t> firstDraw(step.chunks.size());
   for (size_t i = 0; i < step.chunks.size(); ++i) {
     const rollout::ScheduledChunk& c = step.chunks[i];
-    (c.count == 1 ? events.decodeTokens : events.promptTokens) += c.count;
+    if (c.count > 1) events.promptTokens += c.count;
     const rollout::Sequence& s = *scheduler_.sequence(c.sequence);
     RequestState& request = requests_.at(s.request);
     firstDraw[i] = draws.size();

@@ -30,8 +30,8 @@ struct TokenEvent {
 struct StepEvents {
   std::vector<TokenEvent> tokens;  // in the order drawn
   std::vector<rollout::FinishedSequence> finished;
-  int64_t promptTokens = 0;  // computed this step for prompts (recomputations included)
-  int64_t decodeTokens = 0;  // single-token chunks
+  int64_t computedTokens = 0;  // every token the step computed; 0: nothing was scheduled
+  int64_t promptTokens = 0;    // of those, in chunks of more than one token (recomputations included)
 };
 
 // Continuous-batching generation on one rank: the scheduler's steps run through the model over
@@ -55,7 +55,6 @@ class RolloutEngine {
 
   const rollout::Scheduler& scheduler() const { return scheduler_; }
   bool idle() const { return scheduler_.idle(); }
-  const planner::SamplingParams& params(rollout::RequestId request) const { return requests_.at(request).params; }
 
  private:
   struct RequestState {
