@@ -6,11 +6,6 @@
 
 namespace loom::client {
 
-Status fromGrpc(const grpc::Status& status) {
-  if (status.ok()) return Status::ok();
-  return {static_cast<StatusCode>(status.error_code()), status.error_message()};
-}
-
 bool isFinalState(v1::JobState state) {
   return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
 }
@@ -32,7 +27,8 @@ LoomClient::LoomClient(const std::string& address) : LoomClient(channelTo(addres
 LoomClient::LoomClient(std::shared_ptr<grpc::Channel> channel)
     : channel_(std::move(channel)),
       jobs_(v1::JobService::NewStub(channel_)),
-      nodes_(v1::NodeService::NewStub(channel_)) {}
+      nodes_(v1::NodeService::NewStub(channel_)),
+      rollouts_(v1::RolloutService::NewStub(channel_)) {}
 
 Status LoomClient::awaitReady(std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::system_clock::now() + timeout;
@@ -159,6 +155,61 @@ StatusOr<v1::Job> LoomClient::awaitJob(const std::string& jobId, std::chrono::mi
     if (!s.isOk() && s.code() != StatusCode::kUnavailable) return s;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+}
+
+Status LoomClient::generate(const v1::GenerateRequest& request,
+                            const std::function<bool(const v1::GenerateResponse&)>& onResponse) {
+  grpc::ClientContext ctx;
+  auto reader = rollouts_->Generate(&ctx, request);
+  v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+    if (!onResponse(response)) {
+      ctx.TryCancel();
+      reader->Finish();
+      return {StatusCode::kCancelled, "stopped reading"};
+    }
+  }
+  return fromGrpc(reader->Finish());
+}
+
+StatusOr<v1::GenerateBatchResponse> LoomClient::generateBatch(const v1::GenerateBatchRequest& request) {
+  grpc::ClientContext ctx;
+  v1::GenerateBatchResponse response;
+  RETURN_IF_ERROR(fromGrpc(rollouts_->GenerateBatch(&ctx, request, &response)));
+  return response;
+}
+
+StatusOr<v1::RolloutStatus> LoomClient::updateWeights(const v1::UpdateWeightsRequest& request) {
+  grpc::ClientContext ctx;
+  v1::RolloutStatus status;
+  RETURN_IF_ERROR(fromGrpc(rollouts_->UpdateWeights(&ctx, request, &status)));
+  return status;
+}
+
+namespace {
+
+template <typename Method>
+StatusOr<v1::RolloutStatus> rolloutCall(v1::RolloutService::Stub* stub, Method method, const std::string& jobId) {
+  grpc::ClientContext ctx;
+  v1::RolloutJobRequest request;
+  request.set_job_id(jobId);
+  v1::RolloutStatus status;
+  RETURN_IF_ERROR(fromGrpc((stub->*method)(&ctx, request, &status)));
+  return status;
+}
+
+}  // namespace
+
+StatusOr<v1::RolloutStatus> LoomClient::pauseRollout(const std::string& jobId) {
+  return rolloutCall(rollouts_.get(), &v1::RolloutService::Stub::Pause, jobId);
+}
+
+StatusOr<v1::RolloutStatus> LoomClient::resumeRollout(const std::string& jobId) {
+  return rolloutCall(rollouts_.get(), &v1::RolloutService::Stub::Resume, jobId);
+}
+
+StatusOr<v1::RolloutStatus> LoomClient::rolloutStatus(const std::string& jobId) {
+  return rolloutCall(rollouts_.get(), &v1::RolloutService::Stub::GetRolloutStatus, jobId);
 }
 
 }  // namespace loom::client

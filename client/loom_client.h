@@ -11,6 +11,8 @@
 #include "common/status.h"
 #include "loom/v1/job.grpc.pb.h"
 #include "loom/v1/node.grpc.pb.h"
+#include "loom/v1/rollout.grpc.pb.h"
+#include "proto/convert.h"
 
 namespace loom::client {
 
@@ -45,13 +47,25 @@ class LoomClient {
   // Waits for a final state; DeadlineExceeded after `timeout` (zero: no limit).
   StatusOr<v1::Job> awaitJob(const std::string& jobId, std::chrono::milliseconds timeout);
 
+  // RolloutService, through the planner to a served rollout's rank 0. Generate streams each
+  // response to `onResponse` until the request is done (OK), `onResponse` returns false (the
+  // request is cancelled; returns Cancelled) or the call fails.
+  Status generate(const v1::GenerateRequest& request,
+                  const std::function<bool(const v1::GenerateResponse&)>& onResponse);
+  StatusOr<v1::GenerateBatchResponse> generateBatch(const v1::GenerateBatchRequest& request);
+  StatusOr<v1::RolloutStatus> updateWeights(const v1::UpdateWeightsRequest& request);
+  StatusOr<v1::RolloutStatus> pauseRollout(const std::string& jobId);
+  StatusOr<v1::RolloutStatus> resumeRollout(const std::string& jobId);
+  StatusOr<v1::RolloutStatus> rolloutStatus(const std::string& jobId);
+
  private:
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::NodeService::Stub> nodes_;
+  std::unique_ptr<v1::RolloutService::Stub> rollouts_;
 };
 
-Status fromGrpc(const grpc::Status& status);
+using convert::fromGrpc;
 bool isFinalState(v1::JobState state);
 // "RUNNING", "SUCCEEDED", ... (the enum's name)
 std::string stateName(v1::JobState state);

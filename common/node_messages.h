@@ -24,6 +24,7 @@ struct RankReport {
   int64_t step = 0;
   std::map<std::string, double> metrics;
   int64_t timeMs = 0;
+  std::string serviceAddress;  // a served rollout's rank 0: its RolloutService (common/worker_message.h)
 };
 
 struct NodeRegistration {

@@ -23,6 +23,7 @@ std::string WorkerMessage::encode() const {
     j["metrics"] = metrics;
   }
   if (!detail.empty()) j["detail"] = detail;
+  if (!serviceAddress.empty()) j["service_address"] = serviceAddress;
   return j.dump();
 }
 
@@ -49,6 +50,7 @@ StatusOr<WorkerMessage> WorkerMessage::decode(const std::string& datagram) {
     m.step = j.value("step", int64_t{0});
     if (j.contains("metrics")) m.metrics = j.at("metrics").get<std::map<std::string, double>>();
     m.detail = j.value("detail", std::string());
+    m.serviceAddress = j.value("service_address", std::string());
     return m;
   } catch (const json::exception& e) {
     return invalidArgument("worker message: {}", e.what());

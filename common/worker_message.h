@@ -22,6 +22,9 @@ struct WorkerMessage {
   int64_t step = 0;
   std::map<std::string, double> metrics;
   std::string detail;
+  // A served rollout's rank 0: where its RolloutService listens ("host:port"), in every message
+  // once it serves, so that a daemon that restarted learns it again.
+  std::string serviceAddress;
 
   std::string encode() const;
   static StatusOr<WorkerMessage> decode(const std::string& datagram);

@@ -304,6 +304,12 @@ void Daemon::onWorkerMessage(const WorkerMessage& m) {
   if ((m.type == WorkerMessage::Type::kReady || m.type == WorkerMessage::Type::kProgress) && !ready)
     report(r, RankEvent::kReady, m.detail);
   if (m.type == WorkerMessage::Type::kFailing) r.failure = m.detail;
+  if (!m.serviceAddress.empty() && m.serviceAddress != r.lastReport.serviceAddress) {
+    // A served rollout now listens: the planner routes its clients there.
+    r.lastReport.serviceAddress = m.serviceAddress;
+    persist(r);
+    link_->sendRankReport(r.lastReport);
+  }
   if (m.type == WorkerMessage::Type::kProgress) {
     // Progress is passed on, not persisted: the record keeps the lifecycle report.
     link_->sendRankReport(RankReport{.jobId = r.jobId, .attempt = r.attempt, .rank = r.rank,

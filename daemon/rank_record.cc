@@ -9,7 +9,8 @@ using nlohmann::json;
 std::string recordToJson(const RankRecord& r) {
   json report{{"event", static_cast<int>(r.lastReport.event)}, {"pid", r.lastReport.pid},
               {"exit_code", r.lastReport.exitCode}, {"signal", r.lastReport.signal},
-              {"detail", r.lastReport.detail}, {"time_ms", r.lastReport.timeMs}};
+              {"detail", r.lastReport.detail}, {"time_ms", r.lastReport.timeMs},
+              {"service_address", r.lastReport.serviceAddress}};
   return json{{"job_id", r.jobId}, {"attempt", r.attempt}, {"rank", r.rank}, {"local_rank", r.localRank},
               {"pid", r.pid}, {"start_time", r.startTime}, {"log_path", r.logPath}, {"rank_dir", r.rankDir},
               {"heartbeat_timeout_ms", r.heartbeatTimeoutMs}, {"exited", r.exited}, {"last_report", report}}
@@ -34,7 +35,8 @@ StatusOr<RankRecord> recordFromJson(const std::string& text) {
     r.lastReport = RankReport{.jobId = r.jobId, .attempt = r.attempt, .rank = r.rank,
                               .event = static_cast<RankEvent>(rep.at("event").get<int>()), .pid = rep.at("pid"),
                               .exitCode = rep.at("exit_code"), .signal = rep.at("signal"), .detail = rep.at("detail"),
-                              .step = 0, .metrics = {}, .timeMs = rep.at("time_ms")};
+                              .step = 0, .metrics = {}, .timeMs = rep.at("time_ms"),
+                              .serviceAddress = rep.value("service_address", std::string())};
     return r;
   } catch (const json::exception& e) {
     return invalidArgument("rank record: {}", e.what());

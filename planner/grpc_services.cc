@@ -9,11 +9,6 @@
 
 namespace loom::planner {
 
-grpc::Status toGrpc(const Status& status) {
-  if (status.isOk()) return grpc::Status::OK;
-  return {static_cast<grpc::StatusCode>(status.code()), status.message()};
-}
-
 v1::JobState toProto(JobState state) { return static_cast<v1::JobState>(static_cast<int>(state) + 1); }
 JobState fromProto(v1::JobState state) { return static_cast<JobState>(static_cast<int>(state) - 1); }
 
@@ -42,6 +37,7 @@ void toProto(const JobRecord& job, v1::Job* out) {
     rank->set_signal(r.signal);
     rank->set_detail(r.detail);
     rank->set_step(r.step);
+    rank->set_service_address(r.serviceAddress);
   }
   for (const auto& [k, v] : job.metrics) (*out->mutable_metrics())[k] = v;
 }

@@ -5,6 +5,7 @@
 #include "loom/v1/job.grpc.pb.h"
 #include "loom/v1/node.grpc.pb.h"
 #include "planner/planner_core.h"
+#include "proto/convert.h"
 
 namespace loom::planner {
 
@@ -48,7 +49,7 @@ class NodeServiceImpl final : public v1::NodeService::CallbackService {
   PlannerCore* core_;
 };
 
-grpc::Status toGrpc(const Status& status);
+using convert::toGrpc;
 void toProto(const JobRecord& job, v1::Job* out);
 v1::JobState toProto(JobState state);
 JobState fromProto(v1::JobState state);

@@ -31,6 +31,7 @@ struct RankStatus {
   int signal = 0;
   std::string detail;
   int64_t step = 0;
+  std::string serviceAddress;  // a served rollout's rank 0: where the planner routes RolloutService calls
 };
 
 struct JobEvent {

@@ -66,6 +66,7 @@ LifecycleEffects JobLifecycle::applyRankReport(JobRecord& job, const RankReport&
     return out;  // a late report of an earlier attempt: its outcome is already recorded
   RankStatus& rank = job.ranks[report.rank];
   if (report.pid > 0) rank.pid = report.pid;
+  if (!report.serviceAddress.empty()) rank.serviceAddress = report.serviceAddress;
   if (isTerminal(rank.state)) {
     // The process may be reaped after a heartbeat loss was already recorded: keep the first cause.
     if (report.event == RankEvent::kExited && rank.exitCode == 0 && rank.signal == 0) {

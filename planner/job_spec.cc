@@ -309,10 +309,6 @@ Status checkRunnable(const JobSpec& spec) {
   constexpr const char* kPlanned = "is planned (loomctl plan) but not run by the workers yet";
   const ExpertParallelConfig& ep = ds.expertParallel;
   if (spec.kind == JobKind::kRollout) {
-    if (spec.rollout.serve)
-      return invalidArgument("rollout.serve: a served rollout (RolloutService) {}; give rollout.prompts and "
-                             "rollout.output",
-                             kPlanned);
     // A rollout's ranks split the model (tensor parallelism); the rest is not built for generation.
     if (ds.sequenceParallelSize > 1)
       return invalidArgument("deepspeed.sequence_parallel_size: {}: a rollout runs without sequence parallelism",

@@ -4,6 +4,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "planner/grpc_services.h"
+#include "planner/rollout_router.h"
 
 namespace loom::planner {
 
@@ -12,6 +13,7 @@ StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::start(const PlannerServe
   ASSIGN_OR_RETURN(server->core_, PlannerCore::create(options.planner, clock));
   server->jobService_ = std::make_unique<JobServiceImpl>(server->core_.get());
   server->nodeService_ = std::make_unique<NodeServiceImpl>(server->core_.get());
+  server->rolloutRouter_ = std::make_unique<RolloutRouter>(server->core_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -20,6 +22,7 @@ StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::start(const PlannerServe
   builder.AddListeningPort(options.listenAddress, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(server->jobService_.get());
   builder.RegisterService(server->nodeService_.get());
+  builder.RegisterService(server->rolloutRouter_.get());
   // Daemons hold one stream for days: keepalives find a dead peer without waiting for TCP.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);

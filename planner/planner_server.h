@@ -13,13 +13,15 @@ namespace loom::planner {
 
 class JobServiceImpl;
 class NodeServiceImpl;
+class RolloutRouter;
 
 struct PlannerServerOptions {
   std::string listenAddress = "127.0.0.1:7450";  // port 0 picks a free one; see boundAddress()
   PlannerOptions planner;
 };
 
-// The planner service: the core plus its gRPC server (JobService, NodeService, grpc.health.v1
+// The planner service: the core plus its gRPC server (JobService, NodeService, RolloutService
+// relayed to served rollouts (rollout_router.h), grpc.health.v1
 // and server reflection). Used by loom-planner and, in process, by `loomd --standalone`.
 class PlannerServer {
  public:
@@ -38,6 +40,7 @@ class PlannerServer {
   std::unique_ptr<PlannerCore> core_;
   std::unique_ptr<JobServiceImpl> jobService_;
   std::unique_ptr<NodeServiceImpl> nodeService_;
+  std::unique_ptr<RolloutRouter> rolloutRouter_;
   std::unique_ptr<grpc::Server> server_;
   std::string boundAddress_;
 };

@@ -98,7 +98,8 @@ json ranksToJson(const std::vector<RankStatus>& ranks) {
   json out = json::array();
   for (const auto& r : ranks) {
     out.push_back({{"rank", r.rank}, {"node", r.nodeId}, {"pid", r.pid}, {"state", static_cast<int>(r.state)},
-                   {"exit_code", r.exitCode}, {"signal", r.signal}, {"detail", r.detail}, {"step", r.step}});
+                   {"exit_code", r.exitCode}, {"signal", r.signal}, {"detail", r.detail}, {"step", r.step},
+                   {"service_address", r.serviceAddress}});
   }
   return out;
 }
@@ -108,7 +109,8 @@ std::vector<RankStatus> ranksFromJson(const json& in) {
   for (const auto& j : in) {
     out.push_back(RankStatus{.rank = j.at("rank"), .nodeId = j.at("node"), .pid = j.at("pid"),
                              .state = static_cast<RankState>(j.at("state").get<int>()), .exitCode = j.at("exit_code"),
-                             .signal = j.at("signal"), .detail = j.at("detail"), .step = j.at("step")});
+                             .signal = j.at("signal"), .detail = j.at("detail"), .step = j.at("step"),
+                             .serviceAddress = j.value("service_address", std::string())});
   }
   return out;
 }

@@ -35,6 +35,20 @@ class WriteQueue {
     return true;
   }
 
+  // As push, but a message that would wait behind another waiting one may be folded into it:
+  // `merge(waiting, message)` returns true when it took the message in. A slow reader then gets
+  // fewer, larger messages instead of an ever longer queue.
+  template <typename Merge>
+  bool push(Message message, Merge&& merge) {
+    {
+      std::lock_guard lock(mu_);
+      if (!reactor_ || finishing_) return false;
+      // The front is being written; what is behind it is still open.
+      if (queue_.size() > 1 && merge(queue_.back(), message)) return true;
+    }
+    return push(std::move(message));
+  }
+
   // Finishes after the queued messages are written (or at once if none are). Only the first call counts.
   void finish(grpc::Status status) {
     {

@@ -2,6 +2,16 @@
 
 namespace loom::convert {
 
+grpc::Status toGrpc(const Status& status) {
+  if (status.isOk()) return grpc::Status::OK;
+  return {static_cast<grpc::StatusCode>(status.code()), status.message()};
+}
+
+Status fromGrpc(const grpc::Status& status) {
+  if (status.ok()) return Status::ok();
+  return {static_cast<StatusCode>(status.error_code()), status.error_message()};
+}
+
 namespace {
 
 v1::RankEvent eventToProto(RankEvent e) {
@@ -42,13 +52,14 @@ v1::RankReport toProto(const RankReport& in) {
   out.set_step(in.step);
   for (const auto& [k, v] : in.metrics) (*out.mutable_metrics())[k] = v;
   out.set_time_ms(in.timeMs);
+  out.set_service_address(in.serviceAddress);
   return out;
 }
 
 RankReport fromProto(const v1::RankReport& in) {
   RankReport out{.jobId = in.job_id(), .attempt = in.attempt(), .rank = in.rank(), .event = eventFromProto(in.event()),
                  .pid = in.pid(), .exitCode = in.exit_code(), .signal = in.signal(), .detail = in.detail(),
-                 .step = in.step(), .metrics = {}, .timeMs = in.time_ms()};
+                 .step = in.step(), .metrics = {}, .timeMs = in.time_ms(), .serviceAddress = in.service_address()};
   for (const auto& [k, v] : in.metrics()) out.metrics[k] = v;
   return out;
 }
@@ -436,6 +447,26 @@ planner::Plan fromProto(const v1::Plan& in) {
                                        .hostOptimizer = mem.host_optimizer()};
   out.deviceMemoryBytes = in.device_memory_bytes();
   return out;
+}
+
+bool mergeGenerateResponses(v1::GenerateResponse& into, v1::GenerateResponse& next) {
+  if (into.weights_version() != next.weights_version()) return false;
+  if (next.prompt_tokens()) into.set_prompt_tokens(next.prompt_tokens());
+  for (auto& delta : *next.mutable_samples()) {
+    v1::SampleDelta* same = nullptr;
+    for (auto& d : *into.mutable_samples())
+      if (d.sample() == delta.sample() && d.finish_reason().empty()) same = &d;
+    if (!same) {
+      *into.add_samples() = std::move(delta);
+      continue;
+    }
+    same->mutable_token_ids()->MergeFrom(delta.token_ids());
+    same->mutable_logprobs()->MergeFrom(delta.logprobs());
+    for (auto& t : *delta.mutable_top_logprobs()) *same->add_top_logprobs() = std::move(t);
+    same->mutable_text()->append(delta.text());
+    same->set_finish_reason(delta.finish_reason());
+  }
+  return true;
 }
 
 }  // namespace loom::convert

@@ -1,13 +1,21 @@
 #pragma once
 
+#include <grpcpp/support/status.h>
+
 #include "common/node_messages.h"
+#include "common/status.h"
 #include "loom/v1/node.pb.h"
 #include "loom/v1/plan.pb.h"
+#include "loom/v1/rollout.pb.h"
 #include "planner/plan.h"
 
 // Translation between wire messages and plain structs (the node protocol's and the Plan): the
 // one place that knows both.
 namespace loom::convert {
+
+// Status codes are gRPC's numbers; the message travels as is.
+grpc::Status toGrpc(const Status& status);
+Status fromGrpc(const grpc::Status& status);
 
 v1::Plan toProto(const planner::Plan& in);
 planner::Plan fromProto(const v1::Plan& in);
@@ -35,5 +43,9 @@ ReleaseOrder fromProto(const v1::Release& in);
 
 v1::LogRequest toProto(const LogQuery& in);
 LogQuery fromProto(const v1::LogRequest& in);
+
+// Folds `next` into `into`, both waiting to be written on a Generate stream, sample by sample;
+// false (nothing moved) when they come from different weights.
+bool mergeGenerateResponses(v1::GenerateResponse& into, v1::GenerateResponse& next);
 
 }  // namespace loom::convert

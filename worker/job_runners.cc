@@ -1,21 +1,34 @@
 #include "worker/job_runners.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "worker/convert/convert_job.h"
 #include "worker/probe_job.h"
+#include "worker/rollout_service.h"
 #include "worker/torch_runtime.h"
 
 namespace loom::worker {
 
 namespace {
 
-// Train, eval and rollout run in libloom_torch.so; their metrics go to the daemon as progress reports.
+// Train, eval and rollout run in libloom_torch.so; their metrics go to the daemon as progress
+// reports. A served rollout's RPC server runs on this side, which speaks protobuf.
 Status runTorchJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan* plan,
                    ReportClient& reports) {
   ASSIGN_OR_RETURN(TorchRuntime * torch, loadTorchRuntime());
-  auto progress = [&](int64_t step, const std::map<std::string, double>& metrics) { reports.progress(step, metrics); };
-  return torch->runJob(context, spec, *plan, progress);
+  TorchRuntime::JobHooks hooks;
+  hooks.progress = [&](int64_t step, const std::map<std::string, double>& metrics) { reports.progress(step, metrics); };
+  hooks.serveRollout = [&](rollout::RolloutInbox& inbox,
+                           const planner::SamplingParams& defaults) -> StatusOr<std::shared_ptr<void>> {
+    ASSIGN_OR_RETURN(std::unique_ptr<RolloutServer> server, RolloutServer::start(context.masterAddr, inbox, defaults));
+    std::printf("rollout: serving loom.v1.RolloutService at %s (clients call the planner, which routes to it)\n",
+                server->address().c_str());
+    std::fflush(stdout);
+    reports.serving(server->address());
+    return std::shared_ptr<void>(std::move(server));
+  };
+  return torch->runJob(context, spec, *plan, hooks);
 }
 
 // Conversion moves bytes only: it runs without libtorch, in a process of a few MB.

@@ -51,7 +51,12 @@ ReportClient::~ReportClient() {
   ::close(fd_);
 }
 
-bool ReportClient::send(const std::string& datagram) {
+bool ReportClient::send(WorkerMessage message) {
+  {
+    std::lock_guard lock(mu_);
+    message.serviceAddress = serviceAddress_;
+  }
+  const std::string datagram = message.encode();
   if (::send(fd_, datagram.data(), datagram.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(datagram.size())) {
     std::lock_guard lock(mu_);
     lastDeliveredMs_ = steadyMs();
@@ -68,13 +73,13 @@ bool ReportClient::send(const std::string& datagram) {
 void ReportClient::ready(const std::string& detail) {
   WorkerMessage m{.type = WorkerMessage::Type::kReady, .jobId = context_.jobId, .attempt = context_.attempt,
                   .rank = context_.rank, .pid = ::getpid(), .step = 0, .metrics = {}, .detail = detail};
-  send(m.encode());
+  send(std::move(m));
 }
 
 void ReportClient::progress(int64_t step, const std::map<std::string, double>& metrics) {
   WorkerMessage m{.type = WorkerMessage::Type::kProgress, .jobId = context_.jobId, .attempt = context_.attempt,
                   .rank = context_.rank, .pid = ::getpid(), .step = step, .metrics = metrics, .detail = ""};
-  send(m.encode());
+  send(std::move(m));
 }
 
 void ReportClient::failing(const std::string& why) {
@@ -82,14 +87,21 @@ void ReportClient::failing(const std::string& why) {
   WorkerMessage m{.type = WorkerMessage::Type::kFailing, .jobId = context_.jobId, .attempt = context_.attempt,
                   .rank = context_.rank, .pid = ::getpid(), .step = 0, .metrics = {},
                   .detail = why.size() > kMaxDetail ? why.substr(0, kMaxDetail) + "..." : why};
-  send(m.encode());
+  send(std::move(m));
+}
+
+void ReportClient::serving(const std::string& address) {
+  {
+    std::lock_guard lock(mu_);
+    serviceAddress_ = address;
+  }
+  ready("");
 }
 
 void ReportClient::heartbeatLoop() {
-  const std::string beat = WorkerMessage{.type = WorkerMessage::Type::kHeartbeat, .jobId = context_.jobId,
-                                         .attempt = context_.attempt, .rank = context_.rank, .pid = ::getpid(),
-                                         .step = 0, .metrics = {}, .detail = ""}
-                               .encode();
+  const WorkerMessage beat{.type = WorkerMessage::Type::kHeartbeat, .jobId = context_.jobId,
+                           .attempt = context_.attempt, .rank = context_.rank, .pid = ::getpid(),
+                           .step = 0, .metrics = {}, .detail = "", .serviceAddress = ""};
   std::unique_lock lock(mu_);
   while (!stopping_) {
     lock.unlock();

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/status.h"
+#include "common/worker_message.h"
 #include "worker/rank_context.h"
 
 namespace loom::worker {
@@ -25,10 +26,12 @@ class ReportClient {
   void progress(int64_t step, const std::map<std::string, double>& metrics);
   // Why the rank is about to fail; the daemon attaches it to the rank's exit.
   void failing(const std::string& why);
+  // A served rollout's rank 0 listens at `address`: every later message says so.
+  void serving(const std::string& address);
 
  private:
   ReportClient(const RankContext& context, int fd);
-  bool send(const std::string& datagram);
+  bool send(WorkerMessage message);
   void heartbeatLoop();
 
   RankContext context_;
@@ -38,6 +41,7 @@ class ReportClient {
   std::condition_variable cv_;
   bool stopping_ = false;
   int64_t lastDeliveredMs_;
+  std::string serviceAddress_;
   std::thread heartbeat_;
 };
 

@@ -3,12 +3,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
 #include "planner/job_spec.h"
 #include "planner/plan.h"
 #include "worker/rank_context.h"
+#include "worker/rollout/rollout_inbox.h"
 
 namespace loom::worker {
 
@@ -19,6 +21,16 @@ namespace loom::worker {
 class TorchRuntime {
  public:
   using ProgressFn = std::function<void(int64_t step, const std::map<std::string, double>& metrics)>;
+  // Starts a served rollout's RPC server (loom.v1.RolloutService, worker/rollout_service.h) over
+  // `inbox` and reports its address to the planner, which routes clients to it. It serves until
+  // the handle is dropped.
+  using ServeRolloutFn = std::function<StatusOr<std::shared_ptr<void>>(rollout::RolloutInbox& inbox,
+                                                                       const planner::SamplingParams& defaults)>;
+  // What the worker's own side lends a job.
+  struct JobHooks {
+    ProgressFn progress;
+    ServeRolloutFn serveRollout;
+  };
 
   virtual ~TorchRuntime() = default;
   // "torch 2.11.0, 8 threads"
@@ -32,7 +44,7 @@ class TorchRuntime {
   // A job kind that executes a Plan (train, eval): its runner (worker/torch/jobs/job_runner.h)
   // after the rank set-up every such kind shares.
   virtual Status runJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan& plan,
-                        const ProgressFn& progress) = 0;
+                        const JobHooks& hooks) = 0;
 };
 
 // Loads the runtime once per process (later calls return the same one). The library is found

@@ -43,6 +43,30 @@ struct RunOptions {
 // result as the exit code.
 int runCommand(const GlobalOptions& g, const RunOptions& options);
 
+// A served rollout's RolloutService, through the planner. `waitS`: how long to retry while the
+// job does not serve yet (its model loading).
+struct GenerateOptions {
+  std::string jobId;
+  std::string prompt;             // text, or
+  std::vector<int64_t> tokenIds;  // token ids, or
+  std::string file;               // JSONL of requests (as a prompts file), sent as one batch
+  std::string samplingJson;       // vLLM SamplingParams keys over the job's rollout.sampling
+  double waitS = 0;
+};
+// Streams one request's text (or token ids) to stdout; with --file, prints one JSON line per
+// sample once all are done.
+int generateCommand(const GlobalOptions& g, const GenerateOptions& options);
+struct ReloadOptions {
+  std::string jobId;
+  std::string dir;      // a directory of safetensors or a Loom checkpoint directory, or
+  std::string fromJob;  // a train job, whose latest checkpoint is loaded
+  bool abortInFlight = false;
+  int64_t version = 0;
+};
+int rolloutReloadCommand(const GlobalOptions& g, const ReloadOptions& options);
+// pause, resume or status.
+int rolloutControlCommand(const GlobalOptions& g, const std::string& action, const std::string& jobId, double waitS);
+
 // Tokenizes text or jsonl files into one token file (worker/data/prepare.h) and prints what it
 // wrote. Local: no server is contacted.
 int dataPrepareCommand(const GlobalOptions& g, const data::PrepareOptions& options);

@@ -1,5 +1,6 @@
 // loomctl: Loom's command line. Every command is one or a few public gRPC calls; `run` starts an
 // embedded control plane for one job on this machine.
+#include <cstdio>
 #include <cstdlib>
 
 #include <CLI/CLI.hpp>
@@ -96,6 +97,45 @@ int main(int argc, char** argv) {
                          "a Hugging Face tokenizer directory (tokenizer.json; byte-level BPE as Llama 3, Qwen2, "
                          "Mistral); default: the byte tokenizer");
 
+  GenerateOptions generate;
+  auto* generateCmd = app.add_subcommand("generate", "generate from a served rollout job (rollout.serve true)");
+  generateCmd->add_option("id", generate.jobId, "the rollout job")->required();
+  auto* promptOpt = generateCmd->add_option("--prompt", generate.prompt, "prompt text (the job needs rollout.tokenizer)");
+  auto* idsOpt = generateCmd->add_option("--token-ids", generate.tokenIds, "prompt token ids")->delimiter(',');
+  auto* fileOpt = generateCmd->add_option(
+      "--file", generate.file, "JSONL requests ({\"id\", \"prompt\" | \"prompt_token_ids\", \"sampling\"}), one batch");
+  promptOpt->excludes(idsOpt)->excludes(fileOpt);
+  idsOpt->excludes(fileOpt);
+  generateCmd->add_option("--sampling", generate.samplingJson,
+                          "JSON of vLLM SamplingParams keys over the job's rollout.sampling, e.g. "
+                          "'{\"temperature\": 0, \"max_tokens\": 64}'");
+  generateCmd->add_option("--wait", generate.waitS, "seconds to retry while the job does not serve yet")
+      ->check(CLI::NonNegativeNumber);
+
+  auto* rolloutCmd = app.add_subcommand("rollout", "control a served rollout job");
+  rolloutCmd->require_subcommand(1);
+  ReloadOptions reload;
+  auto* reloadCmd = rolloutCmd->add_subcommand("reload", "swap in new weights (UpdateWeights)");
+  reloadCmd->add_option("id", reload.jobId, "the rollout job")->required();
+  auto* fromOpt = reloadCmd->add_option("--from", reload.dir,
+                                        "a directory of safetensors, or a Loom checkpoint directory (its latest)");
+  auto* fromJobOpt = reloadCmd->add_option("--from-job", reload.fromJob, "a train job: its latest checkpoint");
+  fromOpt->excludes(fromJobOpt);
+  reloadCmd->add_flag("--abort", reload.abortInFlight,
+                      "end the requests in flight now (finish reason aborted) instead of letting them finish");
+  reloadCmd->add_option("--version", reload.version, "the version the weights serve as (default: one more)")
+      ->check(CLI::NonNegativeNumber);
+  std::string rolloutJob;
+  double statusWaitS = 0;
+  auto* pauseCmd = rolloutCmd->add_subcommand("pause", "stop computing; requests wait with their KV cache");
+  pauseCmd->add_option("id", rolloutJob, "the rollout job")->required();
+  auto* resumeCmd = rolloutCmd->add_subcommand("resume", "compute again after pause");
+  resumeCmd->add_option("id", rolloutJob, "the rollout job")->required();
+  auto* statusCmd = rolloutCmd->add_subcommand("status", "weights version, requests, KV blocks");
+  statusCmd->add_option("id", rolloutJob, "the rollout job")->required();
+  statusCmd->add_option("--wait", statusWaitS, "seconds to retry while the job does not serve yet")
+      ->check(CLI::NonNegativeNumber);
+
   CLI11_PARSE(app, argc, argv);
   g.format = output == "json" ? OutputFormat::kJson : OutputFormat::kHuman;
 
@@ -112,5 +152,22 @@ int main(int argc, char** argv) {
   if (nodes->parsed()) return nodesCommand(g);
   if (kernelsCmd->parsed()) return kernelsCommand(g, pluginFiles, kernelSpec);
   if (prepareCmd->parsed()) return dataPrepareCommand(g, prepare);
+  if (generateCmd->parsed()) {
+    if (generate.prompt.empty() && generate.tokenIds.empty() && generate.file.empty()) {
+      std::fprintf(stderr, "loomctl generate: give --prompt, --token-ids or --file\n");
+      return 2;
+    }
+    return generateCommand(g, generate);
+  }
+  if (reloadCmd->parsed()) {
+    if (reload.dir.empty() && reload.fromJob.empty()) {
+      std::fprintf(stderr, "loomctl rollout reload: give --from DIR or --from-job TRAIN_JOB\n");
+      return 2;
+    }
+    return rolloutReloadCommand(g, reload);
+  }
+  if (pauseCmd->parsed()) return rolloutControlCommand(g, "pause", rolloutJob, 0);
+  if (resumeCmd->parsed()) return rolloutControlCommand(g, "resume", rolloutJob, 0);
+  if (statusCmd->parsed()) return rolloutControlCommand(g, "status", rolloutJob, statusWaitS);
   return 2;
 }

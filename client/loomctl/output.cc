@@ -18,6 +18,14 @@ std::string toJson(const google::protobuf::Message& message) {
   return out;
 }
 
+std::string toJsonLine(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
 std::string formatTime(int64_t ms) {
   std::time_t t = ms / 1000;
   std::tm tm{};
@@ -74,7 +82,8 @@ std::string describeEvent(const v1::JobEvent& event) {
 
 int reportError(const Status& status) {
   std::fprintf(stderr, "loomctl: %s\n", status.toString().c_str());
-  if (status.code() == StatusCode::kUnavailable)
+  // Unavailable is also a job that does not serve yet; the hint is for a server not reached.
+  if (status.code() == StatusCode::kUnavailable && status.message().find("connect") != std::string::npos)
     std::fprintf(stderr, "loomctl: is loom-planner (or loomd --standalone) running there? Set --server or LOOM_SERVER.\n");
   switch (status.code()) {
     case StatusCode::kInvalidArgument: return 2;

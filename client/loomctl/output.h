@@ -13,6 +13,8 @@ namespace loom::loomctl {
 enum class OutputFormat { kHuman, kJson };
 
 std::string toJson(const google::protobuf::Message& message);
+// The same on one line (a stream's messages, one per line).
+std::string toJsonLine(const google::protobuf::Message& message);
 // The job as a person reads it: state, the last reason in plain words, ranks, metrics.
 std::string describeJob(const v1::Job& job);
 std::string jobTableHeader();

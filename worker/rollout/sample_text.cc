@@ -26,10 +26,20 @@ bool SampleText::append(int64_t token) {
   return true;
 }
 
+size_t SampleText::settledSize() const {
+  if (stopped_ || longestStop_ == 0) return text_.size();
+  // A stop string's first longestStop_ - 1 bytes may already be here, waiting for its last.
+  size_t settled = text_.size() >= longestStop_ ? text_.size() - (longestStop_ - 1) : 0;
+  while (settled > 0 && settled < text_.size() && (static_cast<unsigned char>(text_[settled]) & 0xC0) == 0x80)
+    --settled;
+  return settled;
+}
+
 std::string SampleText::finish() {
   if (!stopped_ && emitted_ < ids_.size())
     text_ += tokenizer_.decodeIncrementally(ids_, emitted_, /*skipSpecialTokens=*/true, /*final=*/true).text;
   emitted_ = ids_.size();
+  stopped_ = true;
   return text_;
 }
 

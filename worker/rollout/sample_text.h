@@ -20,6 +20,9 @@ class SampleText {
   // The text so far, with what the last tokens left undecided (a cut character) flushed.
   std::string finish();
   const std::string& text() const { return text_; }
+  // How much of text() is settled: no stop string can still cut it (all of it once stopped or
+  // finished). Whole UTF-8 characters, so a stream can send it.
+  size_t settledSize() const;
 
  private:
   const data::HfTokenizer& tokenizer_;

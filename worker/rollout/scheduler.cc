@@ -16,6 +16,8 @@ const char* finishReasonName(FinishReason reason) {
       return "eos";
     case FinishReason::kCancelled:
       return "cancelled";
+    case FinishReason::kAborted:
+      return "aborted";
   }
   return "?";
 }
@@ -253,13 +255,20 @@ StepResult Scheduler::complete(const ScheduledStep& step, const std::vector<std:
 
 FinishedSequence Scheduler::finish(SequenceId sequence, FinishReason reason) { return retire(sequence, reason); }
 
-std::vector<FinishedSequence> Scheduler::cancelRequest(RequestId request) {
+std::vector<FinishedSequence> Scheduler::cancelRequest(RequestId request, FinishReason reason) {
   std::vector<SequenceId> ids;
   for (const auto& [id, s] : sequences_)
     if (s.request == request) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
   std::vector<FinishedSequence> out;
-  for (SequenceId id : ids) out.push_back(retire(id, FinishReason::kCancelled));
+  for (SequenceId id : ids) {
+    const Sequence& s = sequences_.at(id);
+    const int first = s.sample, pending = s.pendingSamples;
+    out.push_back(retire(id, reason));
+    // Samples that would have forked from this prompt end with it, having drawn nothing.
+    for (int j = 1; j <= pending; ++j)
+      out.push_back({.sequence = -1, .request = request, .sample = first + j, .reason = reason, .output = {}});
+  }
   return out;
 }
 

@@ -26,8 +26,9 @@ namespace loom::rollout {
 using RequestId = int64_t;
 using SequenceId = int64_t;
 
-enum class FinishReason { kLength, kStop, kEos, kCancelled };
-const char* finishReasonName(FinishReason reason);  // "length", "stop", "eos", "cancelled"
+// kCancelled: by its client; kAborted: by a weight update that would not wait for it.
+enum class FinishReason { kLength, kStop, kEos, kCancelled, kAborted };
+const char* finishReasonName(FinishReason reason);  // "length", "stop", "eos", "cancelled", "aborted"
 
 struct SchedulerLimits {
   int32_t blockSize = 16;        // tokens per KV block
@@ -133,8 +134,9 @@ class Scheduler {
 
   // Ends a sequence between steps (a stop string matched in its text): its blocks are freed.
   FinishedSequence finish(SequenceId sequence, FinishReason reason);
-  // Ends every sequence of a request, queued or running, and forgets the request.
-  std::vector<FinishedSequence> cancelRequest(RequestId request);
+  // Ends every sequence of a request, queued or running, and forgets the request. Every sample
+  // is reported, those not yet forked from the prompt with sequence -1.
+  std::vector<FinishedSequence> cancelRequest(RequestId request, FinishReason reason = FinishReason::kCancelled);
 
   // Null once the sequence has finished.
   const Sequence* sequence(SequenceId id) const;

@@ -29,8 +29,8 @@ class LibTorchRuntime final : public TorchRuntime {
     return guarded([&] { return loom::worker::runCollectiveProbe(context, spec, progress); });
   }
   Status runJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan& plan,
-                const ProgressFn& progress) override {
-    return guarded([&] { return runPlannedJob(context, spec, plan, progress); });
+                const JobHooks& hooks) override {
+    return guarded([&] { return runPlannedJob(context, spec, plan, hooks); });
   }
 
  private:

@@ -87,7 +87,11 @@ TEST_CASE("rollout specs: engine limits, sampling defaults, and what is refused"
   auto rolloutError = [&](const std::string& rollout) { return errorOf(head + rollout + "}"); };
   CHECK(rolloutError(R"({"output": "/o.jsonl"})").find("rollout.prompts: required") == 0);
   CHECK(rolloutError(R"({"serve": true, "prompts": "/p.jsonl"})").find("rollout.serve") == 0);
-  CHECK(rolloutError(R"({"serve": true})").find("rollout.serve: a served rollout (RolloutService) is planned") == 0);
+  CHECK(rolloutError(R"({"serve": true, "output": "/o.jsonl"})").find("rollout.serve") == 0);
+  auto served = parseJobSpec(head + R"({"serve": true}})");
+  REQUIRE(served.isOk());
+  CHECK(served->rollout.serve);
+  CHECK(checkRunnable(*served).isOk());
   CHECK(rolloutError(R"({"prompts": "/p", "output": "/o", "sampling": {"top_p": 0}})")
             .find("rollout.sampling.top_p: 0 is outside (0, 1]") == 0);
   CHECK(rolloutError(R"({"prompts": "/p", "output": "/o", "sampling": {"top_p": 1.5}})").find("rollout.sampling.top_p") == 0);

@@ -70,3 +70,28 @@ TEST_CASE("sample text: decoded as tokens arrive, a stop string ends it and is l
   CHECK(!cut.append(0xc3));
   CHECK(cut.finish() == "a\xef\xbf\xbd");
 }
+
+TEST_CASE("sample text: what a stream may send is what no stop string can still cut", "[rollout]") {
+  const data::HfTokenizer tokenizer = bytesTokenizer();
+  rollout::SampleText none(tokenizer, {});
+  appendBytes(none, "abc");
+  CHECK(none.settledSize() == 3);
+
+  // "END" may still come: its first two bytes wait.
+  rollout::SampleText s(tokenizer, {"END"});
+  appendBytes(s, "abcE");
+  CHECK(s.settledSize() == 2);
+  appendBytes(s, "N");
+  CHECK(s.settledSize() == 3);
+  CHECK(s.append('D'));
+  CHECK(s.text() == "abc");
+  CHECK(s.settledSize() == 3);
+
+  // Held back at a character's first byte, never inside it.
+  rollout::SampleText accents(tokenizer, {"xyz"});
+  appendBytes(accents, "a\xc3\xa9" "b");
+  CHECK(accents.text() == "a\xc3\xa9" "b");
+  CHECK(accents.settledSize() == 1);
+  accents.finish();
+  CHECK(accents.settledSize() == accents.text().size());
+}

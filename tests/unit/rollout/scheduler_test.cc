@@ -249,6 +249,22 @@ TEST_CASE("scheduler: cancelling frees a request's blocks, queued or running", "
   CHECK(scheduler.idle());
 }
 
+TEST_CASE("scheduler: a request aborted before its samples fork reports every sample", "[rollout]") {
+  Scheduler scheduler(limits(64, 8, 64));
+  const RequestId id = *scheduler.addRequest(request(10, 10, /*n=*/3));
+  auto aborted = scheduler.cancelRequest(id, FinishReason::kAborted);
+  REQUIRE(aborted.size() == 3);
+  for (int j = 0; j < 3; ++j) {
+    CHECK(aborted[j].sample == j);
+    CHECK(aborted[j].reason == FinishReason::kAborted);
+    CHECK(aborted[j].output.empty());
+  }
+  CHECK(aborted[0].sequence >= 0);
+  CHECK(aborted[1].sequence == -1);
+  CHECK(std::string(finishReasonName(FinishReason::kAborted)) == "aborted");
+  CHECK(scheduler.idle());
+}
+
 TEST_CASE("scheduler: many requests arriving over time get the tokens they get alone", "[rollout]") {
   // A small cache, so that preemption and recomputation happen, with chunked prompts and samples.
   std::mt19937 random(7);

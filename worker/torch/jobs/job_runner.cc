@@ -31,7 +31,7 @@ TensorHome homeOf(const planner::JobSpec& spec) {
 }  // namespace
 
 Status runPlannedJob(const RankContext& ctx, const planner::JobSpec& spec, const planner::Plan& plan,
-                     const TorchRuntime::ProgressFn& progress) {
+                     const TorchRuntime::JobHooks& hooks) {
   const RegisteredRunner* entry = nullptr;
   for (const auto& runner : kRunners)
     if (runner.kind == spec.kind) entry = &runner;
@@ -42,7 +42,7 @@ Status runPlannedJob(const RankContext& ctx, const planner::JobSpec& spec, const
   setThreadsForRanks(ctx.localWorldSize);
   RETURN_IF_ERROR(loadKernels(spec));
   RankSetup rank{.context = ctx, .spec = spec, .plan = plan, .local = planner::planOfRank(plan, ctx.rank),
-                 .progress = progress,
+                 .progress = hooks.progress, .serveRollout = hooks.serveRollout,
                  .device = rankDevice(spec, ctx.localRank), .world = {}, .mesh = {}};
   if (ctx.worldSize > 1) {
     ASSIGN_OR_RETURN(rank.world, connectWorld(ctx, spec, homeOf(spec)));

@@ -25,6 +25,7 @@ struct RankSetup {
   // experts only. The model and the ZeRO engines are built from it.
   planner::Plan local;
   TorchRuntime::ProgressFn progress;
+  TorchRuntime::ServeRolloutFn serveRollout;
   at::Device device;
   World world;
   RankMesh mesh;
@@ -41,6 +42,6 @@ using JobRunnerFactory = StatusOr<std::unique_ptr<JobRunner>> (*)(RankSetup& ran
 // Sets the rank up, then runs the runner registered for spec.kind (job_runner.cc holds the table:
 // train, eval). Errors name what failed.
 Status runPlannedJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan& plan,
-                     const TorchRuntime::ProgressFn& progress);
+                     const TorchRuntime::JobHooks& hooks);
 
 }  // namespace loom::worker

@@ -9,15 +9,20 @@
 
 #include <fmt/format.h>
 
+#include "common/files.h"
 #include "common/human_bytes.h"
+#include "worker/checkpoint/manifest.h"
 #include "worker/data/hf_tokenizer.h"
+#include "worker/rollout/latency_stats.h"
 #include "worker/rollout/generation_config.h"
 #include "worker/rollout/prompts_file.h"
 #include "worker/rollout/results_file.h"
 #include "worker/rollout/sample_text.h"
+#include "worker/torch/checkpoint/safetensors.h"
 #include "worker/torch/jobs/step_profiler.h"
 #include "worker/torch/model/model_setup.h"
 #include "worker/torch/rollout/rollout_engine.h"
+#include "worker/torch/rollout/serve_loop.h"
 
 namespace loom::worker {
 
@@ -26,12 +31,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-double percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  return values[static_cast<size_t>(q * static_cast<double>(values.size() - 1) + 0.5)];
-}
 
 // The KV cache's bytes: rollout.kv_cache_memory_gb, or on a GPU gpu_memory_utilization of it less
 // what is held already (the model) and what a step of max_num_batched_tokens takes.
@@ -71,10 +70,10 @@ class ResultCollector {
       out.promptTokens = promptTokens_.at(e.request);
       if (tokenizer_) s.text.emplace(*tokenizer_, p.sampling.stop);
       s.arrival = arrival_.at(e.request);
-      ttft_.push_back(seconds(now - s.arrival));
-      out.timeToFirstTokenS = ttft_.back();
+      out.timeToFirstTokenS = seconds(now - s.arrival);
+      latency_.firstToken(out.timeToFirstTokenS);
     } else {
-      itl_.push_back(seconds(now - s.lastToken));
+      latency_.interToken(seconds(now - s.lastToken));
     }
     s.lastToken = now;
     out.tokenIds.push_back(e.drawn.token);
@@ -97,8 +96,8 @@ class ResultCollector {
   }
   size_t numSamples() const { return samples_.size(); }
   int64_t outputTokens() const { return outputTokens_; }
-  double ttft(double q) const { return percentile(ttft_, q); }
-  double itl(double q) const { return percentile(itl_, q); }
+  double ttft(double q) const { return latency_.ttft(q); }
+  double itl(double q) const { return latency_.itl(q); }
 
  private:
   struct Sample {
@@ -112,7 +111,7 @@ class ResultCollector {
   std::map<rollout::RequestId, int64_t> promptTokens_;
   std::map<rollout::RequestId, Clock::time_point> arrival_;
   std::map<std::pair<rollout::RequestId, int>, Sample> samples_;
-  std::vector<double> ttft_, itl_;
+  rollout::LatencyStats latency_;
   int64_t outputTokens_ = 0;
 };
 
@@ -123,6 +122,27 @@ StatusOr<std::vector<int64_t>> promptIds(const rollout::PromptLine& p, const dat
   if (!tokenizer) return invalidArgument("prompt: a text prompt needs rollout.tokenizer (or give prompt_token_ids)");
   const std::vector<uint32_t> ids = tokenizer->encode(p.text, {.addSpecialTokens = true});
   return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+// The weights an UpdateWeights names: a directory of safetensors (a Hugging Face model
+// directory or a checkpoint's tag directory, whose manifest must hold), or a Loom checkpoint
+// directory whose `latest` names the tag. Returns the directory the tensors were read from.
+StatusOr<std::string> reloadWeights(DecoderModel& model, const std::string& dir) {
+  auto where = [&](const Status& s) { return s.withContext("checkpoint_dir"); };
+  if (!files::exists(dir)) return where(notFound("{}: no such directory", dir));
+  std::string tagDir = dir;
+  if (files::exists(dir + "/latest")) {
+    auto tag = checkpoint::readLatestTag(dir);
+    if (!tag.isOk()) return where(tag.status());
+    tagDir = dir + "/" + *tag;
+  }
+  if (files::exists(tagDir + "/manifest.json")) {
+    if (Status whole = checkpoint::checkManifest(tagDir); !whole.isOk()) return where(whole);
+  }
+  auto weights = loadSafetensors(tagDir);
+  if (!weights.isOk()) return where(weights.status());
+  if (Status loaded = model.loadWeights(*weights, tagDir); !loaded.isOk()) return where(loaded);
+  return tagDir;
 }
 
 class RolloutRunner final : public JobRunner {
@@ -164,17 +184,43 @@ class RolloutRunner final : public JobRunner {
     }
     ASSIGN_OR_RETURN(std::vector<int64_t> eos, rollout::readEosTokenIds(spec.model.config));
     if (eos.empty() && tokenizer) eos.assign(tokenizer->eosTokenIds().begin(), tokenizer->eosTokenIds().end());
-    ASSIGN_OR_RETURN(std::vector<rollout::PromptLine> prompts, rollout::readPromptsFile(r.prompts, r.sampling));
 
     // One block more than the scheduler hands out: the scratch block of padded CUDA-graph rows.
     RolloutEngine engine(model, model.createKvCache(limits.numBlocks + 1, limits.blockSize, maxModelLen),
                          EngineOptions{.limits = limits, .eosTokenIds = eos, .cudaGraphs = r.cudaGraphs});
-    std::printf("rollout: %lld prompts, KV cache %d blocks of %d tokens (%s), max_num_seqs %lld, "
-                "max_num_batched_tokens %lld, max_model_len %lld, CUDA graphs %s\n",
-                static_cast<long long>(prompts.size()), limits.numBlocks, limits.blockSize,
-                humanBytes(limits.numBlocks * blockBytes).c_str(), static_cast<long long>(limits.maxNumSeqs),
-                static_cast<long long>(limits.maxNumBatchedTokens), static_cast<long long>(maxModelLen),
-                engine.cudaGraphs() ? "on" : "off");
+    std::printf("rollout: KV cache %d blocks of %d tokens (%s), max_num_seqs %lld, max_num_batched_tokens %lld, "
+                "max_model_len %lld, CUDA graphs %s\n",
+                limits.numBlocks, limits.blockSize, humanBytes(limits.numBlocks * blockBytes).c_str(),
+                static_cast<long long>(limits.maxNumSeqs), static_cast<long long>(limits.maxNumBatchedTokens),
+                static_cast<long long>(maxModelLen), engine.cudaGraphs() ? "on" : "off");
+    std::fflush(stdout);
+    const data::HfTokenizer* text = tokenizer ? &*tokenizer : nullptr;
+    if (r.serve) return serve(engine, model, text);
+    return runBatch(engine, text);
+  }
+
+ private:
+  // serve: true. The engine loop runs until the job is cancelled; rank 0's RolloutService takes
+  // the requests (the planner routes clients to it).
+  Status serve(RolloutEngine& engine, DecoderModel& model, const data::HfTokenizer* tokenizer) {
+    const planner::RolloutSpec& r = rank_.spec.rollout;
+    if (!rank_.serveRollout) return internalError("rollout.serve: this worker has no RPC server to serve with");
+    rollout::RolloutInbox inbox;
+    ServeLoop loop(engine, inbox,
+                   ServeOptions{.tokenizer = tokenizer,
+                                .seed = static_cast<uint64_t>(r.seed),
+                                .weightsSource = rank_.spec.model.weights,
+                                .loadWeights = [&](const std::string& dir) { return reloadWeights(model, dir); },
+                                .metrics = rank_.progress});
+    ASSIGN_OR_RETURN(std::shared_ptr<void> server, rank_.serveRollout(inbox, r.sampling));
+    loop.run();
+  }
+
+  Status runBatch(RolloutEngine& engine, const data::HfTokenizer* tokenizer) {
+    const planner::JobSpec& spec = rank_.spec;
+    const planner::RolloutSpec& r = spec.rollout;
+    ASSIGN_OR_RETURN(std::vector<rollout::PromptLine> prompts, rollout::readPromptsFile(r.prompts, r.sampling));
+    std::printf("rollout: %lld prompts\n", static_cast<long long>(prompts.size()));
     std::fflush(stdout);
 
     // Requests are numbered in file order and arrive at their arrival_s (all at the start by default).
@@ -191,13 +237,13 @@ class RolloutRunner final : public JobRunner {
                      [&](size_t a, size_t b) { return prompts[a].arrivalS < prompts[b].arrivalS; });
     size_t arrived = 0;
     const Clock::time_point start = Clock::now();
-    ResultCollector collector(prompts, tokenizer ? &*tokenizer : nullptr);
+    ResultCollector collector(prompts, tokenizer);
     auto admitArrivals = [&](Clock::time_point now) -> Status {
       for (; arrived < arrivals.size() && prompts[arrivals[arrived]].arrivalS <= seconds(now - start); ++arrived) {
         const size_t i = arrivals[arrived];
         const rollout::PromptLine& p = prompts[i];
         auto where = [&](const Status& s) { return s.withContext(fmt::format("rollout.prompts: line {}", p.line)); };
-        auto ids = promptIds(p, tokenizer ? &*tokenizer : nullptr);
+        auto ids = promptIds(p, tokenizer);
         if (!ids.isOk()) return where(ids.status());
         const int64_t promptTokens = static_cast<int64_t>(ids->size());
         auto id = engine.addRequest(std::move(*ids), p.sampling, r.seed + i);

@@ -211,16 +211,14 @@ void DecoderModel::initRandom(int64_t seed) {
 }
 
 Status DecoderModel::loadWeights(const TensorMap& weights, const std::string& source) {
-  at::NoGradGuard noGrad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    auto& [name, t] = parameters_[i];
+    const std::string& name = parameters_[i].first;
     const ShardLayout& layout = layoutOf(static_cast<int>(i));
     auto it = weights.find(name);
     if (it == weights.end()) return invalidArgument("{}: tensor {} is missing", source, name);
     if (it->second.sizes() != at::IntArrayRef(layout.whole))
       return invalidArgument("{}: tensor {} has shape {}, the model's config wants {}", source, name,
                              c10::str(it->second.sizes()), c10::str(at::IntArrayRef(layout.whole)));
-    t.copy_(takeShard(it->second, layout));
   }
   std::unordered_set<std::string> otherRanksExperts;  // under expert parallelism, in the file but not here
   if (shards_.ep->size() > 1) {
@@ -234,6 +232,11 @@ Status DecoderModel::loadWeights(const TensorMap& weights, const std::string& so
     if (endsWith(name, "rotary_emb.inv_freq")) continue;
     return invalidArgument("{}: tensor {} is not a parameter of this {} model", source, name,
                            planner::modelFamilyName(config_.family));
+  }
+  at::NoGradGuard noGrad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    auto& [name, t] = parameters_[i];
+    t.copy_(takeShard(weights.at(name), layoutOf(static_cast<int>(i))));
   }
   return Status::ok();
 }

@@ -83,7 +83,8 @@ class DecoderModel {
   void initRandom(int64_t seed);
   // Copies every parameter (this rank's piece of it) from `weights`, whole HF tensors, cast to the
   // model's dtype. Missing, unexpected or misshapen tensors are errors naming the tensor and
-  // `source`; a tied model ignores a stored lm_head.weight.
+  // `source`; a tied model ignores a stored lm_head.weight. Every tensor is checked before any is
+  // copied, so refused weights leave the model as it was.
   Status loadWeights(const TensorMap& weights, const std::string& source);
 
   const planner::ModelConfig& config() const { return config_; }

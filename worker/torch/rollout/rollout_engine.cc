@@ -91,8 +91,9 @@ rollout::FinishedSequence RolloutEngine::finish(rollout::SequenceId sequence, ro
   return f;
 }
 
-std::vector<rollout::FinishedSequence> RolloutEngine::cancel(rollout::RequestId request) {
-  std::vector<rollout::FinishedSequence> finished = scheduler_.cancelRequest(request);
+std::vector<rollout::FinishedSequence> RolloutEngine::cancel(rollout::RequestId request,
+                                                             rollout::FinishReason reason) {
+  std::vector<rollout::FinishedSequence> finished = scheduler_.cancelRequest(request, reason);
   requests_.erase(request);
   return finished;
 }

@@ -49,9 +49,11 @@ class RolloutEngine {
                                           uint64_t seed);
   // Schedules a step, computes it and draws its tokens; nothing when idle.
   StepEvents step();
-  // Ends a sample early (a stop string) or every sample of a request (cancelled).
+  // Ends a sample early (a stop string) or every sample of a request (cancelled by its client,
+  // or aborted by a weight update).
   rollout::FinishedSequence finish(rollout::SequenceId sequence, rollout::FinishReason reason);
-  std::vector<rollout::FinishedSequence> cancel(rollout::RequestId request);
+  std::vector<rollout::FinishedSequence> cancel(rollout::RequestId request,
+                                                rollout::FinishReason reason = rollout::FinishReason::kCancelled);
 
   const rollout::Scheduler& scheduler() const { return scheduler_; }
   bool idle() const { return scheduler_.idle(); }

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "planner/rollout_spec.h"
+#include "worker/rollout/drawn_token.h"
 
 namespace loom::worker {
 
@@ -21,11 +22,7 @@ struct Draw {
   at::Generator* generator = nullptr;
 };
 
-struct DrawnToken {
-  int64_t token = 0;
-  float logprob = 0;  // log-softmax of the raw logits (before temperature and filters) at the token
-  std::vector<std::pair<int64_t, float>> top;  // the params' `logprobs` likeliest tokens, raw logprobs
-};
+using rollout::DrawnToken;
 
 // Draws one token per Draw from logits [R, V] (any float dtype, on any device): greedy (argmax)
 // at temperature <= 1e-5; otherwise from softmax(logits / temperature) restricted, in this order,
