@@ -13,6 +13,7 @@ loopback, a CPU rank), driven by `loomctl generate` and `loomctl rollout` agains
    longer than the context, a request too long for the whole KV cache, top_p outside (0, 1], an
    unknown sampling key, weights of another shape on reload (the old weights keep serving), a
    job that is not a served rollout.
+5. Served over two ranks of tensor parallelism: the same tokens, before and after UpdateWeights.
 
   python3 tests/oracles/rollout_service_test.py --bin build/bin
 """
@@ -95,8 +96,12 @@ def greedy_sampling(max_tokens, **extra):
 
 
 def stream_lines(process):
-    """The JSON responses a `loomctl generate -o json` process printed, once it has ended."""
-    out, err = process.communicate(timeout=180)
+    """The JSON responses a `loomctl generate -o json` process printed (after those read already),
+    once it has ended. Read through the pipe's buffer: communicate() would skip what readline()
+    buffered."""
+    out = process.stdout.read()
+    err = process.stderr.read()
+    process.wait(timeout=180)
     return [json.loads(line) for line in out.splitlines() if line.strip()], err, process.returncode
 
 
@@ -271,7 +276,7 @@ def run(bin_dir, work):
             held = plane.status(job)
             if int(held.get("kv_blocks_used", 0)) > 0:
                 break
-            stream.communicate()
+            stream_lines(stream)
             plane.ctl("rollout", "resume", job)
         stream.kill()  # the client goes away
         stream.wait()
@@ -292,7 +297,7 @@ def run(bin_dir, work):
         # 4. Refusals while a long stream keeps being served.
         keeps = plane.ctl_popen("generate", job, "--token-ids", ",".join(map(str, prompts[5])),
                                 "--sampling", greedy_sampling(150), "-o", "json")
-        wait_first_response(keeps)
+        keeps_head = wait_first_response(keeps)
 
         def refused(what, args, expected):
             r = plane.ctl(*args)
@@ -319,11 +324,27 @@ def run(bin_dir, work):
                 f"job {train} is a train job")
         refused("an unknown job", ["generate", "no-such-job", "--token-ids", "5"], "no-such-job")
         rest, err, code = stream_lines(keeps)
-        check(code == 0 and len(tokens_of(rest)) >= 149,
-              f"the long stream is served to the end meanwhile ({len(tokens_of(rest)) + 1} tokens)")
+        kept = tokens_of([keeps_head] + rest)
+        check(code == 0 and kept == hf_greedy(a, prompts[5], 150),
+              f"the long stream is served to the end meanwhile ({len(kept)} tokens, transformers' own)")
 
         r = plane.ctl("cancel", job)
         check(r.returncode == 0, "the served rollout is cancelled like any job")
+        plane.ctl("wait", job, "--timeout", "60")
+
+        # 5. Served over two ranks that split the model (AutoTP): rank 0 serves, both compute, both reload.
+        tp_job = plane.submit({"name": "served-tp", "kind": "rollout", "resources": {"ranks": 2},
+                               "model": {"config": os.path.join(model_a, "config.json"), "weights": model_a},
+                               "deepspeed": {"tensor_parallel": {"autotp_size": 2}},
+                               "rollout": {"serve": True, "max_num_seqs": 8, "max_num_batched_tokens": 64}})
+        got, r = generate(plane, tp_job, prompts[2], 24)
+        check(r.returncode == 0 and tokens_of(got) == hf_greedy(a, prompts[2], 24),
+              f"tensor parallel 2: streamed greedy tokens equal transformers' ({r.stderr.strip()})")
+        r = plane.ctl("rollout", "reload", tp_job, "--from", model_b)
+        got, _ = generate(plane, tp_job, prompts[2], 24)
+        check(r.returncode == 0 and tokens_of(got) == hf_greedy(b, prompts[2], 24) and versions_of(got) == {1},
+              f"tensor parallel 2: after UpdateWeights every rank computes with the new weights ({r.stderr.strip()})")
+        plane.ctl("cancel", tp_job)
     finally:
         plane.close()
 

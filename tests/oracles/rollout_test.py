@@ -14,10 +14,12 @@ a real CPU rank):
    `tokenizers` package; the ids, the tokens and the decoded text equal transformers' (its fast
    tokenizer over the same tokenizer.json, generate, decode with skip_special_tokens); a stop
    string ends the text right before it, with finish reason stop.
-4. Refused, naming the line or field: a prompt longer than the model's context, a KV cache too
+4. Tensor parallelism 2 (llama, qwen2): the same greedy tokens and logprobs, with prompts in
+   chunks and sequences preempted.
+5. Refused, naming the line or field: a prompt longer than the model's context, a KV cache too
    small for one sequence, top_p outside (0, 1], an unknown sampling key.
 
-  python3 tests/oracles/rollout_test.py --bin build/bin [--only greedy|batching|text|refusals]
+  python3 tests/oracles/rollout_test.py --bin build/bin [--only greedy|tensor_parallel|batching|text|refusals]
 """
 import argparse
 import json
@@ -115,6 +117,35 @@ def greedy(bin_dir, work):
                             for a, b in zip(r["logprobs"], hf_logprobs(model, p, r["token_ids"])))
                 check(worst <= 1e-5, f"{family}: logprobs equal log-softmax of transformers' logits (max diff {worst:.2e})")
                 check(all(r["finish_reason"] in ("length", "eos") for r in results), f"{family}: finish reasons")
+
+
+def tensor_parallel(bin_dir, work):
+    """Two ranks split the model (AutoTP): rank 0 schedules and samples, both compute each step."""
+    lengths = [3, 17, 70, 1, 40]
+    max_new = 20
+    for family in ["llama", "qwen2"]:
+        model_dir = os.path.join(work, f"tp-{family}")
+        model = parity_test.save_model(family, model_dir, seed=8).eval()
+        prompts = prompts_of(lengths, seed=21)
+        path = os.path.join(work, f"tp-{family}-prompts.jsonl")
+        write_prompts(path, prompts, lambda i: {"temperature": 0, "max_new_tokens": max_new, "logprobs": 2})
+        expected = [hf_greedy(model, p, max_new) for p in prompts]
+        output = os.path.join(work, f"tp-{family}.jsonl")
+        # Each rank holds one of the two KV heads: half a block's bytes.
+        spec = rollout_spec(f"rollout-tp-{family}", model_dir, path, output, max_num_batched_tokens=32, max_num_seqs=8,
+                            kv_cache_memory_gb=14 * BLOCK_BYTES / 2 / 2**30)
+        spec["resources"]["ranks"] = 2
+        spec["deepspeed"] = {"tensor_parallel": {"autotp_size": 2}}
+        log = loom_run(bin_dir, spec, work, f"rollout-tp-{family}")
+        results = read_results(output)
+        got = [r["token_ids"] for r in results]
+        check("tensor parallel 2" in log and got == expected,
+              f"{family} tensor parallel 2: greedy tokens equal transformers' generate, prompts in chunks")
+        preemptions = int(log.split(" preemptions")[0].rsplit(" ", 1)[-1]) if " preemptions" in log else 0
+        check(preemptions > 0, f"{family} tensor parallel 2: {preemptions} preemptions happened (14 blocks)")
+        worst = max((abs(a - b) for r, p in zip(results, prompts)
+                     for a, b in zip(r["logprobs"], hf_logprobs(model, p, r["token_ids"]))), default=1)
+        check(worst <= 1e-5, f"{family} tensor parallel 2: logprobs over the gathered vocabulary (max diff {worst:.2e})")
 
 
 def batching(bin_dir, work):
@@ -237,13 +268,15 @@ def refusals(bin_dir, work):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["greedy", "batching", "text", "refusals"])
+    p.add_argument("--only", choices=["greedy", "tensor_parallel", "batching", "text", "refusals"])
     a = p.parse_args()
     bin_dir = os.path.abspath(a.bin)
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory(prefix="loom-rollout-") as work:
         if a.only in (None, "greedy"):
             greedy(bin_dir, work)
+        if a.only in (None, "tensor_parallel"):
+            tensor_parallel(bin_dir, work)
         if a.only in (None, "batching"):
             batching(bin_dir, work)
         if a.only in (None, "text"):

@@ -22,6 +22,7 @@
 #include "worker/torch/jobs/step_profiler.h"
 #include "worker/torch/model/model_setup.h"
 #include "worker/torch/rollout/rollout_engine.h"
+#include "worker/torch/rollout/rollout_group.h"
 #include "worker/torch/rollout/serve_loop.h"
 
 namespace loom::worker {
@@ -152,8 +153,9 @@ class RolloutRunner final : public JobRunner {
   Status run() override {
     const planner::JobSpec& spec = rank_.spec;
     const planner::RolloutSpec& r = spec.rollout;
-    if (rank_.context.worldSize > 1)
-      return invalidArgument("resources.ranks: a rollout runs on one rank for now (got {})", rank_.context.worldSize);
+    // The job's ranks are one tensor-parallel group (checkRunnable): rank 0 schedules, all compute.
+    std::optional<RolloutGroup> group;
+    if (rank_.mesh.tensor->size() > 1) group.emplace(*rank_.mesh.tensor, rank_.device);
     ASSIGN_OR_RETURN(BuiltModel built, buildModel(spec, rank_.local, rank_.device, rank_.mesh));
     DecoderModel& model = *built.model;
     const planner::ModelConfig& config = model.config();
@@ -164,7 +166,8 @@ class RolloutRunner final : public JobRunner {
 
     const int64_t budget = kvCacheBudget(spec, model, rank_.device);
     const int64_t blockBytes = model.kvCacheBytesPerBlock(r.blockSize);
-    const int64_t numBlocks = std::max<int64_t>(0, budget / blockBytes);
+    int64_t numBlocks = std::max<int64_t>(0, budget / blockBytes);
+    if (group) numBlocks = group->minimum(numBlocks);  // every rank holds the same blocks, its KV heads
     if (numBlocks < 1)
       return Status(StatusCode::kResourceExhausted,
                     fmt::format("rollout.kv_cache_memory_gb: {} leaves no room for one KV block of {} tokens ({})",
@@ -176,6 +179,15 @@ class RolloutRunner final : public JobRunner {
                                     .maxNumBatchedTokens = r.maxNumBatchedTokens,
                                     .maxModelLen = maxModelLen};
     RETURN_IF_ERROR(limits.validate());
+    PagedKvCache cache = model.createKvCache(limits.numBlocks + 1, limits.blockSize, maxModelLen);
+    auto reload = [&](const std::string& dir) {
+      if (group) group->sendReload(dir);
+      return reloadWeights(model, dir);
+    };
+    if (group && !group->leader())
+      return group->follow(model, cache, config.slidingWindow,
+                           [&](const std::string& dir) { return reloadWeights(model, dir).status(); });
+
     std::optional<data::HfTokenizer> tokenizer;
     if (!r.tokenizer.empty()) {
       auto loaded = data::HfTokenizer::load(r.tokenizer);
@@ -185,24 +197,29 @@ class RolloutRunner final : public JobRunner {
     ASSIGN_OR_RETURN(std::vector<int64_t> eos, rollout::readEosTokenIds(spec.model.config));
     if (eos.empty() && tokenizer) eos.assign(tokenizer->eosTokenIds().begin(), tokenizer->eosTokenIds().end());
 
-    // One block more than the scheduler hands out: the scratch block of padded CUDA-graph rows.
-    RolloutEngine engine(model, model.createKvCache(limits.numBlocks + 1, limits.blockSize, maxModelLen),
-                         EngineOptions{.limits = limits, .eosTokenIds = eos, .cudaGraphs = r.cudaGraphs});
-    std::printf("rollout: KV cache %d blocks of %d tokens (%s), max_num_seqs %lld, max_num_batched_tokens %lld, "
-                "max_model_len %lld, CUDA graphs %s\n",
+    // The cache has one block more than the scheduler hands out: the scratch block of padded
+    // CUDA-graph rows.
+    RolloutEngine engine(model, std::move(cache),
+                         EngineOptions{.limits = limits, .eosTokenIds = eos, .cudaGraphs = r.cudaGraphs,
+                                       .group = group ? &*group : nullptr});
+    std::printf("rollout: KV cache %d blocks of %d tokens (%s per rank), max_num_seqs %lld, max_num_batched_tokens "
+                "%lld, max_model_len %lld, tensor parallel %d, CUDA graphs %s\n",
                 limits.numBlocks, limits.blockSize, humanBytes(limits.numBlocks * blockBytes).c_str(),
                 static_cast<long long>(limits.maxNumSeqs), static_cast<long long>(limits.maxNumBatchedTokens),
-                static_cast<long long>(maxModelLen), engine.cudaGraphs() ? "on" : "off");
+                static_cast<long long>(maxModelLen), group ? group->size() : 1, engine.cudaGraphs() ? "on" : "off");
     std::fflush(stdout);
     const data::HfTokenizer* text = tokenizer ? &*tokenizer : nullptr;
-    if (r.serve) return serve(engine, model, text);
-    return runBatch(engine, text);
+    if (r.serve) return serve(engine, reload, text);
+    // The other ranks follow until the end, also when this one stops at an error.
+    const Status status = runBatch(engine, text);
+    if (group) group->sendEnd();
+    return status;
   }
 
  private:
   // serve: true. The engine loop runs until the job is cancelled; rank 0's RolloutService takes
   // the requests (the planner routes clients to it).
-  Status serve(RolloutEngine& engine, DecoderModel& model, const data::HfTokenizer* tokenizer) {
+  Status serve(RolloutEngine& engine, const WeightsLoader& reload, const data::HfTokenizer* tokenizer) {
     const planner::RolloutSpec& r = rank_.spec.rollout;
     if (!rank_.serveRollout) return internalError("rollout.serve: this worker has no RPC server to serve with");
     rollout::RolloutInbox inbox;
@@ -210,7 +227,7 @@ class RolloutRunner final : public JobRunner {
                    ServeOptions{.tokenizer = tokenizer,
                                 .seed = static_cast<uint64_t>(r.seed),
                                 .weightsSource = rank_.spec.model.weights,
-                                .loadWeights = [&](const std::string& dir) { return reloadWeights(model, dir); },
+                                .loadWeights = reload,
                                 .metrics = rank_.progress});
     ASSIGN_OR_RETURN(std::shared_ptr<void> server, rank_.serveRollout(inbox, r.sampling));
     loop.run();

@@ -42,14 +42,14 @@ StepEvents RolloutEngine::step() {
   const rollout::ScheduledStep step = scheduler_.schedule();
   if (step.empty()) return events;
   events.computedTokens = step.numTokens;
-  std::vector<std::pair<int64_t, int64_t>> copies;
-  for (const rollout::BlockCopy& c : step.copies) copies.emplace_back(c.from, c.to);
-  cache_.copyBlocks(copies);
-
-  const int64_t window = model_.config().slidingWindow;
-  const StepBatch batch = makeStepBatch(step, scheduler_, model_.device(), window);
-  const at::Tensor logits = graphs_ && graphs_->covers(batch) ? graphs_->run(batch)
-                                                               : model_.pagedLogits(batch.tokens, batch.paged, cache_);
+  std::vector<int64_t> logitRow;
+  const HostStep host = encodeStep(step, scheduler_, model_.device().is_cuda(), &logitRow);
+  if (options_.group) options_.group->sendStep(host);
+  const StepBatch batch = placeStep(host, model_.device(), cache_.blockSize, model_.config().slidingWindow);
+  cache_.copyBlocks(batch.copies);
+  at::Tensor logits = graphs_ && graphs_->covers(batch) ? graphs_->run(batch)
+                                                         : model_.pagedLogits(batch.tokens, batch.paged, cache_);
+  if (options_.group) logits = options_.group->gatherLogits(logits, model_.config().vocabSize);
 
   // Each drawing chunk draws for its sequence's sample and, when the prompt forks, the rest.
   std::vector<Draw> draws;
@@ -61,7 +61,7 @@ StepEvents RolloutEngine::step() {
     RequestState& request = requests_.at(s.request);
     firstDraw[i] = draws.size();
     for (int j = 0; j < c.samples; ++j)
-      draws.push_back({.row = batch.logitRow[i], .params = &request.params,
+      draws.push_back({.row = logitRow[i], .params = &request.params,
                        .generator = &request.generators[s.sample + j]});
   }
   const std::vector<DrawnToken> drawn = drawTokens(logits, draws);

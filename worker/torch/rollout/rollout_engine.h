@@ -9,6 +9,7 @@
 #include "worker/rollout/scheduler.h"
 #include "worker/torch/model/decoder_model.h"
 #include "worker/torch/rollout/decode_graphs.h"
+#include "worker/torch/rollout/rollout_group.h"
 #include "worker/torch/rollout/sampler.h"
 
 namespace loom::worker {
@@ -17,6 +18,9 @@ struct EngineOptions {
   rollout::SchedulerLimits limits;
   std::vector<int64_t> eosTokenIds;  // the model's end of sequence, for every request
   bool cudaGraphs = false;           // decode steps as CUDA graphs where the model can (decode_graphs.h)
+  // Tensor parallelism: this is rank 0 of the group, which sends each step to the others (which
+  // follow it, RolloutGroup::follow) and gathers the vocabulary's logits. Null on one rank.
+  RolloutGroup* group = nullptr;
 };
 
 // A token drawn for a request's sample in a step.

@@ -7,18 +7,23 @@
 
 namespace loom::worker {
 
-StepBatch makeStepBatch(const rollout::ScheduledStep& step, const rollout::Scheduler& scheduler, at::Device device,
-                        int64_t slidingWindow) {
+int64_t HostStep::offset(Part part) const {
+  int64_t at = 0;
+  for (int p = 0; p < part; ++p) at += sizes[p];
+  return at;
+}
+
+HostStep encodeStep(const rollout::ScheduledStep& step, const rollout::Scheduler& scheduler, bool pinned,
+                    std::vector<int64_t>* logitRow) {
   const int64_t blockSize = scheduler.limits().blockSize;
   std::vector<size_t> order(step.chunks.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_partition(order.begin(), order.end(), [&](size_t i) { return step.chunks[i].count == 1; });
 
-  std::vector<int64_t> tokens, positions, slots, contextLens, queryStarts{0}, logitRows;
+  std::vector<int64_t> tokens, positions, slots, contextLens, queryStarts{0}, logitRows, copies;
   std::vector<const std::vector<int32_t>*> tables;
-  StepBatch batch;
-  batch.logitRow.assign(step.chunks.size(), -1);
-  int64_t singles = 0;
+  HostStep host;
+  logitRow->assign(step.chunks.size(), -1);
   size_t widest = 1;
   for (size_t i : order) {
     const rollout::ScheduledChunk& c = step.chunks[i];
@@ -29,47 +34,52 @@ StepBatch makeStepBatch(const rollout::ScheduledStep& step, const rollout::Sched
       slots.push_back(int64_t(s.blocks[p / blockSize]) * blockSize + p % blockSize);
     }
     if (c.samples > 0) {
-      batch.logitRow[i] = static_cast<int64_t>(logitRows.size());
+      (*logitRow)[i] = static_cast<int64_t>(logitRows.size());
       logitRows.push_back(static_cast<int64_t>(tokens.size()) - 1);
     }
     contextLens.push_back(c.start + c.count);
     queryStarts.push_back(static_cast<int64_t>(tokens.size()));
     tables.push_back(&s.blocks);
     widest = std::max(widest, s.blocks.size());
-    if (c.count == 1) ++singles;
+    if (c.count == 1) ++host.singles;
   }
   // Block tables padded with block 0, which the attention masks out.
   std::vector<int64_t> blockTables(tables.size() * widest, 0);
   for (size_t r = 0; r < tables.size(); ++r) std::copy(tables[r]->begin(), tables[r]->end(), blockTables.begin() + r * widest);
+  for (const rollout::BlockCopy& c : step.copies) copies.insert(copies.end(), {c.from, c.to});
 
-  // One host buffer (pinned for a GPU), one copy that does not wait for the device; the step's
-  // tensors are views of its copy.
-  const std::vector<const std::vector<int64_t>*> parts{&tokens, &positions, &slots, &logitRows, &blockTables,
-                                                       &contextLens};
+  const std::array<const std::vector<int64_t>*, HostStep::kNumParts> parts{
+      &tokens, &positions, &slots, &logitRows, &blockTables, &contextLens, &queryStarts, &copies};
   int64_t total = 0;
-  for (const auto* part : parts) total += static_cast<int64_t>(part->size());
-  at::Tensor host = at::empty({total}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
-  int64_t* out = host.data_ptr<int64_t>();
+  for (int p = 0; p < HostStep::kNumParts; ++p) total += host.sizes[p] = static_cast<int64_t>(parts[p]->size());
+  host.widest = static_cast<int64_t>(widest);
+  host.buffer = at::empty({total}, at::TensorOptions().dtype(at::kLong).pinned_memory(pinned));
+  int64_t* out = host.buffer.data_ptr<int64_t>();
   for (const auto* part : parts) out = std::copy(part->begin(), part->end(), out);
-  const at::Tensor all = host.to(device, /*non_blocking=*/true);
-  std::vector<at::Tensor> views;
-  int64_t offset = 0;
-  for (const auto* part : parts) {
-    views.push_back(all.narrow(0, offset, static_cast<int64_t>(part->size())));
-    offset += static_cast<int64_t>(part->size());
-  }
-  batch.tokens = views[0];
-  batch.paged.positions = views[1];
-  batch.paged.slots = views[2];
-  batch.paged.logitRows = views[3];
+  return host;
+}
+
+StepBatch placeStep(const HostStep& host, at::Device device, int64_t blockSize, int64_t slidingWindow) {
+  // One copy that does not wait for the device; the step's tensors are views of it.
+  const at::Tensor all = host.buffer.to(device, /*non_blocking=*/true);
+  auto view = [&](HostStep::Part part) { return all.narrow(0, host.offset(part), host.sizes[part]); };
+  StepBatch batch;
+  batch.tokens = view(HostStep::kTokens);
+  batch.paged.positions = view(HostStep::kPositions);
+  batch.paged.slots = view(HostStep::kSlots);
+  batch.paged.logitRows = view(HostStep::kLogitRows);
   PagedSequences& seqs = batch.paged.sequences;
-  seqs.blockTables = views[4].view({static_cast<int64_t>(tables.size()), static_cast<int64_t>(widest)});
-  seqs.contextLens = views[5];
-  seqs.contextLensHost = std::move(contextLens);
-  seqs.queryStarts = std::move(queryStarts);
-  seqs.numSingleQuery = singles;
+  seqs.blockTables = view(HostStep::kBlockTables).view({host.numSequences(), host.widest});
+  seqs.contextLens = view(HostStep::kContextLens);
+  const int64_t* lens = host.part(HostStep::kContextLens);
+  seqs.contextLensHost.assign(lens, lens + host.sizes[HostStep::kContextLens]);
+  const int64_t* starts = host.part(HostStep::kQueryStarts);
+  seqs.queryStarts.assign(starts, starts + host.sizes[HostStep::kQueryStarts]);
+  seqs.numSingleQuery = host.singles;
   seqs.blockSize = blockSize;
   seqs.slidingWindow = slidingWindow;
+  const int64_t* copies = host.part(HostStep::kCopies);
+  for (int64_t i = 0; i + 1 < host.sizes[HostStep::kCopies]; i += 2) batch.copies.emplace_back(copies[i], copies[i + 1]);
   return batch;
 }
 
