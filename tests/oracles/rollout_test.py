@@ -15,11 +15,12 @@ a real CPU rank):
    tokenizer over the same tokenizer.json, generate, decode with skip_special_tokens); a stop
    string ends the text right before it, with finish reason stop.
 4. Tensor parallelism 2 (llama, qwen2): the same greedy tokens and logprobs, with prompts in
-   chunks and sequences preempted.
+   chunks and sequences preempted. Mixture-of-experts models (mixtral, qwen2_moe, qwen3_moe): the
+   same greedy tokens.
 5. Refused, naming the line or field: a prompt longer than the model's context, a KV cache too
    small for one sequence, top_p outside (0, 1], an unknown sampling key.
 
-  python3 tests/oracles/rollout_test.py --bin build/bin [--only greedy|tensor_parallel|batching|text|refusals]
+  python3 tests/oracles/rollout_test.py --bin build/bin [--only greedy|tensor_parallel|moe|batching|text|refusals]
 """
 import argparse
 import json
@@ -148,6 +149,25 @@ def tensor_parallel(bin_dir, work):
         check(worst <= 1e-5, f"{family} tensor parallel 2: logprobs over the gathered vocabulary (max diff {worst:.2e})")
 
 
+def mixture_of_experts(bin_dir, work):
+    """Mixtral, Qwen2-MoE (a shared expert, a dense layer) and Qwen3-MoE: routed experts per token."""
+    from make_tiny_model import make_moe_model
+    prompts = prompts_of([3, 17, 40, 1], seed=2)
+    max_new = 12
+    for family in ["mixtral", "qwen2_moe", "qwen3_moe"]:
+        model_dir = os.path.join(work, family)
+        model = make_moe_model(family, VOCAB, 4).eval()
+        model.save_pretrained(model_dir)
+        path = os.path.join(work, f"{family}-prompts.jsonl")
+        write_prompts(path, prompts, lambda i: {"temperature": 0, "max_new_tokens": max_new})
+        output = os.path.join(work, f"{family}-moe.jsonl")
+        loom_run(bin_dir, rollout_spec(f"rollout-{family.replace('_', '-')}", model_dir, path, output,
+                                       max_num_batched_tokens=32, max_num_seqs=8), work, f"rollout-{family}")
+        got = [r["token_ids"] for r in read_results(output)]
+        check(got == [hf_greedy(model, p, max_new) for p in prompts],
+              f"{family}: greedy tokens equal transformers' generate")
+
+
 def batching(bin_dir, work):
     model_dir = os.path.join(work, "batching-llama")
     parity_test.save_model("llama", model_dir, seed=9)
@@ -268,7 +288,7 @@ def refusals(bin_dir, work):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["greedy", "tensor_parallel", "batching", "text", "refusals"])
+    p.add_argument("--only", choices=["greedy", "tensor_parallel", "moe", "batching", "text", "refusals"])
     a = p.parse_args()
     bin_dir = os.path.abspath(a.bin)
     torch.set_num_threads(2)
@@ -277,6 +297,8 @@ def main():
             greedy(bin_dir, work)
         if a.only in (None, "tensor_parallel"):
             tensor_parallel(bin_dir, work)
+        if a.only in (None, "moe"):
+            mixture_of_experts(bin_dir, work)
         if a.only in (None, "batching"):
             batching(bin_dir, work)
         if a.only in (None, "text"):
