@@ -22,9 +22,9 @@ JobRecord sampleJob(const std::string& id, const std::string& requestId) {
   job.reason = "running";
   job.attempt = 1;
   job.ranks = {RankStatus{.rank = 0, .nodeId = "n", .pid = 7, .state = RankState::kRunning, .exitCode = 0,
-                          .signal = 0, .detail = "", .step = 3},
+                          .signal = 0, .detail = "", .step = 3, .serviceAddress = "127.0.0.1:4321"},
                RankStatus{.rank = 1, .nodeId = "n", .pid = 8, .state = RankState::kFailed, .exitCode = 0,
-                          .signal = 9, .detail = "killed by SIGKILL", .step = 2}};
+                          .signal = 9, .detail = "killed by SIGKILL", .step = 2, .serviceAddress = ""}};
   job.metrics = {{"probe.tick", 3}};
   job.lastEventSeq = 1;
   return job;
@@ -63,6 +63,7 @@ TEST_CASE("jobs - events and metrics survive reopening the database", "[planner]
   CHECK(job.ranks.size() == 2);
   CHECK(job.ranks[1].signal == 9);
   CHECK(job.ranks[1].detail == "killed by SIGKILL");
+  CHECK(job.ranks[0].serviceAddress == "127.0.0.1:4321");
   CHECK(job.metrics.at("probe.tick") == 3);
   CHECK(job.spec.ranks == 2);
   auto events = (*store)->loadEvents("a");

@@ -179,15 +179,7 @@ class RolloutRunner final : public JobRunner {
                                     .maxNumBatchedTokens = r.maxNumBatchedTokens,
                                     .maxModelLen = maxModelLen};
     RETURN_IF_ERROR(limits.validate());
-    PagedKvCache cache = model.createKvCache(limits.numBlocks + 1, limits.blockSize, maxModelLen);
-    auto reload = [&](const std::string& dir) {
-      if (group) group->sendReload(dir);
-      return reloadWeights(model, dir);
-    };
-    if (group && !group->leader())
-      return group->follow(model, cache, config.slidingWindow,
-                           [&](const std::string& dir) { return reloadWeights(model, dir).status(); });
-
+    // Every rank reads these, so that a bad one fails them alike (no rank waits for a step).
     std::optional<data::HfTokenizer> tokenizer;
     if (!r.tokenizer.empty()) {
       auto loaded = data::HfTokenizer::load(r.tokenizer);
@@ -196,6 +188,14 @@ class RolloutRunner final : public JobRunner {
     }
     ASSIGN_OR_RETURN(std::vector<int64_t> eos, rollout::readEosTokenIds(spec.model.config));
     if (eos.empty() && tokenizer) eos.assign(tokenizer->eosTokenIds().begin(), tokenizer->eosTokenIds().end());
+    PagedKvCache cache = model.createKvCache(limits.numBlocks + 1, limits.blockSize, maxModelLen);
+    auto reload = [&](const std::string& dir) {
+      if (group) group->sendReload(dir);
+      return reloadWeights(model, dir);
+    };
+    if (group && !group->leader())
+      return group->follow(model, cache, config.slidingWindow,
+                           [&](const std::string& dir) { return reloadWeights(model, dir).status(); });
 
     // The cache has one block more than the scheduler hands out: the scratch block of padded
     // CUDA-graph rows.

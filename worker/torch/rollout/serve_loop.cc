@@ -38,7 +38,8 @@ void ServeLoop::runOnce(std::chrono::milliseconds idleWait) {
   if (!paused_ && !engine_.idle()) step();
   const Clock::time_point now = Clock::now();
   inbox_.publish(statusView());
-  if (seconds(now - lastReport_) >= 1.0) report(now);
+  // Every report is stored by the planner, and a served job runs for days: one in 10 s.
+  if (seconds(now - lastReport_) >= 10.0) report(now);
 }
 
 void ServeLoop::admit(rollout::RolloutInbox::Submission submission) {

@@ -30,7 +30,7 @@ struct ServeOptions {
   uint64_t seed = 0;                             // rollout.seed: requests without their own seed
   std::string weightsSource;                     // where the first weights came from
   WeightsLoader loadWeights;
-  MetricsFn metrics;  // every second: the metrics a batch rollout reports too
+  MetricsFn metrics;  // every 10 s: the metrics a batch rollout reports, rates since the last report
 };
 
 // A served rollout's engine loop: between steps it takes what the rollout service posted (new
