@@ -14,6 +14,33 @@ std::string stateName(v1::JobState state) { return v1::JobState_Name(state); }
 
 namespace {
 
+// Hands each message of a server stream to `onMessage` until the stream ends (its status) or
+// `onMessage` returns false (the call is cancelled; `whenStopped`).
+template <typename Message>
+Status readStream(grpc::ClientContext& ctx, grpc::ClientReader<Message>& reader,
+                  const std::function<bool(const Message&)>& onMessage, Status whenStopped) {
+  Message message;
+  while (reader.Read(&message)) {
+    if (!onMessage(message)) {
+      ctx.TryCancel();
+      reader.Finish();
+      return whenStopped;
+    }
+  }
+  return fromGrpc(reader.Finish());
+}
+
+// One RolloutService call that takes only the job's id.
+template <typename Method>
+StatusOr<v1::RolloutStatus> rolloutCall(v1::RolloutService::Stub* stub, Method method, const std::string& jobId) {
+  grpc::ClientContext ctx;
+  v1::RolloutJobRequest request;
+  request.set_job_id(jobId);
+  v1::RolloutStatus status;
+  RETURN_IF_ERROR(fromGrpc((stub->*method)(&ctx, request, &status)));
+  return status;
+}
+
 std::shared_ptr<grpc::Channel> channelTo(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
@@ -104,31 +131,13 @@ Status LoomClient::watchJob(const std::string& jobId, const std::function<bool(c
   if (timeout.count() > 0) ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   v1::WatchJobRequest request;
   request.set_job_id(jobId);
-  auto reader = jobs_->WatchJob(&ctx, request);
-  v1::JobUpdate update;
-  while (reader->Read(&update)) {
-    if (!onUpdate(update)) {
-      ctx.TryCancel();
-      reader->Finish();
-      return {StatusCode::kCancelled, "stopped watching"};
-    }
-  }
-  return fromGrpc(reader->Finish());
+  return readStream(ctx, *jobs_->WatchJob(&ctx, request), onUpdate, {StatusCode::kCancelled, "stopped watching"});
 }
 
 Status LoomClient::streamLogs(const v1::GetJobLogsRequest& request,
                               const std::function<bool(const v1::LogChunk&)>& onChunk) {
   grpc::ClientContext ctx;
-  auto reader = jobs_->GetJobLogs(&ctx, request);
-  v1::LogChunk chunk;
-  while (reader->Read(&chunk)) {
-    if (!onChunk(chunk)) {
-      ctx.TryCancel();
-      reader->Finish();
-      return Status::ok();
-    }
-  }
-  return fromGrpc(reader->Finish());
+  return readStream(ctx, *jobs_->GetJobLogs(&ctx, request), onChunk, Status::ok());
 }
 
 StatusOr<v1::Job> LoomClient::awaitJob(const std::string& jobId, std::chrono::milliseconds timeout) {
@@ -160,16 +169,8 @@ StatusOr<v1::Job> LoomClient::awaitJob(const std::string& jobId, std::chrono::mi
 Status LoomClient::generate(const v1::GenerateRequest& request,
                             const std::function<bool(const v1::GenerateResponse&)>& onResponse) {
   grpc::ClientContext ctx;
-  auto reader = rollouts_->Generate(&ctx, request);
-  v1::GenerateResponse response;
-  while (reader->Read(&response)) {
-    if (!onResponse(response)) {
-      ctx.TryCancel();
-      reader->Finish();
-      return {StatusCode::kCancelled, "stopped reading"};
-    }
-  }
-  return fromGrpc(reader->Finish());
+  return readStream(ctx, *rollouts_->Generate(&ctx, request), onResponse,
+                    {StatusCode::kCancelled, "stopped reading"});
 }
 
 StatusOr<v1::GenerateBatchResponse> LoomClient::generateBatch(const v1::GenerateBatchRequest& request) {
@@ -185,20 +186,6 @@ StatusOr<v1::RolloutStatus> LoomClient::updateWeights(const v1::UpdateWeightsReq
   RETURN_IF_ERROR(fromGrpc(rollouts_->UpdateWeights(&ctx, request, &status)));
   return status;
 }
-
-namespace {
-
-template <typename Method>
-StatusOr<v1::RolloutStatus> rolloutCall(v1::RolloutService::Stub* stub, Method method, const std::string& jobId) {
-  grpc::ClientContext ctx;
-  v1::RolloutJobRequest request;
-  request.set_job_id(jobId);
-  v1::RolloutStatus status;
-  RETURN_IF_ERROR(fromGrpc((stub->*method)(&ctx, request, &status)));
-  return status;
-}
-
-}  // namespace
 
 StatusOr<v1::RolloutStatus> LoomClient::pauseRollout(const std::string& jobId) {
   return rolloutCall(rollouts_.get(), &v1::RolloutService::Stub::Pause, jobId);

@@ -300,13 +300,13 @@ struct RolloutServer::Service final : v1::RolloutService::CallbackService {
   grpc::ServerUnaryReactor* Pause(grpc::CallbackServerContext* ctx, const v1::RolloutJobRequest*,
                                   v1::RolloutStatus* response) override {
     auto* reactor = ctx->DefaultReactor();
-    inbox.pause({.pause = true, .reply = replyWith(reactor, response)});
+    inbox.setPaused({.pause = true, .reply = replyWith(reactor, response)});
     return reactor;
   }
   grpc::ServerUnaryReactor* Resume(grpc::CallbackServerContext* ctx, const v1::RolloutJobRequest*,
                                    v1::RolloutStatus* response) override {
     auto* reactor = ctx->DefaultReactor();
-    inbox.pause({.pause = false, .reply = replyWith(reactor, response)});
+    inbox.setPaused({.pause = false, .reply = replyWith(reactor, response)});
     return reactor;
   }
   grpc::ServerUnaryReactor* GetRolloutStatus(grpc::CallbackServerContext* ctx, const v1::RolloutJobRequest*,

@@ -81,4 +81,21 @@ StatusOr<std::vector<PromptLine>> readPromptsFile(const std::string& path, const
   return lines;
 }
 
+Status checkTokenizerNeeds(bool isText, const planner::SamplingParams& sampling, const data::HfTokenizer* tokenizer) {
+  if (tokenizer) return Status::ok();
+  if (isText) return invalidArgument("prompt: a text prompt needs rollout.tokenizer (or give prompt_token_ids)");
+  if (!sampling.stop.empty())
+    return invalidArgument("sampling.stop: stop strings need rollout.tokenizer (stop_token_ids do not)");
+  return Status::ok();
+}
+
+StatusOr<std::vector<int64_t>> promptTokenIds(bool isText, const std::string& text, std::vector<int64_t> ids,
+                                              const planner::SamplingParams& sampling,
+                                              const data::HfTokenizer* tokenizer) {
+  RETURN_IF_ERROR(checkTokenizerNeeds(isText, sampling, tokenizer));
+  if (!isText) return ids;
+  const std::vector<uint32_t> encoded = tokenizer->encode(text, {.addSpecialTokens = true});
+  return std::vector<int64_t>(encoded.begin(), encoded.end());
+}
+
 }  // namespace loom::rollout

@@ -6,6 +6,7 @@
 
 #include "common/status.h"
 #include "planner/rollout_spec.h"
+#include "worker/data/hf_tokenizer.h"
 
 namespace loom::rollout {
 
@@ -29,5 +30,15 @@ struct PromptLine {
 // Reads and checks every line before anything runs: a malformed line, an unknown key, a bad
 // sampling value or a repeated id is an error naming the file and the line. Blank lines are skipped.
 StatusOr<std::vector<PromptLine>> readPromptsFile(const std::string& path, const planner::SamplingParams& defaults);
+
+// What a request asks of the rollout's tokenizer when it has none (null): a text prompt, or stop
+// strings (stop_token_ids need none). A served request and a prompts file's line alike.
+Status checkTokenizerNeeds(bool isText, const planner::SamplingParams& sampling, const data::HfTokenizer* tokenizer);
+
+// A request's prompt as token ids: `ids`, or `text` through the tokenizer with the template's
+// special tokens (as vLLM encodes a completion prompt); checkTokenizerNeeds first.
+StatusOr<std::vector<int64_t>> promptTokenIds(bool isText, const std::string& text, std::vector<int64_t> ids,
+                                              const planner::SamplingParams& sampling,
+                                              const data::HfTokenizer* tokenizer);
 
 }  // namespace loom::rollout

@@ -22,7 +22,7 @@ void RolloutInbox::updateWeights(WeightsOrder order) {
   posted_.notify_one();
 }
 
-void RolloutInbox::pause(PauseOrder order) {
+void RolloutInbox::setPaused(PauseOrder order) {
   std::lock_guard lock(mu_);
   pending_.pauses.push_back(std::move(order));
   posted_.notify_one();

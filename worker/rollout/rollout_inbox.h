@@ -85,7 +85,7 @@ class RolloutInbox {
   Handle submit(ServedPrompt prompt, std::shared_ptr<RequestSink> sink);
   void cancel(Handle handle);
   void updateWeights(WeightsOrder order);
-  void pause(PauseOrder order);
+  void setPaused(PauseOrder order);  // Pause or Resume
   RolloutStatusView status() const;
 
   // ---- the engine loop's side ----

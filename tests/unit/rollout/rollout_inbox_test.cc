@@ -28,7 +28,7 @@ TEST_CASE("rollout inbox: the loop takes what the service posted, in order, and 
   CHECK(second == first + 1);
   inbox.cancel(first);
   bool replied = false;
-  inbox.pause({.pause = true, .reply = [&](const StatusOr<RolloutStatusView>&) { replied = true; }});
+  inbox.setPaused({.pause = true, .reply = [&](const StatusOr<RolloutStatusView>&) { replied = true; }});
   inbox.updateWeights({.dir = "/ckpt", .abortInFlight = true, .version = 3, .reply = {}});
 
   RolloutInbox::Commands c = inbox.take(std::chrono::milliseconds(0));

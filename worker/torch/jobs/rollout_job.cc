@@ -13,14 +13,12 @@
 #include "common/human_bytes.h"
 #include "worker/checkpoint/manifest.h"
 #include "worker/data/hf_tokenizer.h"
-#include "worker/rollout/latency_stats.h"
 #include "worker/rollout/generation_config.h"
 #include "worker/rollout/prompts_file.h"
-#include "worker/rollout/results_file.h"
-#include "worker/rollout/sample_text.h"
 #include "worker/torch/checkpoint/safetensors.h"
 #include "worker/torch/jobs/step_profiler.h"
 #include "worker/torch/model/model_setup.h"
+#include "worker/torch/rollout/result_collector.h"
 #include "worker/torch/rollout/rollout_engine.h"
 #include "worker/torch/rollout/rollout_group.h"
 #include "worker/torch/rollout/serve_loop.h"
@@ -46,83 +44,6 @@ int64_t kvCacheBudget(const planner::JobSpec& spec, const DecoderModel& model, c
                        r.maxNumSeqs * c.vocabSize * 4 * 4;
   const int64_t used = total - free;
   return static_cast<int64_t>(r.gpuMemoryUtilization * static_cast<double>(total)) - used - step;
-}
-
-// Each sample's tokens, logprobs, text and times as the steps produce them; the latency samples.
-class ResultCollector {
- public:
-  ResultCollector(const std::vector<rollout::PromptLine>& prompts, const data::HfTokenizer* tokenizer)
-      : prompts_(prompts), tokenizer_(tokenizer) {}
-
-  void addRequest(rollout::RequestId id, size_t line, int64_t promptTokens, Clock::time_point arrival) {
-    lineOf_[id] = line;
-    promptTokens_[id] = promptTokens;
-    arrival_[id] = arrival;
-  }
-  // Records a drawn token; true when a stop string of the request now ends the sample's text.
-  bool onToken(const TokenEvent& e, Clock::time_point now) {
-    Sample& s = samples_[{e.request, e.sample}];
-    rollout::SampleResult& out = s.result;
-    if (out.tokenIds.empty()) {
-      const rollout::PromptLine& p = prompts_[lineOf_.at(e.request)];
-      out.id = p.id;
-      out.order = p.line;
-      out.sample = e.sample;
-      out.promptTokens = promptTokens_.at(e.request);
-      if (tokenizer_) s.text.emplace(*tokenizer_, p.sampling.stop);
-      s.arrival = arrival_.at(e.request);
-      out.timeToFirstTokenS = seconds(now - s.arrival);
-      latency_.firstToken(out.timeToFirstTokenS);
-    } else {
-      latency_.interToken(seconds(now - s.lastToken));
-    }
-    s.lastToken = now;
-    out.tokenIds.push_back(e.drawn.token);
-    out.logprobs.push_back(e.drawn.logprob);
-    if (!e.drawn.top.empty()) out.topLogprobs.push_back(e.drawn.top);
-    ++outputTokens_;
-    return s.text && s.text->append(e.drawn.token);
-  }
-  void onFinished(const rollout::FinishedSequence& f) {
-    Sample& s = samples_[{f.request, f.sample}];
-    s.result.finishReason = rollout::finishReasonName(f.reason);
-    s.result.timeS = seconds(s.lastToken - s.arrival);
-    if (s.text) s.result.text = s.text->finish();
-  }
-
-  std::vector<rollout::SampleResult> takeResults() {
-    std::vector<rollout::SampleResult> all;
-    for (auto& [key, s] : samples_) all.push_back(std::move(s.result));
-    return all;
-  }
-  size_t numSamples() const { return samples_.size(); }
-  int64_t outputTokens() const { return outputTokens_; }
-  double ttft(double q) const { return latency_.ttft(q); }
-  double itl(double q) const { return latency_.itl(q); }
-
- private:
-  struct Sample {
-    rollout::SampleResult result;
-    std::optional<rollout::SampleText> text;
-    Clock::time_point arrival, lastToken;
-  };
-  const std::vector<rollout::PromptLine>& prompts_;
-  const data::HfTokenizer* tokenizer_;
-  std::map<rollout::RequestId, size_t> lineOf_;
-  std::map<rollout::RequestId, int64_t> promptTokens_;
-  std::map<rollout::RequestId, Clock::time_point> arrival_;
-  std::map<std::pair<rollout::RequestId, int>, Sample> samples_;
-  rollout::LatencyStats latency_;
-  int64_t outputTokens_ = 0;
-};
-
-// The request's prompt as token ids: given, or the text through the tokenizer (with the
-// template's special tokens, as vLLM encodes a completion prompt).
-StatusOr<std::vector<int64_t>> promptIds(const rollout::PromptLine& p, const data::HfTokenizer* tokenizer) {
-  if (!p.isText) return p.tokenIds;
-  if (!tokenizer) return invalidArgument("prompt: a text prompt needs rollout.tokenizer (or give prompt_token_ids)");
-  const std::vector<uint32_t> ids = tokenizer->encode(p.text, {.addSpecialTokens = true});
-  return std::vector<int64_t>(ids.begin(), ids.end());
 }
 
 // The weights an UpdateWeights names: a directory of safetensors (a Hugging Face model
@@ -241,12 +162,9 @@ class RolloutRunner final : public JobRunner {
     std::fflush(stdout);
 
     // Requests are numbered in file order and arrive at their arrival_s (all at the start by default).
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const rollout::PromptLine& p = prompts[i];
-      if (!p.sampling.stop.empty() && !tokenizer)
-        return invalidArgument("rollout.prompts: line {}: sampling.stop: stop strings need rollout.tokenizer "
-                               "(stop_token_ids do not)",
-                               p.line);
+    for (const rollout::PromptLine& p : prompts) {
+      if (Status needs = rollout::checkTokenizerNeeds(p.isText, p.sampling, tokenizer); !needs.isOk())
+        return needs.withContext(fmt::format("rollout.prompts: line {}", p.line));
     }
     std::vector<size_t> arrivals(prompts.size());
     for (size_t i = 0; i < arrivals.size(); ++i) arrivals[i] = i;
@@ -260,7 +178,7 @@ class RolloutRunner final : public JobRunner {
         const size_t i = arrivals[arrived];
         const rollout::PromptLine& p = prompts[i];
         auto where = [&](const Status& s) { return s.withContext(fmt::format("rollout.prompts: line {}", p.line)); };
-        auto ids = promptIds(p, tokenizer);
+        auto ids = rollout::promptTokenIds(p.isText, p.text, p.tokenIds, p.sampling, tokenizer);
         if (!ids.isOk()) return where(ids.status());
         const int64_t promptTokens = static_cast<int64_t>(ids->size());
         auto id = engine.addRequest(std::move(*ids), p.sampling, r.seed + i);

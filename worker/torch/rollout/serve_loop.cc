@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "worker/rollout/prompts_file.h"
+
 namespace loom::worker {
 
 namespace {
@@ -44,21 +46,10 @@ void ServeLoop::runOnce(std::chrono::milliseconds idleWait) {
 
 void ServeLoop::admit(rollout::RolloutInbox::Submission submission) {
   rollout::ServedPrompt& p = submission.prompt;
-  if (!p.sampling.stop.empty() && !options_.tokenizer)
-    return submission.sink->failed(
-        invalidArgument("sampling.stop: stop strings need the job's rollout.tokenizer (stop_token_ids do not)"));
-  std::vector<int64_t> ids;
-  if (p.isText) {
-    if (!options_.tokenizer)
-      return submission.sink->failed(
-          invalidArgument("prompt: a text prompt needs the job's rollout.tokenizer (or give prompt_token_ids)"));
-    // With the template's special tokens, as vLLM encodes a completion prompt.
-    for (uint32_t id : options_.tokenizer->encode(p.text, {.addSpecialTokens = true})) ids.push_back(id);
-  } else {
-    ids = std::move(p.tokenIds);
-  }
-  const int64_t promptTokens = static_cast<int64_t>(ids.size());
-  auto id = engine_.addRequest(std::move(ids), p.sampling, options_.seed + admitted_++);
+  auto ids = rollout::promptTokenIds(p.isText, p.text, std::move(p.tokenIds), p.sampling, options_.tokenizer);
+  if (!ids.isOk()) return submission.sink->failed(ids.status());
+  const int64_t promptTokens = static_cast<int64_t>(ids->size());
+  auto id = engine_.addRequest(std::move(*ids), p.sampling, options_.seed + admitted_++);
   if (!id.isOk()) return submission.sink->failed(id.status());
   const size_t n = static_cast<size_t>(p.sampling.n);
   Served s{.handle = submission.handle, .sink = std::move(submission.sink), .live = static_cast<int>(n),
