@@ -136,6 +136,22 @@ Status parseData(const json& object, JobSpec* spec) {
   RETURN_IF_ERROR(r.readInt("seq_len", &spec->data.seqLen, true, 1, 1 << 24));
   RETURN_IF_ERROR(r.readInt("seed", &spec->data.seed, false, 0, INT64_MAX));
   RETURN_IF_ERROR(r.readBool("pack_documents", &spec->data.packDocuments));
+  if (const json* format = r.find("format")) {
+    ASSIGN_OR_RETURN(spec->data.format, parseDataFormat(*format));
+  }
+  RETURN_IF_ERROR(r.readString("rewards", &spec->data.rewards, false));
+  if (const json* reward = r.find("reward")) {
+    ASSIGN_OR_RETURN(spec->data.reward, parseRewardRule(*reward));
+  }
+  const bool rollout = spec->data.format == DataFormat::kRollout;
+  if (!rollout && (!spec->data.rewards.empty() || spec->data.reward.kind != RewardRule::Kind::kNone))
+    return invalidArgument("data.{}: scores rollout data; set data.format to \"rollout\" with data.train a rollout's "
+                           "results file",
+                           spec->data.rewards.empty() ? "reward" : "rewards");
+  if (rollout && spec->data.packDocuments)
+    return invalidArgument("data.pack_documents: applies to token files; rollout data is one sample per row");
+  if (rollout && !spec->data.rewards.empty() && spec->data.reward.kind != RewardRule::Kind::kNone)
+    return invalidArgument("data.reward: give either a rule or data.rewards, a scorer's file, not both");
   return r.rejectUnknown();
 }
 
@@ -166,6 +182,17 @@ Status parseTrain(const json& object, JobSpec* spec) {
     return invalidArgument("train.eval_every: {} needs data.eval, the token file to evaluate on", t.evalEvery);
   if (t.checkpointEvery > 0 && t.checkpointDir.empty())
     return invalidArgument("train.checkpoint_every: {} needs train.checkpoint_dir", t.checkpointEvery);
+  if (const json* loss = r.find("loss")) {
+    ASSIGN_OR_RETURN(t.loss, parseLossSpec(*loss));
+  }
+  if (t.loss.kind != LossSpec::Kind::kCrossEntropy && spec->data.format != DataFormat::kRollout)
+    return invalidArgument("train.loss: {} trains on response tokens: set data.format to \"rollout\" with data.train "
+                           "a rollout's results file",
+                           lossKindName(t.loss.kind));
+  if (t.loss.kind == LossSpec::Kind::kPolicyGradient && t.loss.advantage == AdvantageKind::kGiven &&
+      spec->data.reward.kind != RewardRule::Kind::kNone)
+    return invalidArgument("data.reward: train.loss.advantage is \"given\", which takes the lines' own advantages, "
+                           "not rewards");
   return r.rejectUnknown();
 }
 
@@ -322,6 +349,10 @@ Status checkRunnable(const JobSpec& spec) {
                              "data-parallel rollout engines {}",
                              spec.ranks, ds.tensorParallel.ranks(), kPlanned);
   }
+  if (spec.kind == JobKind::kTrain && spec.data.format == DataFormat::kRollout && ds.sequenceParallelSize > 1)
+    return invalidArgument("deepspeed.sequence_parallel_size: {}: training on rollout data (data.format rollout) "
+                           "with sequence parallelism {}",
+                           ds.sequenceParallelSize, kPlanned);
   if (ep.enabled && ep.size > 1 && ds.optimizer.type == OptimizerType::kMuon)
     return invalidArgument("deepspeed.expert_parallel.autoep_size: {} with the Muon optimizer {} (its experts' "
                            "matrices would need Newton-Schulz batched per expert)",
@@ -440,6 +471,9 @@ json JobSpec::toJson() const {
     j["data"] = {{"seq_len", data.seqLen}, {"seed", data.seed}, {"pack_documents", data.packDocuments}};
     if (!data.train.empty()) j["data"]["train"] = data.train;
     if (!data.eval.empty()) j["data"]["eval"] = data.eval;
+    if (data.format == DataFormat::kRollout) j["data"]["format"] = "rollout";
+    if (!data.rewards.empty()) j["data"]["rewards"] = data.rewards;
+    if (data.reward.kind != RewardRule::Kind::kNone) j["data"]["reward"] = rewardRuleToJson(data.reward);
   }
   if (!kernelPlugins.empty()) j["kernels"] = {{"plugins", kernelPlugins}};
   if (kind == JobKind::kTrain) {
@@ -453,6 +487,7 @@ json JobSpec::toJson() const {
     if (!train.frozenParameters.empty()) j["train"]["frozen_parameters"] = train.frozenParameters;
     if (train.profileStep > 0) j["train"]["profile_step"] = train.profileStep;
     if (train.gradientCheckpointing) j["train"]["gradient_checkpointing"] = true;
+    if (train.loss.kind != LossSpec::Kind::kCrossEntropy) j["train"]["loss"] = lossSpecToJson(train.loss);
   }
   if (kind == JobKind::kConvert) {
     j["convert"] = {{"from", convert.from}, {"to", convert.to}, {"output", convert.output}};
@@ -487,33 +522,34 @@ json JobSpec::toJson() const {
 std::string resolveSpecPaths(const std::string& specJson, const std::string& baseDir) {
   json root = json::parse(specJson, nullptr, /*allow_exceptions=*/false);
   if (!root.is_object() || baseDir.empty()) return specJson;
-  static const std::vector<std::pair<const char*, const char*>> kPaths{
-      {"model", "config"}, {"model", "weights"},        {"data", "train"},
-      {"data", "eval"},    {"train", "checkpoint_dir"}, {"eval", "logprobs_output"}, {"eval", "kl_reference"},
-      {"convert", "from"}, {"convert", "output"}, {"convert", "config"},
-      {"rollout", "prompts"}, {"rollout", "output"}, {"rollout", "tokenizer"}};
-  for (const auto& [section, key] : kPaths) {
-    auto s = root.find(section);
-    if (s == root.end() || !s->is_object()) continue;
-    auto v = s->find(key);
-    if (v == s->end() || !v->is_string()) continue;
-    std::string p = v->get<std::string>();
-    if (!p.empty() && p[0] != '/') *v = (std::filesystem::path(baseDir) / p).lexically_normal().string();
-  }
-  // "deepspeed": "ds_config.json", which loomctl then reads in (DeepSpeed users keep it apart).
-  if (auto d = root.find("deepspeed"); d != root.end() && d->is_string()) {
-    std::string p = d->get<std::string>();
-    if (!p.empty() && p[0] != '/') *d = (std::filesystem::path(baseDir) / p).lexically_normal().string();
-  }
-  if (auto k = root.find("kernels"); k != root.end() && k->is_object()) {
-    if (auto plugins = k->find("plugins"); plugins != k->end() && plugins->is_array()) {
-      for (auto& v : *plugins) {
-        if (!v.is_string()) continue;
-        std::string p = v.get<std::string>();
-        if (!p.empty() && p[0] != '/') v = (std::filesystem::path(baseDir) / p).lexically_normal().string();
-      }
+  // A relative path string becomes one under baseDir; anything else stays as it is.
+  auto resolve = [&](json& v) {
+    if (!v.is_string()) return;
+    const std::string p = v.get<std::string>();
+    if (!p.empty() && p[0] != '/') v = (std::filesystem::path(baseDir) / p).lexically_normal().string();
+  };
+  // The value at a path of object keys, if every object on the way is there.
+  auto at = [&](const std::vector<const char*>& keys) -> json* {
+    json* v = &root;
+    for (const char* key : keys) {
+      if (!v->is_object()) return nullptr;
+      auto found = v->find(key);
+      if (found == v->end()) return nullptr;
+      v = &*found;
     }
-  }
+    return v;
+  };
+  static const std::vector<std::vector<const char*>> kPaths{
+      {"model", "config"},    {"model", "weights"},     {"data", "train"},           {"data", "eval"},
+      {"data", "rewards"},    {"train", "checkpoint_dir"}, {"train", "loss", "teacher"}, {"eval", "logprobs_output"},
+      {"eval", "kl_reference"}, {"convert", "from"},     {"convert", "output"},       {"convert", "config"},
+      {"rollout", "prompts"}, {"rollout", "output"},    {"rollout", "tokenizer"},
+      // "deepspeed": "ds_config.json", which loomctl then reads in (DeepSpeed users keep it apart).
+      {"deepspeed"}};
+  for (const auto& keys : kPaths)
+    if (json* v = at(keys)) resolve(*v);
+  if (json* plugins = at({"kernels", "plugins"}); plugins && plugins->is_array())
+    for (json& v : *plugins) resolve(v);
   return root.dump(2);
 }
 

@@ -9,6 +9,7 @@
 
 #include "common/status.h"
 #include "planner/deepspeed_config.h"
+#include "planner/post_training_spec.h"
 #include "planner/rollout_spec.h"
 
 namespace loom::planner {
@@ -69,9 +70,16 @@ struct ModelSpec {
   int64_t lossBlockRows = 0;
 };
 
-// data: token files (worker/data/token_file.h) cut into samples of seq_len + 1 tokens.
+// data: token files (worker/data/token_file.h) cut into samples of seq_len + 1 tokens, or for
+// training a rollout's results (format rollout, planner/post_training_spec.h), one sample per
+// line, which seq_len + 1 tokens must hold.
 struct DataSpec {
   std::string train;
+  DataFormat format = DataFormat::kTokens;
+  // Rollout data: a JSONL file of {"id", "sample", "reward"} (or "advantage", "advantages") lines
+  // that a user's scorer wrote, laid over data.train's lines; and a rule that scores them instead.
+  std::string rewards;
+  RewardRule reward;
   std::string eval;
   int64_t seqLen = 0;
   int64_t seed = 1234;  // the sample order
@@ -104,6 +112,8 @@ struct TrainSpec {
   // HF's gradient checkpointing: every decoder layer recomputed in backward, as the DeepSpeed
   // config's activation_checkpointing section does (which also tunes it).
   bool gradientCheckpointing = false;
+  // The loss over each step's tokens (planner/post_training_spec.h).
+  LossSpec loss;
   // Whether frozenParameters holds `name` (one of them matches it whole).
   bool freezes(const std::string& name) const;
 };

@@ -452,6 +452,7 @@ planner::Plan fromProto(const v1::Plan& in) {
 bool mergeGenerateResponses(v1::GenerateResponse& into, v1::GenerateResponse& next) {
   if (into.weights_version() != next.weights_version()) return false;
   if (next.prompt_tokens()) into.set_prompt_tokens(next.prompt_tokens());
+  if (!next.prompt_token_ids().empty()) *into.mutable_prompt_token_ids() = std::move(*next.mutable_prompt_token_ids());
   for (auto& delta : *next.mutable_samples()) {
     v1::SampleDelta* same = nullptr;
     for (auto& d : *into.mutable_samples())

@@ -79,11 +79,12 @@ class StreamSink final : public rollout::RequestSink {
  public:
   explicit StreamSink(std::shared_ptr<GenerateQueue> queue) : queue_(std::move(queue)) {}
 
-  void accepted(int64_t promptTokens, int64_t weightsVersion) override {
+  void accepted(const std::vector<int64_t>& promptTokenIds, int64_t weightsVersion) override {
     version_ = weightsVersion;
     v1::GenerateResponse r;
     r.set_weights_version(version_);
-    r.set_prompt_tokens(promptTokens);
+    r.set_prompt_tokens(static_cast<int64_t>(promptTokenIds.size()));
+    r.mutable_prompt_token_ids()->Add(promptTokenIds.begin(), promptTokenIds.end());
     queue_->push(std::move(r));
   }
   void token(int sample, const DrawnToken& token, std::string_view text) override {
@@ -183,15 +184,15 @@ class BatchCall final : public grpc::ServerUnaryReactor {
  private:
   struct PromptResult {
     int64_t n = 1;
-    int64_t promptTokens = 0;
+    std::vector<int64_t> promptTokenIds;
     int64_t version = 0;
     std::map<int, v1::SampleResult> samples;
   };
   struct Sink final : rollout::RequestSink {
     Sink(BatchCall* call, int index) : call(call), index(index) {}
-    void accepted(int64_t promptTokens, int64_t weightsVersion) override {
+    void accepted(const std::vector<int64_t>& promptTokenIds, int64_t weightsVersion) override {
       std::lock_guard lock(call->mu_);
-      call->results_[index].promptTokens = promptTokens;
+      call->results_[index].promptTokenIds = promptTokenIds;
       call->results_[index].version = weightsVersion;
     }
     void token(int sample, const DrawnToken& token, std::string_view text) override {
@@ -234,7 +235,9 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         for (auto& [sample, s] : results_[i].samples) {
           s.set_prompt_index(static_cast<int>(i));
           s.set_sample(sample);
-          s.set_prompt_tokens(results_[i].promptTokens);
+          const std::vector<int64_t>& prompt = results_[i].promptTokenIds;
+          s.set_prompt_tokens(static_cast<int64_t>(prompt.size()));
+          s.mutable_prompt_token_ids()->Add(prompt.begin(), prompt.end());
           s.set_weights_version(results_[i].version);
           *response_->add_results() = std::move(s);
         }

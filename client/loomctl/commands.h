@@ -67,6 +67,10 @@ int rolloutReloadCommand(const GlobalOptions& g, const ReloadOptions& options);
 // pause, resume or status.
 int rolloutControlCommand(const GlobalOptions& g, const std::string& action, const std::string& jobId, double waitS);
 
+// RL post-training: for each of the loop file's iterations, samples from a served rollout job, a
+// score, a train job on them and the new weights loaded into the rollout job (rl_command.cc).
+int rlCommand(const GlobalOptions& g, const std::string& loopFile);
+
 // Tokenizes text or jsonl files into one token file (worker/data/prepare.h) and prints what it
 // wrote. Local: no server is contacted.
 int dataPrepareCommand(const GlobalOptions& g, const data::PrepareOptions& options);

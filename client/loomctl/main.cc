@@ -136,6 +136,10 @@ int main(int argc, char** argv) {
   statusCmd->add_option("--wait", statusWaitS, "seconds to retry while the job does not serve yet")
       ->check(CLI::NonNegativeNumber);
 
+  std::string loopFile;
+  auto* rlCmd = app.add_subcommand("rl", "RL post-training: rollout, score, train and update weights, N times");
+  rlCmd->add_option("loop", loopFile, "the loop file (docs/post-training.md)")->required()->check(CLI::ExistingFile);
+
   CLI11_PARSE(app, argc, argv);
   g.format = output == "json" ? OutputFormat::kJson : OutputFormat::kHuman;
 
@@ -169,5 +173,6 @@ int main(int argc, char** argv) {
   if (pauseCmd->parsed()) return rolloutControlCommand(g, "pause", rolloutJob, 0);
   if (resumeCmd->parsed()) return rolloutControlCommand(g, "resume", rolloutJob, 0);
   if (statusCmd->parsed()) return rolloutControlCommand(g, "status", rolloutJob, statusWaitS);
+  if (rlCmd->parsed()) return rlCommand(g, loopFile);
   return 2;
 }

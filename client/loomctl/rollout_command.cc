@@ -1,37 +1,16 @@
 // loomctl generate and loomctl rollout: a served rollout's RolloutService, through the planner.
-#include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "client/loom_client.h"
 #include "client/loomctl/commands.h"
 #include "client/loomctl/output.h"
+#include "client/loomctl/rollout_requests.h"
 
 namespace loom::loomctl {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-StatusCode codeOf(const Status& s) { return s.code(); }
-template <typename T>
-StatusCode codeOf(const StatusOr<T>& s) {
-  return s.status().code();
-}
-
-// Calls `call` again while the job does not serve yet (Unavailable), for up to `waitS` seconds.
-template <typename Call>
-auto retryWhileUnavailable(double waitS, Call&& call) -> decltype(call()) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(waitS * 1000));
-  for (;;) {
-    auto result = call();
-    if (codeOf(result) != StatusCode::kUnavailable || Clock::now() >= deadline) return result;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-}
 
 void printStatus(const v1::RolloutStatus& s) {
   std::printf("weights version %lld%s%s; %s: %lld running, %lld waiting; KV blocks %lld of %lld used; "
@@ -57,54 +36,19 @@ int reportStatus(const GlobalOptions& g, const StatusOr<v1::RolloutStatus>& stat
   return 0;
 }
 
-// One line of a --file: {"id", "prompt" | "prompt_token_ids", "sampling"}, as a prompts file.
-StatusOr<v1::GenerateRequest> requestOfLine(const std::string& line, const std::string& where, std::string* id) {
-  const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return invalidArgument("{}: not a JSON object", where);
-  v1::GenerateRequest request;
-  for (const auto& [key, value] : j.items()) {
-    if (key == "id") {
-      *id = value.is_string() ? value.get<std::string>() : value.dump();
-    } else if (key == "prompt" && value.is_string()) {
-      request.set_prompt(value.get<std::string>());
-    } else if (key == "prompt_token_ids" && value.is_array()) {
-      for (const auto& t : value) {
-        if (!t.is_number_integer()) return invalidArgument("{}: prompt_token_ids: {} is not a token id", where, t.dump());
-        request.add_prompt_token_ids(t.get<int64_t>());
-      }
-    } else if (key == "sampling" && value.is_object()) {
-      request.set_sampling_json(value.dump());
-    } else {
-      return invalidArgument("{}: {}: unknown key or wrong type (keys: id, prompt, prompt_token_ids, sampling)", where,
-                             key);
-    }
-  }
-  return request;
-}
-
 int generateFromFile(const GlobalOptions& g, client::LoomClient& client, const GenerateOptions& o) {
-  std::ifstream in(o.file);
-  if (!in) return reportError(notFound("{}: cannot open", o.file));
+  auto prompts = readPromptRequests(o.file, o.samplingJson);
+  if (!prompts.isOk()) return reportError(prompts.status());
   v1::GenerateBatchRequest batch;
   batch.set_job_id(o.jobId);
-  std::vector<std::string> ids;
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    std::string id = std::to_string(ids.size());
-    auto request = requestOfLine(line, o.file + ": line " + std::to_string(n), &id);
-    if (!request.isOk()) return reportError(request.status());
-    if (!o.samplingJson.empty() && request->sampling_json().empty()) request->set_sampling_json(o.samplingJson);
-    *batch.add_prompts() = std::move(*request);
-    ids.push_back(id);
-  }
+  for (const PromptRequest& p : *prompts) *batch.add_prompts() = p.request;
   auto response = retryWhileUnavailable(o.waitS, [&] { return client.generateBatch(batch); });
   if (!response.isOk()) return reportError(response.status());
   // One JSON line per sample, as a rollout's results file.
   for (const v1::SampleResult& r : response->results()) {
     nlohmann::json out = nlohmann::json::parse(toJsonLine(r));
     out.erase("prompt_index");
-    out["id"] = ids.at(static_cast<size_t>(r.prompt_index()));
+    out["id"] = (*prompts)[static_cast<size_t>(r.prompt_index())].id;
     std::printf("%s\n", out.dump().c_str());
   }
   return 0;

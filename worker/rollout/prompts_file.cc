@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/files.h"
+#include "common/json_lines.h"
 #include "planner/json_reader.h"
 
 namespace loom::rollout {
@@ -44,6 +44,7 @@ StatusOr<PromptLine> parseLine(const json& j, int64_t number, const planner::Sam
     }
   }
   RETURN_IF_ERROR(r.readDouble("arrival_s", &line.arrivalS, false, 0, 1e7));
+  if (const json* reference = r.find("reference")) line.reference = *reference;
   if (const json* sampling = r.find("sampling")) {
     ASSIGN_OR_RETURN(line.sampling, planner::parseSamplingParams(*sampling, "sampling", defaults));
   }
@@ -54,29 +55,14 @@ StatusOr<PromptLine> parseLine(const json& j, int64_t number, const planner::Sam
 }  // namespace
 
 StatusOr<std::vector<PromptLine>> readPromptsFile(const std::string& path, const planner::SamplingParams& defaults) {
-  auto text = files::readFile(path);
-  if (!text.isOk()) return text.status().withContext("rollout.prompts");
   std::vector<PromptLine> lines;
   std::set<std::string> ids;
-  size_t begin = 0;
-  for (int64_t number = 1; begin < text->size(); ++number) {
-    size_t end = text->find('\n', begin);
-    if (end == std::string::npos) end = text->size();
-    const std::string raw = text->substr(begin, end - begin);
-    begin = end + 1;
-    if (raw.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto where = [&](const Status& s) { return s.withContext(fmt::format("rollout.prompts: {} line {}", path, number)); };
-    json j;
-    try {
-      j = json::parse(raw);
-    } catch (const json::parse_error& e) {
-      return where(invalidArgument("not valid JSON: {}", e.what()));
-    }
-    auto line = parseLine(j, number, defaults);
-    if (!line.isOk()) return where(line.status());
-    if (!ids.insert(line->id).second) return where(invalidArgument("id: \"{}\" is used by an earlier line", line->id));
-    lines.push_back(std::move(*line));
-  }
+  RETURN_IF_ERROR(forEachJsonLine(path, "rollout.prompts", [&](const json& j, int64_t number) -> Status {
+    ASSIGN_OR_RETURN(PromptLine line, parseLine(j, number, defaults));
+    if (!ids.insert(line.id).second) return invalidArgument("id: \"{}\" is used by an earlier line", line.id);
+    lines.push_back(std::move(line));
+    return Status::ok();
+  }));
   if (lines.empty()) return invalidArgument("rollout.prompts: {} holds no prompt", path);
   return lines;
 }

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 #include "planner/rollout_spec.h"
 #include "worker/data/hf_tokenizer.h"
@@ -15,7 +17,7 @@ namespace loom::rollout {
 //   {"prompt_token_ids": [128000, 9906], "sampling": {"max_new_tokens": 64}}
 // "id" (a string or a number) defaults to the line number; the prompt is text (which needs the
 // tokenizer) or token ids; "sampling" overrides rollout.sampling's keys for this request;
-// "arrival_s" holds the request back until that many seconds after the job's start (a
+// "reference" rides along for scoring (below); "arrival_s" holds the request back until that many seconds after the job's start (a
 // benchmark's arrival schedule).
 struct PromptLine {
   std::string id;
@@ -25,6 +27,9 @@ struct PromptLine {
   bool isText = false;
   planner::SamplingParams sampling;
   double arrivalS = 0;
+  // "reference": what a reward rule compares the answer with (response_samples.h): text, or token
+  // ids; the rollout passes it through to the results line untouched.
+  nlohmann::json reference;
 };
 
 // Reads and checks every line before anything runs: a malformed line, an unknown key, a bad

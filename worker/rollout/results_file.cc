@@ -18,7 +18,8 @@ Status writeResultsFile(const std::string& path, std::vector<SampleResult> resul
     nlohmann::ordered_json j;
     j["id"] = r.id;
     j["sample"] = r.sample;
-    j["prompt_tokens"] = r.promptTokens;
+    j["prompt_tokens"] = r.promptTokenIds.size();
+    j["prompt_token_ids"] = r.promptTokenIds;
     j["token_ids"] = r.tokenIds;
     if (r.text) j["text"] = *r.text;
     j["logprobs"] = r.logprobs;
@@ -34,6 +35,7 @@ Status writeResultsFile(const std::string& path, std::vector<SampleResult> resul
     j["finish_reason"] = r.finishReason;
     j["time_to_first_token_s"] = r.timeToFirstTokenS;
     j["time_s"] = r.timeS;
+    if (!r.reference.is_null()) j["reference"] = r.reference;
     out += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     out += '\n';
   }

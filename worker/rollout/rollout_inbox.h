@@ -37,7 +37,7 @@ struct ServedPrompt {
 class RequestSink {
  public:
   virtual ~RequestSink() = default;
-  virtual void accepted(int64_t promptTokens, int64_t weightsVersion) = 0;
+  virtual void accepted(const std::vector<int64_t>& promptTokenIds, int64_t weightsVersion) = 0;
   // `text`: what the token adds to the sample's text that no stop string can still cut.
   virtual void token(int sample, const DrawnToken& token, std::string_view text) = 0;
   // `text`: the rest of the sample's text, held back until now.

@@ -247,3 +247,83 @@ TEST_CASE("spec: a DeepSpeed config path over the API is refused, naming it", "[
   REQUIRE_FALSE(parsed.isOk());
   CHECK(parsed.status().message().rfind("deepspeed: \"ds.json\" is a file path, which loomctl reads", 0) == 0);
 }
+
+namespace {
+
+// A train job on rollout data with `data` and `train` keys added.
+std::string rolloutTrain(const std::string& data, const std::string& train, const std::string& extra = "") {
+  return R"({"name": "rl", "kind": "train", "resources": {"ranks": 1}, "model": {"config": "c.json"},
+    "data": {"train": "results.jsonl", "seq_len": 64)" + data + R"(}, "train": {"steps": 2)" + train + "}" +
+         (extra.empty() ? std::string(R"(, "deepspeed": {"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})") : extra) + "}";
+}
+
+}  // namespace
+
+TEST_CASE("training on rollout data: its format, rewards and losses", "[planner][post-training]") {
+  using namespace loom::planner;
+  auto pg = parseJobSpec(rolloutTrain(R"(, "format": "rollout", "reward": {"rule": "exact_match"})",
+                                      R"(, "loss": {"type": "policy_gradient", "clip_ratio_high": 0.28,
+                                         "advantage": "grpo_no_std"})"));
+  REQUIRE(pg.isOk());
+  CHECK(pg->data.format == DataFormat::kRollout);
+  CHECK(pg->data.reward.kind == RewardRule::Kind::kExactMatch);
+  CHECK(pg->train.loss.kind == LossSpec::Kind::kPolicyGradient);
+  CHECK(pg->train.loss.clipRatioLow == 0.2);
+  CHECK(pg->train.loss.clipRatioHigh == 0.28);
+  CHECK(pg->train.loss.advantage == AdvantageKind::kGrpoNoStd);
+  auto again = parseJobSpec(pg->toJson().dump());
+  REQUIRE(again.isOk());
+  CHECK(again->toJson() == pg->toJson());
+
+  auto jsd = parseJobSpec(rolloutTrain(R"(, "format": "rollout")", R"(, "loss": {"type": "jsd", "teacher": "t",
+                                       "beta": 0.1, "temperature": 2, "teacher_top_k": 20, "pointwise_clip": 5})"));
+  REQUIRE(jsd.isOk());
+  CHECK(jsd->train.loss.teacher == "t");
+  CHECK(jsd->train.loss.beta == 0.1);
+  CHECK(jsd->train.loss.teacherTopK == 20);
+  CHECK(parseJobSpec(jsd->toJson().dump())->toJson() == jsd->toJson());
+  auto sft = parseJobSpec(rolloutTrain(R"(, "format": "rollout", "rewards": "scores.jsonl",
+                                       "reward": {"rule": "length", "target_tokens": 8})",
+                                       ""));
+  CHECK(sft.status().message() == "data.reward: give either a rule or data.rewards, a scorer's file, not both");
+  auto length = parseJobSpec(rolloutTrain(R"(, "format": "rollout", "reward": {"rule": "length", "target_tokens": 8})",
+                                          R"(, "loss": "cross_entropy")"));
+  REQUIRE(length.isOk());
+  CHECK(length->data.reward.targetTokens == 8);
+  CHECK(length->train.loss.kind == LossSpec::Kind::kCrossEntropy);
+}
+
+TEST_CASE("training on rollout data: bad settings name the field", "[planner][post-training]") {
+  CHECK(errorOf(rolloutTrain(R"(, "format": "jsonl")", "")) ==
+        "data.format: \"jsonl\" is not one of tokens, rollout");
+  CHECK(errorOf(rolloutTrain(R"(, "reward": {"rule": "exact_match"})", "")).find(
+            "data.reward: scores rollout data; set data.format to \"rollout\"") == 0);
+  CHECK(errorOf(rolloutTrain(R"(, "format": "rollout", "reward": {"rule": "bleu"})", "")) ==
+        "data.reward.rule: \"bleu\" is not one of exact_match, length");
+  CHECK(errorOf(rolloutTrain(R"(, "format": "rollout", "reward": {"rule": "length"})", "")) ==
+        "data.reward.target_tokens: required field is missing");
+  CHECK(errorOf(rolloutTrain(R"(, "format": "rollout", "pack_documents": true)", "")).find("data.pack_documents") == 0);
+  CHECK(errorOf(rolloutTrain("", R"(, "loss": "policy_gradient")")) ==
+        "train.loss: policy_gradient trains on response tokens: set data.format to \"rollout\" with data.train a "
+        "rollout's results file");
+  CHECK(errorOf(rolloutTrain(R"(, "format": "rollout")", R"(, "loss": "dpo")")) ==
+        "train.loss: \"dpo\" is not one of cross_entropy, policy_gradient, jsd");
+  CHECK(errorOf(rolloutTrain(R"(, "format": "rollout")", R"(, "loss": "jsd")")) ==
+        "train.loss: jsd needs an object with its teacher");
+  CHECK(errorOf(rolloutTrain(R"(, "format": "rollout")", R"(, "loss": {"type": "jsd"})")) ==
+        "train.loss.teacher: required field is missing");
+  CHECK(errorOf(rolloutTrain(R"(, "format": "rollout")", R"(, "loss": {"type": "jsd", "teacher": "t", "beta": 2})")) ==
+        "train.loss.beta: must be between 0 and 1, got 2");
+  CHECK(errorOf(rolloutTrain(R"(, "format": "rollout")", R"(, "loss": {"type": "policy_gradient", "beta": 1})")) ==
+        "train.loss.beta: unknown key");
+  CHECK(errorOf(rolloutTrain(R"(, "format": "rollout")",
+                             R"(, "loss": {"type": "policy_gradient", "advantage": "gae"})")) ==
+        "train.loss.advantage: \"gae\" is not one of grpo, grpo_no_std, reward, given");
+  CHECK(errorOf(rolloutTrain(R"(, "format": "rollout", "reward": {"rule": "exact_match"})",
+                             R"(, "loss": {"type": "policy_gradient", "advantage": "given"})"))
+            .find("data.reward: train.loss.advantage is \"given\"") == 0);
+  std::string sequenceParallel = rolloutTrain(R"(, "format": "rollout")", "", R"(, "deepspeed": {"train_batch_size": 4, "sequence_parallel_size": 2,
+                                                  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})");
+  sequenceParallel.replace(sequenceParallel.find("\"ranks\": 1"), 10, "\"ranks\": 2");
+  CHECK(errorOf(sequenceParallel).find("deepspeed.sequence_parallel_size: 2: training on rollout data") == 0);
+}

@@ -79,11 +79,11 @@ TEST_CASE("prompts file: every bad line is refused, naming the file and the line
 TEST_CASE("results file: one line per sample in prompts-file order, written whole", "[rollout]") {
   TempDir dir;
   std::vector<SampleResult> results(3);
-  results[0] = {.id = "b", .order = 2, .sample = 0, .promptTokens = 1, .tokenIds = {5}, .text = std::nullopt,
+  results[0] = {.id = "b", .order = 2, .sample = 0, .promptTokenIds = {3}, .tokenIds = {5}, .text = std::nullopt,
                 .logprobs = {-0.5f}, .topLogprobs = {}, .finishReason = "length"};
-  results[1] = {.id = "a", .order = 1, .sample = 1, .promptTokens = 2, .tokenIds = {7, 8}, .text = "hi",
+  results[1] = {.id = "a", .order = 1, .sample = 1, .promptTokenIds = {1, 2}, .tokenIds = {7, 8}, .text = "hi",
                 .logprobs = {-1, -2}, .topLogprobs = {{{7, -1.0f}}, {{8, -2.0f}}}, .finishReason = "stop"};
-  results[2] = {.id = "a", .order = 1, .sample = 0, .promptTokens = 2, .tokenIds = {9}, .text = "x",
+  results[2] = {.id = "a", .order = 1, .sample = 0, .promptTokenIds = {1, 2}, .tokenIds = {9}, .text = "x",
                 .logprobs = {-3}, .topLogprobs = {}, .finishReason = "eos"};
   const std::string path = dir.path() + "/out.jsonl";
   REQUIRE(writeResultsFile(path, results).isOk());
@@ -98,6 +98,8 @@ TEST_CASE("results file: one line per sample in prompts-file order, written whol
   CHECK(lines[1]["top_logprobs"][1][0]["token_id"] == 8);
   CHECK(lines[2]["id"] == "b");
   CHECK(!lines[2].contains("text"));
+  CHECK(lines[2]["prompt_token_ids"] == nlohmann::json::array({3}));
+  CHECK(lines[2]["prompt_tokens"] == 1);
   CHECK(writeResultsFile(dir.path() + "/no/such/dir/out.jsonl", results).message().find("rollout.output") == 0);
 }
 

@@ -10,7 +10,7 @@ using namespace loom::rollout;
 namespace {
 
 struct NullSink final : RequestSink {
-  void accepted(int64_t, int64_t) override {}
+  void accepted(const std::vector<int64_t>&, int64_t) override {}
   void token(int, const DrawnToken&, std::string_view) override {}
   void finished(int, FinishReason, std::string_view) override {}
   void done() override {}

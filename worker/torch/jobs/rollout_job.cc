@@ -180,10 +180,10 @@ class RolloutRunner final : public JobRunner {
         auto where = [&](const Status& s) { return s.withContext(fmt::format("rollout.prompts: line {}", p.line)); };
         auto ids = rollout::promptTokenIds(p.isText, p.text, p.tokenIds, p.sampling, tokenizer);
         if (!ids.isOk()) return where(ids.status());
-        const int64_t promptTokens = static_cast<int64_t>(ids->size());
+        std::vector<int64_t> promptIds = *ids;
         auto id = engine.addRequest(std::move(*ids), p.sampling, r.seed + i);
         if (!id.isOk()) return where(id.status());
-        collector.addRequest(*id, i, promptTokens, now);
+        collector.addRequest(*id, i, std::move(promptIds), now);
       }
       return Status::ok();
     };

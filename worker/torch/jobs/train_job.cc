@@ -15,6 +15,7 @@
 #include "worker/checkpoint/state_layout.h"
 #include "worker/torch/checkpoint/checkpoint.h"
 #include "worker/torch/jobs/evaluation.h"
+#include "worker/torch/jobs/response_training.h"
 #include "worker/torch/model/kernels.h"
 #include "worker/torch/model/model_setup.h"
 #include "worker/torch/jobs/step_profiler.h"
@@ -44,6 +45,12 @@ class Trainer final : public JobRunner {
 
  private:
   Status trainStep();
+  // The micro-batches of a step on rollout data: each loss a sum over its response tokens, divided
+  // by the step's count of them over every data-parallel rank. Returns the step's loss, summed
+  // over the ranks, and adds its statistics to `metrics`.
+  StatusOr<double> responseMicroBatches(double scale, std::map<std::string, double>& metrics, at::Tensor& auxSum);
+  // The samples of micro-batch m of this step on this rank.
+  std::vector<int64_t> microBatchSamples(int64_t m);
   // MoE models: the experts' load over the step (rows per expert, max, min, max over mean) and
   // the mean load-balancing loss (aux_loss) when the model adds one; empty for a dense model.
   StatusOr<std::map<std::string, double>> mixtureOfExpertsMetrics(const at::Tensor& auxSum);
@@ -81,6 +88,7 @@ class Trainer final : public JobRunner {
   std::unique_ptr<ZeroEngine> zero_;
   train::LossScaler scaler_;
   std::optional<TokenSamples> train_, eval_;
+  std::unique_ptr<ResponseTraining> responses_;  // data.format rollout, in place of train_
   std::unique_ptr<train::SampleOrder> order_;
 
   int64_t step_ = 0;          // optimizer steps taken (global_steps)
@@ -101,13 +109,20 @@ std::map<std::string, double> Trainer::memoryMetrics() const {
 Status Trainer::setUp() {
   ASSIGN_OR_RETURN(built_, buildModel(spec_, rank_.local, rank_.device, rank_.mesh));
   const auto& config = built_.model->config();
-  ASSIGN_OR_RETURN(auto train, TokenSamples::open(spec_.data.train, spec_.data.seqLen, config.vocabSize, "data.train"));
-  train_.emplace(std::move(train));
+  int64_t numSamples = 0;
+  if (spec_.data.format == planner::DataFormat::kRollout) {
+    ASSIGN_OR_RETURN(responses_, ResponseTraining::create(rank_, *built_.model));
+    numSamples = responses_->numSamples();
+  } else {
+    ASSIGN_OR_RETURN(auto train, TokenSamples::open(spec_.data.train, spec_.data.seqLen, config.vocabSize, "data.train"));
+    train_.emplace(std::move(train));
+    numSamples = train_->numSamples();
+  }
   if (!spec_.data.eval.empty()) {
     ASSIGN_OR_RETURN(auto eval, TokenSamples::open(spec_.data.eval, spec_.data.seqLen, config.vocabSize, "data.eval"));
     eval_.emplace(std::move(eval));
   }
-  order_ = std::make_unique<train::SampleOrder>(train_->numSamples(), static_cast<uint64_t>(spec_.data.seed));
+  order_ = std::make_unique<train::SampleOrder>(numSamples, static_cast<uint64_t>(spec_.data.seed));
 
   const int64_t parameterCount = rank_.plan.totalElements();
   // The ZeRO partitions are the Plan's, laid out for this data-parallel group.
@@ -121,11 +136,12 @@ Status Trainer::setUp() {
     std::printf("model: %s, %.2fM parameters, %s; data: %lld samples of %lld tokens; batch %lld = micro %lld x "
                 "accumulation %lld x %d data-parallel ranks; optimizer %s; ZeRO stage %d; %s\n",
                 planner::modelFamilyName(config.family), count / 1e6, planner::precisionName(ds_.precision),
-                static_cast<long long>(train_->numSamples()), static_cast<long long>(spec_.data.seqLen),
+                static_cast<long long>(numSamples), static_cast<long long>(spec_.data.seqLen),
                 static_cast<long long>(ds_.trainBatchSize), static_cast<long long>(ds_.microBatchSize),
                 static_cast<long long>(ds_.gradientAccumulationSteps), samplesGroup().size(),
                 planner::optimizerTypeName(ds_.optimizer.type), ds_.zero.stage, rank_.mesh.describe().c_str());
     std::printf("kernels: %s\n", kernelRegistry().describe().c_str());
+    if (responses_) std::printf("%s\n", responses_->describe().c_str());
   }
   return Status::ok();
 }
@@ -222,41 +238,44 @@ Status Trainer::resume() {
 
 Status Trainer::trainStep() {
   const auto started = Clock::now();
-  const int64_t micro = ds_.microBatchSize, gas = ds_.gradientAccumulationSteps, seq = spec_.data.seqLen;
-  const int dpSize = samplesGroup().size(), dpRank = samplesGroup().rank(), spSize = sp().size();
+  const int64_t gas = ds_.gradientAccumulationSteps, seq = spec_.data.seqLen;
+  const int dpSize = samplesGroup().size(), spSize = sp().size();
   const double scale = scaler_.scale();
   const at::Device device = built_.model->device();
   zero_->zeroGradients();
   built_.model->takeExpertLoad();  // what evaluation between steps routed is not the step's load
+  using Metrics = std::map<std::string, double>;
+  Metrics dataMetrics;
+  at::Tensor lossSum, auxSum;
+  double loss = 0, tokens = static_cast<double>(ds_.trainBatchSize * seq);
+  if (responses_) {
+    ASSIGN_OR_RETURN(loss, responseMicroBatches(scale, dataMetrics, auxSum));
+    tokens = dataMetrics["input_tokens"];
+  }
   // Summed on the device: reading each micro-batch's loss would stop the host until the GPU
   // catches up, before it could queue the backward.
-  at::Tensor lossSum, auxSum;
-  for (int64_t m = 0; m < gas; ++m) {
-    const int64_t start = train::microBatchStart(step_, ds_.trainBatchSize, m, micro, dpRank, dpSize);
-    std::vector<int64_t> samples;
-    for (int64_t i = 0; i < micro; ++i) samples.push_back(order_->sampleAt(start + i));
-    const TokenBatch batch = train_->batch(samples, spec_.data.packDocuments, sp().rank(), spSize);
+  for (int64_t m = 0; m < gas && !responses_; ++m) {
+    const TokenBatch batch = train_->batch(microBatchSamples(m), spec_.data.packDocuments, sp().rank(), spSize);
     // This rank's part of the micro-batch's mean loss, weighted by its share of the labels: over
     // the sequence-parallel group the parts add up to the mean over the whole samples.
-    at::Tensor loss = built_.model->loss(batch.inputs.to(device), batch.labels.to(device), batch.layout.to(device)) *
+    at::Tensor part = built_.model->loss(batch.inputs.to(device), batch.labels.to(device), batch.layout.to(device)) *
                       batch.share();
-    lossSum = lossSum.defined() ? lossSum + loss.detach().to(at::kDouble) : loss.detach().to(at::kDouble);
+    lossSum = lossSum.defined() ? lossSum + part.detach().to(at::kDouble) : part.detach().to(at::kDouble);
     if (const at::Tensor& aux = built_.model->auxLoss(); aux.defined())
       auxSum = auxSum.defined() ? auxSum + aux.detach().to(at::kDouble) : aux.detach().to(at::kDouble);
     // DeepSpeed scales by 1 / gradient_accumulation_steps: the step's gradient is the mean. The
     // gradients are averaged over dp x sp, where the parts over sp are to be summed: hence x sp.
-    (loss * (scale * spSize / static_cast<double>(gas))).backward();
+    (part * (scale * spSize / static_cast<double>(gas))).backward();
     RETURN_IF_ERROR(zero_->accumulate());
   }
   at::NoGradGuard noGrad;
-  double loss = lossSum.item<double>() / static_cast<double>(gas);
-  if (dp().size() > 1) {
+  if (!responses_) loss = lossSum.item<double>() / static_cast<double>(gas);
+  if (!responses_ && dp().size() > 1) {
     // Summed over the sequence-parallel parts, averaged over the data-parallel replicas.
     at::Tensor lossTensor = at::tensor({loss}, at::kDouble).to(device);
     RETURN_IF_ERROR(dp().allReduce(lossTensor, ReduceOp::kSum)->wait().withContext("loss all-reduce"));
     loss = lossTensor.item<double>() / dpSize;
   }
-  using Metrics = std::map<std::string, double>;
   ASSIGN_OR_RETURN(Metrics moeMetrics, mixtureOfExpertsMetrics(auxSum));
   ASSIGN_OR_RETURN(const double gradNorm, zero_->reduce(scale));
   const bool overflow = ds_.precision == planner::Precision::kFp16 && !std::isfinite(gradNorm);
@@ -276,7 +295,6 @@ Status Trainer::trainStep() {
   ++step_;
 
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-  const double tokens = static_cast<double>(ds_.trainBatchSize * seq);
   std::map<std::string, double> metrics{{"loss", loss},
                                         {"lr", lr},
                                         {"tokens_per_s", tokens / seconds},
@@ -286,6 +304,7 @@ Status Trainer::trainStep() {
                                         {"progress", static_cast<double>(step_) / spec_.train.steps}};
   if (!overflow) metrics["grad_norm"] = gradNorm;
   metrics.merge(moeMetrics);
+  metrics.merge(dataMetrics);
   if (ds_.optimizer.type == planner::OptimizerType::kMuon) metrics["muon_lr"] = rates.muonLr;
   if (step_ == 1 || step_ % ds_.stepsPerPrint == 0) metrics.merge(memoryMetrics());
   if (step_ == 1 && ctx_.rank == 0) {
@@ -307,6 +326,56 @@ Status Trainer::trainStep() {
     std::fflush(stdout);
   }
   return Status::ok();
+}
+
+std::vector<int64_t> Trainer::microBatchSamples(int64_t m) {
+  const int64_t micro = ds_.microBatchSize;
+  const int64_t start =
+      train::microBatchStart(step_, ds_.trainBatchSize, m, micro, samplesGroup().rank(), samplesGroup().size());
+  std::vector<int64_t> samples;
+  for (int64_t i = 0; i < micro; ++i) samples.push_back(order_->sampleAt(start + i));
+  return samples;
+}
+
+StatusOr<double> Trainer::responseMicroBatches(double scale, std::map<std::string, double>& metrics,
+                                               at::Tensor& auxSum) {
+  const int64_t gas = ds_.gradientAccumulationSteps;
+  const at::Device device = built_.model->device();
+  const int dpSize = samplesGroup().size();
+  std::vector<std::vector<int64_t>> batches;
+  double responseTokens = 0, inputTokens = 0;
+  for (int64_t m = 0; m < gas; ++m) {
+    batches.push_back(microBatchSamples(m));
+    responseTokens += static_cast<double>(responses_->responseTokens(batches.back()));
+    inputTokens += static_cast<double>(responses_->inputTokens(batches.back()));
+  }
+  // The step's response tokens over every rank: each micro-batch's sum is divided by them.
+  at::Tensor totals = at::tensor({responseTokens, inputTokens}, at::kDouble).to(device);
+  if (dpSize > 1)
+    RETURN_IF_ERROR(samplesGroup().allReduce(totals, ReduceOp::kSum)->wait().withContext("response token count all-reduce"));
+  totals = totals.cpu();
+  const double stepTokens = std::max(1.0, totals[0].item<double>());
+  at::Tensor lossSum;
+  for (const std::vector<int64_t>& samples : batches) {
+    const at::Tensor part = responses_->lossSum(*built_.model, samples) / stepTokens;
+    lossSum = lossSum.defined() ? lossSum + part.detach().to(at::kDouble) : part.detach().to(at::kDouble);
+    // The gradients are averaged over the data-parallel ranks, where the ranks' parts are to be
+    // summed: hence x dp. The router's load-balancing loss is a mean over micro-batches, as ever.
+    at::Tensor objective = part * static_cast<double>(dpSize);
+    if (const at::Tensor aux = built_.model->takeRouterAuxLoss(); aux.defined()) {
+      objective = objective + aux.to(objective.scalar_type()) / static_cast<double>(gas);
+      const at::Tensor raw = built_.model->auxLoss().detach().to(at::kDouble);
+      auxSum = auxSum.defined() ? auxSum + raw : raw;
+    }
+    (objective * scale).backward();
+    RETURN_IF_ERROR(zero_->accumulate());
+  }
+  at::NoGradGuard noGrad;
+  if (dpSize > 1)
+    RETURN_IF_ERROR(samplesGroup().allReduce(lossSum, ReduceOp::kSum)->wait().withContext("loss all-reduce"));
+  ASSIGN_OR_RETURN(metrics, responses_->takeStepMetrics(samplesGroup(), stepTokens));
+  metrics["input_tokens"] = totals[1].item<double>();
+  return lossSum.cpu().item<double>();
 }
 
 StatusOr<std::map<std::string, double>> Trainer::mixtureOfExpertsMetrics(const at::Tensor& auxSum) {

@@ -410,14 +410,19 @@ at::Tensor DecoderModel::logits(const at::Tensor& tokens, const TokenLayout& lay
 at::Tensor DecoderModel::loss(const at::Tensor& inputs, const at::Tensor& labels, const TokenLayout& layout) {
   at::Tensor out = logits(inputs, layout);
   at::Tensor loss = crossEntropy(out.view({-1, out.size(-1)}), labels.reshape({-1}));
+  const at::Tensor aux = takeRouterAuxLoss();
+  return aux.defined() ? loss + aux.to(loss.scalar_type()) : loss;
+}
+
+at::Tensor DecoderModel::takeRouterAuxLoss() {
   auxLoss_ = loadBalancing_.value(config_.numExperts);
   loadBalancing_.clear();
-  if (!auxLoss_.defined()) return loss;
+  if (!auxLoss_.defined()) return {};
   // Every tensor-parallel rank computes the same load-balancing loss from the same whole router,
   // whose gradients are then summed over the group: each rank contributes its 1/tp share.
   const double tp = shards_.tp->size();
   const at::Tensor aux = tp == 1 ? auxLoss_ : auxLoss_.detach() + (auxLoss_ - auxLoss_.detach()) / tp;
-  return loss + config_.routerAuxLossCoef * aux.to(loss.scalar_type());
+  return config_.routerAuxLossCoef * aux;
 }
 
 namespace {
@@ -431,20 +436,20 @@ bool pluginLosses(const backends::Communicator& tp) {
 
 at::Tensor DecoderModel::crossEntropy(const at::Tensor& logits, const at::Tensor& labels) {
   if (pluginLosses(*shards_.tp)) return ops().crossEntropy(logits, labels);
-  return vocabParallelCrossEntropy(logits, labels, {shards_.tp.get(), vocabStart_, lossBlockRows_});
+  return vocabParallelCrossEntropy(logits, labels, vocabShard());
 }
 
 at::Tensor DecoderModel::tokenLogprobs(const at::Tensor& logits, const at::Tensor& labels) {
   if (pluginLosses(*shards_.tp)) return ops().logprobs(logits, labels);
-  return vocabParallelLogprobs(logits, labels, {shards_.tp.get(), vocabStart_, lossBlockRows_});
+  return vocabParallelLogprobs(logits, labels, vocabShard());
 }
 
 at::Tensor DecoderModel::tokenEntropy(const at::Tensor& logits) {
-  return vocabParallelEntropy(logits, {shards_.tp.get(), vocabStart_, lossBlockRows_});
+  return vocabParallelEntropy(logits, vocabShard());
 }
 
 at::Tensor DecoderModel::tokenKl(const at::Tensor& logits, const at::Tensor& teacherLogits) {
-  return vocabParallelKl(logits, teacherLogits, /*reverse=*/false, {shards_.tp.get(), vocabStart_, lossBlockRows_});
+  return vocabParallelKl(logits, teacherLogits, /*reverse=*/false, vocabShard());
 }
 
 }  // namespace loom::worker

@@ -20,6 +20,7 @@
 #include "worker/torch/model/token_layout.h"
 #include "worker/torch/parallel/expert_parallel.h"
 #include "worker/torch/parallel/tensor_shards.h"
+#include "worker/torch/parallel/vocab_parallel.h"
 
 namespace loom::worker {
 
@@ -126,7 +127,12 @@ class DecoderModel {
   // router_aux_loss_coef x the router's load-balancing loss over this forward (transformers'
   // load_balancing_loss_func), which auxLoss() then holds.
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& labels, const TokenLayout& layout = {});
-  // The load-balancing loss of the last loss() (before its coefficient); undefined without one.
+  // After a logits() that trains (a loss of the caller's own): router_aux_loss_coef x the router's
+  // load-balancing loss over that forward, to add to the loss; undefined without one. auxLoss()
+  // then holds it.
+  at::Tensor takeRouterAuxLoss();
+  // The load-balancing loss of the last loss() or takeRouterAuxLoss() (before its coefficient);
+  // undefined without one.
   const at::Tensor& auxLoss() const { return auxLoss_; }
   // Rows sent to each expert, summed over the MoE layers and the forwards since the last
   // takeExpertLoad() ([E] int64 on the host; empty for a dense model): the experts' load.
@@ -142,6 +148,8 @@ class DecoderModel {
   at::Tensor tokenLogprobs(const at::Tensor& logits, const at::Tensor& labels);
   at::Tensor tokenEntropy(const at::Tensor& logits);
   at::Tensor tokenKl(const at::Tensor& logits, const at::Tensor& teacherLogits);
+  // This rank's columns of the vocabulary, for the vocabulary-parallel ops of a loss of its own.
+  VocabShard vocabShard() const { return {shards_.tp.get(), vocabStart_, lossBlockRows_}; }
   // Rollout (decoder_model_paged.cc): a KV cache of `numBlocks` blocks for this rank's KV heads,
   // in the model's dtype and on its device, serving positions below maxModelLen; and the next-token
   // logits [R, V / tp] of a step's tokens [T] (int64), step.logitRows' rows only, with the step's

@@ -1,6 +1,7 @@
 #include "worker/torch/parallel/vocab_parallel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include <ATen/ATen.h>
@@ -52,18 +53,27 @@ struct SoftmaxStatistics {
   at::Tensor max, logSumExp;
 };
 
-SoftmaxStatistics softmaxStatistics(const std::vector<at::Tensor>& logits, const VocabShard& shard) {
+// The logits in fp32 times `scale` (1 / a softmax temperature), rows [a, b), always a copy: fp32
+// logits are saved for backward and may serve another loss.
+at::Tensor scaledBlock(const at::Tensor& logits, int64_t a, int64_t b, double scale) {
+  at::Tensor block = logits.slice(0, a, b).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  return scale == 1.0 ? block : block.mul_(scale);
+}
+
+SoftmaxStatistics softmaxStatistics(const std::vector<at::Tensor>& logits, const VocabShard& shard,
+                                    double scale = 1.0) {
   const int64_t n = logits[0].size(0), k = static_cast<int64_t>(logits.size());
   const auto f32 = logits[0].options().dtype(at::kFloat);
   SoftmaxStatistics s{at::empty({k, n}, f32), at::empty({k, n}, f32)};
   for (int64_t i = 0; i < k; ++i)
     forEachBlock(logits[i], shard, [&](int64_t a, int64_t b) {
-      s.max[i].slice(0, a, b).copy_(std::get<0>(logits[i].slice(0, a, b).max(1)));
+      at::Tensor max = std::get<0>(logits[i].slice(0, a, b).max(1));
+      s.max[i].slice(0, a, b).copy_(scale == 1.0 ? max : max.to(at::kFloat).mul_(scale));
     });
   reduceOverGroup(shard, s.max, backends::ReduceOp::kMax, "vocab-parallel row maximum");
   for (int64_t i = 0; i < k; ++i)
     forEachBlock(logits[i], shard, [&](int64_t a, int64_t b) {
-      at::Tensor shifted = logits[i].slice(0, a, b).to(at::kFloat) - s.max[i].slice(0, a, b).unsqueeze(1);
+      at::Tensor shifted = scaledBlock(logits[i], a, b, scale) - s.max[i].slice(0, a, b).unsqueeze(1);
       s.logSumExp[i].slice(0, a, b).copy_(shifted.exp_().sum(1));
     });
   reduceOverGroup(shard, s.logSumExp, backends::ReduceOp::kSum, "vocab-parallel row sums");
@@ -71,11 +81,10 @@ SoftmaxStatistics softmaxStatistics(const std::vector<at::Tensor>& logits, const
   return s;
 }
 
-// log softmax of rows [a, b) of `logits`, fp32, in a block of its own (fp32 logits are copied, not
-// changed in place: they are saved for backward and may serve another loss).
+// log softmax of rows [a, b) of `logits` x `scale`, fp32, in a block of its own.
 at::Tensor logSoftmaxBlock(const at::Tensor& logits, const at::Tensor& max, const at::Tensor& logSumExp, int64_t a,
-                           int64_t b) {
-  return logits.slice(0, a, b).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true)
+                           int64_t b, double scale = 1.0) {
+  return scaledBlock(logits, a, b, scale)
       .sub_(max.slice(0, a, b).unsqueeze(1))
       .sub_(logSumExp.slice(0, a, b).unsqueeze(1));
 }
@@ -211,6 +220,79 @@ struct KlDivergence : public torch::autograd::Function<KlDivergence> {
   }
 };
 
+
+// The generalized JSD's pointwise terms of one block and, per vocabulary entry, the derivative of
+// its term by the student's log-probability s_v (the term of entry v depends on s_v alone):
+//   beta 0, p_t (t - s):                  -p_t
+//   beta 1, p_s (s - t):                  p_s (s - t + 1)
+//   else, beta p_t (t - m) + (1 - beta) p_s (s - m), m = log((1 - beta) p_s + beta p_t):
+//                                         (1 - beta) p_s (s - m)
+// A capped term passes no gradient. Through the log softmax, dJ/dz_v = a_v - p_s,v sum_u a_u.
+struct JsdTerms {
+  at::Tensor pointwise, slope;
+};
+
+JsdTerms jsdTerms(const at::Tensor& s, const at::Tensor& t, const JsdOptions& o, bool withSlope) {
+  JsdTerms out;
+  if (o.beta == 0.0) {
+    out.pointwise = weightedByProbabilities(t, t - s);
+    if (withSlope) out.slope = t.exp().neg_();
+  } else if (o.beta == 1.0) {
+    out.pointwise = weightedByProbabilities(s, s - t);
+    if (withSlope) out.slope = weightedByProbabilities(s, s - t + 1.0);
+  } else {
+    const at::Tensor m = at::logaddexp(s + static_cast<float>(std::log1p(-o.beta)), t + static_cast<float>(std::log(o.beta)));
+    out.pointwise = weightedByProbabilities(t, t - m).mul_(o.beta).add_(weightedByProbabilities(s, s - m).mul_(1.0 - o.beta));
+    if (withSlope) out.slope = weightedByProbabilities(s, s - m).mul_(1.0 - o.beta);
+  }
+  if (o.pointwiseClip >= 0) {
+    if (withSlope) out.slope.masked_fill_(out.pointwise > o.pointwiseClip, 0.0);
+    out.pointwise.clamp_max_(o.pointwiseClip);
+  }
+  return out;
+}
+
+struct GeneralizedJsd : public torch::autograd::Function<GeneralizedJsd> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& student, const at::Tensor& teacher,
+                            const JsdOptions* options, const VocabShard* shard) {
+    const double scale = 1.0 / options->temperature;
+    SoftmaxStatistics s = softmaxStatistics({student, teacher}, *shard, scale);
+    // Per row, the divergence and the sum of the slopes its backward needs: one all-reduce.
+    at::Tensor sums = at::empty({2, student.size(0)}, s.max.options());
+    forEachBlock(student, *shard, [&](int64_t a, int64_t b) {
+      JsdTerms terms = jsdTerms(logSoftmaxBlock(student, s.max[0], s.logSumExp[0], a, b, scale),
+                                logSoftmaxBlock(teacher, s.max[1], s.logSumExp[1], a, b, scale), *options, true);
+      sums[0].slice(0, a, b).copy_(terms.pointwise.sum(1));
+      sums[1].slice(0, a, b).copy_(terms.slope.sum(1));
+    });
+    reduceOverGroup(*shard, sums, backends::ReduceOp::kSum, "vocab-parallel generalized JSD");
+    keepShard(ctx, *shard);
+    ctx->saved_data["beta"] = options->beta;
+    ctx->saved_data["temperature"] = options->temperature;
+    ctx->saved_data["clip"] = options->pointwiseClip;
+    ctx->save_for_backward({student, teacher, s.max, s.logSumExp, sums[1]});
+    return sums[0].clone();  // a caller may mask it in place
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto v = ctx->get_saved_variables();
+    const at::Tensor &student = v[0], &teacher = v[1], &max = v[2], &logSumExp = v[3], &slopeSum = v[4];
+    const VocabShard shard = shardOf(ctx);
+    const JsdOptions o{.beta = ctx->saved_data["beta"].toDouble(),
+                       .temperature = ctx->saved_data["temperature"].toDouble(),
+                       .pointwiseClip = ctx->saved_data["clip"].toDouble()};
+    const double scale = 1.0 / o.temperature;
+    at::Tensor g = grads[0].to(at::kFloat).mul(scale).unsqueeze(1);
+    at::Tensor undefined = undefinedRows(max[0]).logical_or(undefinedRows(max[1]));
+    at::Tensor out = at::empty_like(student);
+    forEachBlock(student, shard, [&](int64_t a, int64_t b) {
+      at::Tensor s = logSoftmaxBlock(student, max[0], logSumExp[0], a, b, scale);
+      JsdTerms terms = jsdTerms(s, logSoftmaxBlock(teacher, max[1], logSumExp[1], a, b, scale), o, true);
+      at::Tensor block = terms.slope.sub_(s.exp_().mul_(slopeSum.slice(0, a, b).unsqueeze(1)));
+      out.slice(0, a, b).copy_(block.mul_(g.slice(0, a, b)).masked_fill_(undefined.slice(0, a, b), 0.0));
+    });
+    return {out, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
 }  // namespace
 
 at::Tensor vocabParallelLogprobs(const at::Tensor& logits, const at::Tensor& labels, const VocabShard& shard) {
@@ -230,6 +312,11 @@ at::Tensor vocabParallelEntropy(const at::Tensor& logits, const VocabShard& shar
 at::Tensor vocabParallelKl(const at::Tensor& student, const at::Tensor& teacher, bool reverse,
                            const VocabShard& shard) {
   return KlDivergence::apply(student, teacher, reverse, &shard);
+}
+
+at::Tensor vocabParallelGeneralizedJsd(const at::Tensor& student, const at::Tensor& teacher, const JsdOptions& options,
+                                       const VocabShard& shard) {
+  return GeneralizedJsd::apply(student, teacher.detach(), &options, &shard);
 }
 
 }  // namespace loom::worker

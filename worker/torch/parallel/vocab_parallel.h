@@ -38,4 +38,17 @@ at::Tensor vocabParallelEntropy(const at::Tensor& logits, const VocabShard& shar
 at::Tensor vocabParallelKl(const at::Tensor& student, const at::Tensor& teacher, bool reverse,
                            const VocabShard& shard);
 
+// DeepSpeed 0.19.8's generalized Jensen-Shannon divergence (runtime/rollout/opsd.py) per row, fp32
+// [N]: both logits divided by `temperature`, then with M = (1 - beta) p_student + beta p_teacher,
+// beta KL(teacher || M) + (1 - beta) KL(student || M); beta 0 is KL(teacher || student), beta 1
+// KL(student || teacher). With clip > 0 each vocabulary entry's term is capped at it before the
+// row's sum (pointwise_clip). The gradient flows to the student only: the teacher is a target.
+struct JsdOptions {
+  double beta = 0.5;
+  double temperature = 1.0;
+  double pointwiseClip = -1;  // < 0: none
+};
+at::Tensor vocabParallelGeneralizedJsd(const at::Tensor& student, const at::Tensor& teacher, const JsdOptions& options,
+                                       const VocabShard& shard);
+
 }  // namespace loom::worker

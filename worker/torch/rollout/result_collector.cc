@@ -16,7 +16,8 @@ bool ResultCollector::onToken(const TokenEvent& e, Clock::time_point now) {
     out.id = p.id;
     out.order = p.line;
     out.sample = e.sample;
-    out.promptTokens = promptTokens_.at(e.request);
+    out.promptTokenIds = promptTokens_.at(e.request);
+    out.reference = p.reference;
     if (tokenizer_) s.text.emplace(*tokenizer_, p.sampling.stop);
     s.arrival = arrival_.at(e.request);
     out.timeToFirstTokenS = seconds(now - s.arrival);

@@ -25,9 +25,9 @@ class ResultCollector {
   ResultCollector(const std::vector<rollout::PromptLine>& prompts, const data::HfTokenizer* tokenizer)
       : prompts_(prompts), tokenizer_(tokenizer) {}
 
-  void addRequest(rollout::RequestId id, size_t line, int64_t promptTokens, Clock::time_point arrival) {
+  void addRequest(rollout::RequestId id, size_t line, std::vector<int64_t> promptTokenIds, Clock::time_point arrival) {
     lineOf_[id] = line;
-    promptTokens_[id] = promptTokens;
+    promptTokens_[id] = std::move(promptTokenIds);
     arrival_[id] = arrival;
   }
   // Records a drawn token; true when a stop string of the request now ends the sample's text.
@@ -48,7 +48,7 @@ class ResultCollector {
   const std::vector<rollout::PromptLine>& prompts_;
   const data::HfTokenizer* tokenizer_;
   std::map<rollout::RequestId, size_t> lineOf_;
-  std::map<rollout::RequestId, int64_t> promptTokens_;
+  std::map<rollout::RequestId, std::vector<int64_t>> promptTokens_;
   std::map<rollout::RequestId, Clock::time_point> arrival_;
   std::map<std::pair<rollout::RequestId, int>, Sample> samples_;
   rollout::LatencyStats latency_;

@@ -48,7 +48,7 @@ void ServeLoop::admit(rollout::RolloutInbox::Submission submission) {
   rollout::ServedPrompt& p = submission.prompt;
   auto ids = rollout::promptTokenIds(p.isText, p.text, std::move(p.tokenIds), p.sampling, options_.tokenizer);
   if (!ids.isOk()) return submission.sink->failed(ids.status());
-  const int64_t promptTokens = static_cast<int64_t>(ids->size());
+  const std::vector<int64_t> promptTokenIds = *ids;
   auto id = engine_.addRequest(std::move(*ids), p.sampling, options_.seed + admitted_++);
   if (!id.isOk()) return submission.sink->failed(id.status());
   const size_t n = static_cast<size_t>(p.sampling.n);
@@ -58,7 +58,7 @@ void ServeLoop::admit(rollout::RolloutInbox::Submission submission) {
   s.lastToken.assign(n, s.arrival);
   if (options_.tokenizer)
     for (auto& text : s.texts) text.emplace(*options_.tokenizer, p.sampling.stop);
-  s.sink->accepted(promptTokens, version_);
+  s.sink->accepted(promptTokenIds, version_);
   requestOf_[s.handle] = *id;
   served_.emplace(*id, std::move(s));
 }
