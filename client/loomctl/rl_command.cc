@@ -172,6 +172,7 @@ StatusOr<std::optional<double>> LoopRunner::score(const std::string& results, co
     RETURN_IF_ERROR(runScorer(loop_.scorer, results, scores, dir + "/scorer.log"));
     RETURN_IF_ERROR(rollout::applyScoresFile(samples, scores));
     spec["data"]["rewards"] = scores;
+    spec["data"].erase("reward");  // the scorer takes the rule's place
   } else if (const json reward = train_["data"].value("reward", json()); !reward.is_null()) {
     ASSIGN_OR_RETURN(const planner::RewardRule rule, planner::parseRewardRule(reward));
     RETURN_IF_ERROR(rollout::applyRewardRule(samples, rule));

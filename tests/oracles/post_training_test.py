@@ -6,8 +6,9 @@ references written from the formulas and DeepSpeed 0.19.8's own opsd.py:
     against a hand-written PyTorch step of the same formula on transformers' model: the loss
     within 1e-6 and every weight after the AdamW step within 1e-6 (its large eps makes the update
     follow the gradient, so the gradients are what is compared);
-  - the OPSD JSD loss with a teacher from other weights, on 1 rank: the loss against
-    generalized_jsd_loss on transformers' logits, and the weights after the step;
+  - the OPSD JSD loss with a teacher from other weights, on 1 rank and at tensor parallel 2 (the
+    logits split by vocabulary): the loss against generalized_jsd_loss on transformers' logits,
+    and the weights after the step;
   - bad rollout data: the job fails naming the file, the line and what is wrong.
 
   python3 tests/oracles/post_training_test.py --bin build/bin
@@ -96,14 +97,14 @@ def policy_gradient_terms(lines):
     return loss_fn
 
 
-def loom_train(bin_dir, work, name, ranks, stage, data, model_dir, loss, expect_failure=False):
+def loom_train(bin_dir, work, name, ranks, stage, data, model_dir, loss, expect_failure=False, tp=1):
     spec = {"name": name, "kind": "train", "resources": {"ranks": ranks},
             "model": {"config": model_dir + "/config.json", "weights": model_dir},
             "data": {"train": data, "format": "rollout", "seq_len": SEQ_LEN},
             "train": {"steps": 1, "checkpoint_dir": os.path.join(work, name + "-ckpt"), "loss": loss},
             "deepspeed": {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 1,
                           "gradient_clipping": 0,
-                          "zero_optimization": {"stage": stage},
+                          "zero_optimization": {"stage": stage}, "tensor_parallel": {"autotp_size": tp},
                           "optimizer": {"type": "AdamW", "params": {"lr": LR, "eps": EPS, "weight_decay": 0.0,
                                                                     "torch_adam": True}}}}
     path = os.path.join(work, name + ".json")
@@ -174,6 +175,10 @@ def distillation(bin_dir, work, model_dir, initial):
     metrics, weights, _ = loom_train(bin_dir, work, "jsd-1rank", 1, 0, data, model_dir, loss)
     compare("OPSD JSD against DeepSpeed's generalized_jsd_loss, 1 rank", metrics, weights, reference_loss,
             reference_weights, initial)
+    # Tensor parallel 2: student and teacher split by vocabulary, the divergence vocabulary-parallel.
+    metrics, weights, _ = loom_train(bin_dir, work, "jsd-tp2", 2, 0, data, model_dir, loss, tp=2)
+    compare("OPSD JSD, tensor parallel 2 (vocabulary-parallel)", metrics, weights, reference_loss, reference_weights,
+            initial)
 
 
 def bad_data(bin_dir, work, model_dir):

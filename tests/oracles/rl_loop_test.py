@@ -8,8 +8,9 @@ policy-gradient steps (GRPO advantages, PPO clipping) from the last iteration's 
 loads the new weights into the rollout job. Checked: the mean reward rises from at most 0.25 to at
 least 0.8 within 6 iterations; iteration i's samples come from weights version i - 1 and its update
 loads version i; every train job is a job like any other (succeeded, with its loss); afterwards
-the served job answers greedily with the target at the version of the last update. And bad loop
-files are refused naming the field.
+the served job answers greedily with the target at the version of the last update. A user's
+scorer (a Python script run by loomctl, never inside a rank) scores instead of the rule; a scorer
+that fails stops the loop naming its log; bad loop files are refused naming the field.
 
   python3 tests/oracles/rl_loop_test.py --bin build/bin
 """
@@ -81,12 +82,15 @@ def main():
             check([it.get("rollout_weights_version") for it in iterations] == list(range(ITERATIONS)) and
                   [it.get("weights_version") for it in iterations] == list(range(1, ITERATIONS + 1)),
                   "iteration i samples from weights version i - 1 and loads version i into the rollout job")
-            states = []
+            states, losses = [], []
             for it in iterations:
                 got = plane.ctl("get", it["train_job"], "-o", "json")
-                states.append(json.loads(got.stdout).get("state") if got.returncode == 0 else got.stderr)
-            check(states == ["SUCCEEDED"] * ITERATIONS and all(it["loss"] != 0 for it in iterations),
-                  f"each iteration's train job is a job like any other, succeeded with its loss: {states}")
+                job_json = json.loads(got.stdout) if got.returncode == 0 else {}
+                states.append(job_json.get("state", got.stderr))
+                losses.append(job_json.get("metrics", {}).get("loss"))
+            check(states == ["SUCCEEDED"] * ITERATIONS and None not in losses and
+                  losses == [it["loss"] for it in iterations],
+                  f"each iteration's train job is a job like any other, succeeded with its loss: {states} {losses}")
             answer = plane.ctl("generate", job, "--token-ids", "1,2," + str(MARKER), "-o", "json", "--sampling",
                                json.dumps({"temperature": 0, "max_tokens": 1}))
             responses = [json.loads(line) for line in answer.stdout.splitlines() if line.strip()]
@@ -94,6 +98,32 @@ def main():
             versions = {int(x.get("weights_version", 0)) for x in responses}
             check(tokens == [TARGET] and versions == {ITERATIONS},
                   f"the served job now answers {tokens} (target {TARGET}) at weights version {versions}")
+
+            # A user's scorer, run by loomctl on this machine: its rewards are what the train job reads.
+            scorer = os.path.join(work, "score.py")
+            with open(scorer, "w") as f:
+                f.write("import json, sys\n"
+                        "with open(sys.argv[2], 'w') as out:\n"
+                        "    for line in open(sys.argv[1]):\n"
+                        "        s = json.loads(line)\n"
+                        "        reward = 0.25 if s['token_ids'][0] == s['reference'][0] else 0.75\n"
+                        "        out.write(json.dumps({'id': s['id'], 'sample': s['sample'], 'reward': reward}) + '\\n')\n")
+            scored = write_json(os.path.join(work, "scored-loop.json"), {
+                "name": "rl-scored", "rollout_job": job, "prompts": prompts, "train": train, "iterations": 1,
+                "sampling": {"n": 2, "max_tokens": 1, "temperature": 0}, "scorer": [sys.executable, scorer],
+                "work_dir": os.path.join(work, "scored")})
+            r = plane.ctl("rl", scored, "-o", "json", timeout=300)
+            got = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+            check(r.returncode == 0 and len(got) == 1 and got[0].get("reward_mean") == 0.25 and
+                  got[0].get("weights_version") == 1,
+                  f"a scorer's rewards are used (greedy answers are all the target: reward 0.25): {got} "
+                  f"{r.stderr.strip()[-300:]}")
+            failing = write_json(os.path.join(work, "failing-loop.json"), {
+                "rollout_job": job, "prompts": prompts, "train": train, "iterations": 1, "sampling": {"max_tokens": 1},
+                "scorer": [sys.executable, "-c", "raise SystemExit(3)"], "work_dir": os.path.join(work, "failing")})
+            r = plane.ctl("rl", failing)
+            check(r.returncode != 0 and "ended with exit code 3; its output is in" in r.stderr,
+                  f"a scorer that fails stops the loop, saying where its output is: {r.stderr.strip()}")
 
             bad = write_json(os.path.join(work, "bad-loop.json"), {"rollout_job": job, "prompts": prompts,
                                                                    "train": train, "iterations": 0})
