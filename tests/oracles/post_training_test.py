@@ -2,7 +2,8 @@
 references written from the formulas and DeepSpeed 0.19.8's own opsd.py:
 
   - policy gradient: one step of PPO's clipped surrogate with GRPO advantages on a fixed rollout
-    batch (behaviour logprobs, rewards per sample) on 2 ranks at ZeRO 0 and at ZeRO 3, each
+    batch (behaviour logprobs, rewards per sample) on 2 ranks at ZeRO 0 and at ZeRO 3, and on 1 rank
+    with the CPU kernel plugin's fused logprobs, each
     against a hand-written PyTorch step of the same formula on transformers' model: the loss
     within 1e-6 and every weight after the AdamW step within 1e-6 (its large eps makes the update
     follow the gradient, so the gradients are what is compared);
@@ -97,7 +98,7 @@ def policy_gradient_terms(lines):
     return loss_fn
 
 
-def loom_train(bin_dir, work, name, ranks, stage, data, model_dir, loss, expect_failure=False, tp=1):
+def loom_train(bin_dir, work, name, ranks, stage, data, model_dir, loss, expect_failure=False, tp=1, plugin=None):
     spec = {"name": name, "kind": "train", "resources": {"ranks": ranks},
             "model": {"config": model_dir + "/config.json", "weights": model_dir},
             "data": {"train": data, "format": "rollout", "seq_len": SEQ_LEN},
@@ -107,6 +108,8 @@ def loom_train(bin_dir, work, name, ranks, stage, data, model_dir, loss, expect_
                           "zero_optimization": {"stage": stage}, "tensor_parallel": {"autotp_size": tp},
                           "optimizer": {"type": "AdamW", "params": {"lr": LR, "eps": EPS, "weight_decay": 0.0,
                                                                     "torch_adam": True}}}}
+    if plugin:
+        spec["kernels"] = {"plugins": [plugin]}
     path = os.path.join(work, name + ".json")
     with open(path, "w") as f:
         json.dump(spec, f)
@@ -151,6 +154,12 @@ def policy_gradient(bin_dir, work, model_dir, initial):
               f"{[l for l in log.splitlines() if l.startswith('rollout data')]}")
         clipped = metrics.get("pg_clip_fraction", -1)
         check(0 < clipped < 1, f"ZeRO {stage}: some tokens' ratios were clipped (pg_clip_fraction {clipped:.3f})")
+    # One rank with the CPU kernel plugin, whose fused logprobs take the ignored labels' rows too.
+    plugin = os.path.join(os.path.dirname(bin_dir), "lib", "libloom_kernels_cpu.so")
+    metrics, weights, log = loom_train(bin_dir, work, "pg-plugin", 1, 0, data, model_dir, loss, plugin=plugin)
+    compare("policy gradient, 1 rank, the CPU kernel plugin's logprobs", metrics, weights, reference_loss,
+            reference_weights, initial)
+    check("cpu ops: loom-cpu (all)" in log, "the plugin ran the ops")
 
 
 def distillation(bin_dir, work, model_dir, initial):

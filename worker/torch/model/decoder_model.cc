@@ -440,7 +440,12 @@ at::Tensor DecoderModel::crossEntropy(const at::Tensor& logits, const at::Tensor
 }
 
 at::Tensor DecoderModel::tokenLogprobs(const at::Tensor& logits, const at::Tensor& labels) {
-  if (pluginLosses(*shards_.tp)) return ops().logprobs(logits, labels);
+  if (pluginLosses(*shards_.tp)) {
+    // The op table's logprobs knows no ignored label: those rows ask for token 0 and are then
+    // zeroed, which also zeroes their gradient.
+    const at::Tensor ignored = labels == -100;
+    return ops().logprobs(logits, labels.masked_fill(ignored, 0)).masked_fill(ignored, 0.0);
+  }
   return vocabParallelLogprobs(logits, labels, vocabShard());
 }
 
