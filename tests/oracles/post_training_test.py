@@ -15,11 +15,9 @@ references written from the formulas and DeepSpeed 0.19.8's own opsd.py:
   python3 tests/oracles/post_training_test.py --bin build/bin
 """
 import argparse
-import glob
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 import tempfile
 
@@ -31,7 +29,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
-from parity_test import check, exit_code, save_model  # noqa: E402
+from parity_test import check, exit_code, loom_run, save_model  # noqa: E402
 
 SEQ_LEN, LR, EPS, CLIP_LOW, CLIP_HIGH = 24, 1e-2, 1.0, 0.2, 0.28
 
@@ -110,20 +108,10 @@ def loom_train(bin_dir, work, name, ranks, stage, data, model_dir, loss, expect_
                                                                     "torch_adam": True}}}}
     if plugin:
         spec["kernels"] = {"plugins": [plugin]}
-    path = os.path.join(work, name + ".json")
-    with open(path, "w") as f:
-        json.dump(spec, f)
-    state = os.path.join(work, name + "-state")
-    r = subprocess.run([os.path.join(bin_dir, "loomctl"), "run", path, "--state-dir", state],
-                       capture_output=True, text=True, timeout=300)
-    logs = sorted(glob.glob(os.path.join(state, "jobs", "*", "attempt-1", "rank-0.log")))
-    log = open(logs[0]).read() if logs else ""
+    log = loom_run(bin_dir, spec, work, name, expect_failure)
     if expect_failure:
-        check(r.returncode != 0, f"{name}: the job fails")
-        return r.stdout + r.stderr + log
-    if r.returncode != 0:
-        print(r.stdout, r.stderr, log, sep="\n", file=sys.stderr)
-        raise SystemExit(f"loomctl run {name}: exit {r.returncode}")
+        return log
+    state = os.path.join(work, name + "-state")  # where loom_run keeps the job's state
     with sqlite3.connect(os.path.join(state, "planner", "planner.db")) as db:
         metrics = dict(db.execute("SELECT name, value FROM metrics WHERE step = 1 AND rank = 0"))
     weights = load_file(os.path.join(work, name + "-ckpt", "global_step1", "model.safetensors"))

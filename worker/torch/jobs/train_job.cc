@@ -49,6 +49,9 @@ class Trainer final : public JobRunner {
   // by the step's count of them over every data-parallel rank. Returns the step's loss, summed
   // over the ranks, and adds its statistics to `metrics`.
   StatusOr<double> responseMicroBatches(double scale, std::map<std::string, double>& metrics, at::Tensor& auxSum);
+  // The micro-batches of a step on a token file: each the mean loss over its labels, the step's the
+  // mean over micro-batches and ranks, which it returns. The load-balancing losses add to auxSum.
+  StatusOr<double> tokenMicroBatches(double scale, at::Tensor& auxSum);
   // The samples of micro-batch m of this step on this rank.
   std::vector<int64_t> microBatchSamples(int64_t m);
   // MoE models: the experts' load over the step (rows per expert, max, min, max over mean) and
@@ -238,44 +241,21 @@ Status Trainer::resume() {
 
 Status Trainer::trainStep() {
   const auto started = Clock::now();
-  const int64_t gas = ds_.gradientAccumulationSteps, seq = spec_.data.seqLen;
-  const int dpSize = samplesGroup().size(), spSize = sp().size();
+  const int64_t seq = spec_.data.seqLen;
   const double scale = scaler_.scale();
-  const at::Device device = built_.model->device();
   zero_->zeroGradients();
   built_.model->takeExpertLoad();  // what evaluation between steps routed is not the step's load
   using Metrics = std::map<std::string, double>;
   Metrics dataMetrics;
-  at::Tensor lossSum, auxSum;
-  double loss = 0, tokens = static_cast<double>(ds_.trainBatchSize * seq);
+  at::Tensor auxSum;
+  double loss = 0;
   if (responses_) {
     ASSIGN_OR_RETURN(loss, responseMicroBatches(scale, dataMetrics, auxSum));
-    tokens = dataMetrics["input_tokens"];
+  } else {
+    ASSIGN_OR_RETURN(loss, tokenMicroBatches(scale, auxSum));
   }
-  // Summed on the device: reading each micro-batch's loss would stop the host until the GPU
-  // catches up, before it could queue the backward.
-  for (int64_t m = 0; m < gas && !responses_; ++m) {
-    const TokenBatch batch = train_->batch(microBatchSamples(m), spec_.data.packDocuments, sp().rank(), spSize);
-    // This rank's part of the micro-batch's mean loss, weighted by its share of the labels: over
-    // the sequence-parallel group the parts add up to the mean over the whole samples.
-    at::Tensor part = built_.model->loss(batch.inputs.to(device), batch.labels.to(device), batch.layout.to(device)) *
-                      batch.share();
-    lossSum = lossSum.defined() ? lossSum + part.detach().to(at::kDouble) : part.detach().to(at::kDouble);
-    if (const at::Tensor& aux = built_.model->auxLoss(); aux.defined())
-      auxSum = auxSum.defined() ? auxSum + aux.detach().to(at::kDouble) : aux.detach().to(at::kDouble);
-    // DeepSpeed scales by 1 / gradient_accumulation_steps: the step's gradient is the mean. The
-    // gradients are averaged over dp x sp, where the parts over sp are to be summed: hence x sp.
-    (part * (scale * spSize / static_cast<double>(gas))).backward();
-    RETURN_IF_ERROR(zero_->accumulate());
-  }
+  const double tokens = responses_ ? dataMetrics["input_tokens"] : static_cast<double>(ds_.trainBatchSize * seq);
   at::NoGradGuard noGrad;
-  if (!responses_) loss = lossSum.item<double>() / static_cast<double>(gas);
-  if (!responses_ && dp().size() > 1) {
-    // Summed over the sequence-parallel parts, averaged over the data-parallel replicas.
-    at::Tensor lossTensor = at::tensor({loss}, at::kDouble).to(device);
-    RETURN_IF_ERROR(dp().allReduce(lossTensor, ReduceOp::kSum)->wait().withContext("loss all-reduce"));
-    loss = lossTensor.item<double>() / dpSize;
-  }
   ASSIGN_OR_RETURN(Metrics moeMetrics, mixtureOfExpertsMetrics(auxSum));
   ASSIGN_OR_RETURN(const double gradNorm, zero_->reduce(scale));
   const bool overflow = ds_.precision == planner::Precision::kFp16 && !std::isfinite(gradNorm);
@@ -335,6 +315,38 @@ std::vector<int64_t> Trainer::microBatchSamples(int64_t m) {
   std::vector<int64_t> samples;
   for (int64_t i = 0; i < micro; ++i) samples.push_back(order_->sampleAt(start + i));
   return samples;
+}
+
+StatusOr<double> Trainer::tokenMicroBatches(double scale, at::Tensor& auxSum) {
+  const int64_t gas = ds_.gradientAccumulationSteps;
+  const int dpSize = samplesGroup().size(), spSize = sp().size();
+  const at::Device device = built_.model->device();
+  // Summed on the device: reading each micro-batch's loss would stop the host until the GPU
+  // catches up, before it could queue the backward.
+  at::Tensor lossSum;
+  for (int64_t m = 0; m < gas; ++m) {
+    const TokenBatch batch = train_->batch(microBatchSamples(m), spec_.data.packDocuments, sp().rank(), spSize);
+    // This rank's part of the micro-batch's mean loss, weighted by its share of the labels: over
+    // the sequence-parallel group the parts add up to the mean over the whole samples.
+    at::Tensor part = built_.model->loss(batch.inputs.to(device), batch.labels.to(device), batch.layout.to(device)) *
+                      batch.share();
+    lossSum = lossSum.defined() ? lossSum + part.detach().to(at::kDouble) : part.detach().to(at::kDouble);
+    if (const at::Tensor& aux = built_.model->auxLoss(); aux.defined())
+      auxSum = auxSum.defined() ? auxSum + aux.detach().to(at::kDouble) : aux.detach().to(at::kDouble);
+    // DeepSpeed scales by 1 / gradient_accumulation_steps: the step's gradient is the mean. The
+    // gradients are averaged over dp x sp, where the parts over sp are to be summed: hence x sp.
+    (part * (scale * spSize / static_cast<double>(gas))).backward();
+    RETURN_IF_ERROR(zero_->accumulate());
+  }
+  at::NoGradGuard noGrad;
+  double loss = lossSum.item<double>() / static_cast<double>(gas);
+  if (dp().size() > 1) {
+    // Summed over the sequence-parallel parts, averaged over the data-parallel replicas.
+    at::Tensor lossTensor = at::tensor({loss}, at::kDouble).to(device);
+    RETURN_IF_ERROR(dp().allReduce(lossTensor, ReduceOp::kSum)->wait().withContext("loss all-reduce"));
+    loss = lossTensor.item<double>() / dpSize;
+  }
+  return loss;
 }
 
 StatusOr<double> Trainer::responseMicroBatches(double scale, std::map<std::string, double>& metrics,
