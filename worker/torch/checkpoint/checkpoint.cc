@@ -133,7 +133,10 @@ Status saveCheckpoint(const std::string& dir, int64_t step, const CheckpointCont
   // checkpoint is then never published and the attempt fails with this rank's error.
   RETURN_IF_ERROR(barrier(comm, "checkpoint: waiting for every rank's files"));
   if (!written.isOk()) {
-    if (rank == 0 && files::exists(tmp)) files::removeAll(tmp);  // what did fit goes; `latest` stays
+    if (rank == 0 && files::exists(tmp)) {  // what did fit goes; `latest` stays
+      if (Status removed = files::removeAll(tmp); !removed.isOk())
+        std::fprintf(stderr, "warning: %s\n", removed.message().c_str());
+    }
     return written.code() == StatusCode::kResourceExhausted ? written
                                                              : written.withContext(fmt::format("checkpoint {}", tag));
   }

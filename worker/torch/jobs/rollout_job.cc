@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "common/files.h"
 #include "common/human_bytes.h"
 #include "worker/checkpoint/manifest.h"
+#include "worker/checkpoint/safetensors_reader.h"
 #include "worker/data/hf_tokenizer.h"
 #include "worker/rollout/generation_config.h"
 #include "worker/rollout/prompts_file.h"
@@ -59,7 +61,13 @@ StatusOr<std::string> reloadWeights(DecoderModel& model, const std::string& dir)
     tagDir = dir + "/" + *tag;
   }
   if (files::exists(tagDir + "/manifest.json")) {
-    if (Status whole = checkpoint::checkManifest(tagDir); !whole.isOk()) return where(whole);
+    // The weights' files only: a train job's tag also holds the optimizer state, several times their size.
+    auto model = checkpoint::modelFiles(tagDir);
+    if (!model.isOk()) return where(model.status());
+    std::vector<std::string> read;
+    for (const std::string& file : *model) read.push_back(std::filesystem::path(file).filename().string());
+    if (files::exists(tagDir + "/model.safetensors.index.json")) read.push_back("model.safetensors.index.json");
+    if (Status whole = checkpoint::checkManifest(tagDir, read); !whole.isOk()) return where(whole);
   }
   auto weights = loadSafetensors(tagDir);
   if (!weights.isOk()) return where(weights.status());

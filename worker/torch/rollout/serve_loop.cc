@@ -98,6 +98,7 @@ void ServeLoop::advanceUpdates() {
     }
     rollout::WeightsOrder done = std::move(order);
     updates_.pop_front();
+    const Clock::time_point start = Clock::now();
     auto loaded = options_.loadWeights(done.dir);
     if (!loaded.isOk()) {
       done.reply(loaded.status());
@@ -105,7 +106,8 @@ void ServeLoop::advanceUpdates() {
     }
     version_ = done.version > 0 ? done.version : version_ + 1;
     source_ = *loaded;
-    std::printf("rollout: weights version %lld from %s\n", static_cast<long long>(version_), source_.c_str());
+    std::printf("rollout: weights version %lld from %s in %.2f s\n", static_cast<long long>(version_),
+                source_.c_str(), seconds(Clock::now() - start));
     std::fflush(stdout);
     done.reply(statusView());
   }
