@@ -20,6 +20,7 @@ loopback, a CPU rank), driven by `loomctl generate` and `loomctl rollout` agains
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +38,15 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast  # noqa: 
 import parity_test  # noqa: E402
 from parity_test import check  # noqa: E402
 from rollout_test import BLOCK_BYTES, hf_greedy, prompts_of, train_tokenizer  # noqa: E402
+
+
+def flip_byte(path, offset=-100):
+    """Changes one byte near the end of `path` (inside the tensor data, past the header)."""
+    with open(path, "r+b") as f:
+        f.seek(offset, os.SEEK_END)
+        b = f.read(1)
+        f.seek(offset, os.SEEK_END)
+        f.write(bytes([b[0] ^ 0xFF]))
 
 
 def free_port():
@@ -253,6 +263,15 @@ def run(bin_dir, work):
         check(tokens_of(got) == hf_greedy(trained, prompts[4], 20) and versions_of(got) == {7},
               "UpdateWeights --from-job: tokens equal transformers' on the checkpoint, version 7")
         check(tokens_of(got) != hf_greedy(b, prompts[4], 20), "the trained weights differ from the ones before")
+        # An update reads and checks the weights' files only: damage to the optimizer state is not its concern,
+        # damage to the weights is refused by name (below, with the other refusals).
+        damaged = os.path.join(work, "damaged-step3")
+        shutil.copytree(os.path.join(checkpoints, "global_step3"), damaged)
+        flip_byte(os.path.join(damaged, "optimizer.safetensors"))
+        r = plane.ctl("rollout", "reload", job, "--from", damaged, "--version", "7", "-o", "json")
+        check(r.returncode == 0, f"UpdateWeights from a tag whose optimizer state is damaged loads its weights "
+                                 f"({r.stderr.strip()})")
+        flip_byte(os.path.join(damaged, "model.safetensors"))
 
         # 3. Pause, then an update that aborts the stream in flight; cancel frees blocks.
         paused = json.loads(plane.ctl("rollout", "pause", job, "-o", "json").stdout)
@@ -317,6 +336,8 @@ def run(bin_dir, work):
                 "tensor model.norm.weight has shape [128], the model's config wants [64]")
         refused("weights of another model", ["rollout", "reload", job, "--from", wrong],
                 "is not a parameter of this llama model")
+        refused("a checkpoint whose weights are damaged", ["rollout", "reload", job, "--from", damaged],
+                os.path.join(damaged, "model.safetensors") + ": CRC-32 does not match the manifest")
         after = plane.status(job)
         check(after["weights_version"] == before["weights_version"] and after["weights_source"] == before["weights_source"],
               "refused weights: the old ones keep serving (same version and source)")
