@@ -142,7 +142,12 @@ ExitInfo decodeWaitStatus(int status) {
   return info;
 }
 
+bool isPreemption(const ExitInfo& exit) {
+  return exit.signal == SIGTERM || (exit.signal == 0 && exit.exitCode == kExitPreempted);
+}
+
 std::string describeExit(const ExitInfo& exit) {
+  if (exit.signal == 0 && exit.exitCode == kExitPreempted) return "preempted: stopped after SIGTERM";
   if (exit.signal != 0) {
     const char* abbrev = sigabbrev_np(exit.signal);
     return std::string("killed by ") + (abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(exit.signal));

@@ -38,6 +38,13 @@ struct ExitInfo {
 ExitInfo decodeWaitStatus(int status);
 std::string describeExit(const ExitInfo& exit);  // "exit code 3", "killed by SIGKILL"
 
+// A rank's exit status after SIGTERM when it stopped on its own: a train rank writes a checkpoint
+// first. 75 is sysexits' EX_TEMPFAIL: the work is not done, and may be tried again.
+constexpr int kExitPreempted = 75;
+// A rank that was preempted: it exited kExitPreempted, or SIGTERM ended it (a job kind that has
+// nothing to save keeps SIGTERM's default action).
+bool isPreemption(const ExitInfo& exit);
+
 // Pids of live processes whose environment has NAME=VALUE (for finding a job's processes).
 std::vector<int> findByEnv(const std::string& name, const std::string& value);
 

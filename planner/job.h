@@ -31,6 +31,7 @@ struct RankStatus {
   int signal = 0;
   std::string detail;
   int64_t step = 0;
+  bool preempted = false;      // ended by a preemption (process::isPreemption), not a failure
   std::string serviceAddress;  // a served rollout's rank 0: where the planner routes RolloutService calls
 };
 
@@ -59,7 +60,9 @@ struct JobRecord {
   JobState state = JobState::kPending;
   std::string reason;
   int attempt = 0;   // 0 until first placed
-  int restarts = 0;
+  int restarts = 0;        // relaunches counted against spec.maxRestarts
+  int preemptions = 0;     // attempts ended by a preemption (relaunched without counting, spec.restartOnPreemption)
+  int preemptedAttempt = 0;  // the last attempt a preemption ended: its relaunch does not count
   int64_t createTimeMs = 0;
   int64_t updateTimeMs = 0;
   std::vector<RankStatus> ranks;  // of the current attempt

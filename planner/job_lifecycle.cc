@@ -73,11 +73,11 @@ LifecycleEffects JobLifecycle::applyRankReport(JobRecord& job, const RankReport&
       rank.exitCode = report.exitCode;
       rank.signal = report.signal;
     }
-    evaluate(job, "", nowMs, out);
+    evaluate(job, {}, nowMs, out);
     return out;
   }
 
-  std::string failure;
+  AttemptEnd ended;
   switch (report.event) {
     case RankEvent::kStarted:
       break;
@@ -100,9 +100,10 @@ LifecycleEffects JobLifecycle::applyRankReport(JobRecord& job, const RankReport&
         rank.state = RankState::kSucceeded;
       } else {
         rank.state = RankState::kFailed;
+        rank.preempted = process::isPreemption(exit);
         rank.detail = process::describeExit(exit);
         if (!report.detail.empty()) rank.detail += " (" + report.detail + ")";
-        failure = describeRank(rank) + " " + rank.detail;
+        ended = {.why = describeRank(rank) + " " + rank.detail, .preempted = rank.preempted};
       }
       break;
     }
@@ -110,11 +111,11 @@ LifecycleEffects JobLifecycle::applyRankReport(JobRecord& job, const RankReport&
     case RankEvent::kLaunchFailed:
       rank.state = RankState::kFailed;
       rank.detail = report.detail;
-      failure = describeRank(rank) + ": " + report.detail;
+      ended.why = describeRank(rank) + ": " + report.detail;
       break;
   }
   job.updateTimeMs = nowMs;
-  evaluate(job, failure, nowMs, out);
+  evaluate(job, ended, nowMs, out);
   return out;
 }
 
@@ -125,7 +126,14 @@ LifecycleEffects JobLifecycle::markRankLost(JobRecord& job, int rank, const std:
   if (isTerminal(status.state)) return out;
   status.state = RankState::kFailed;
   status.detail = why;
-  evaluate(job, describeRank(status) + ": " + why, nowMs, out);
+  evaluate(job, {.why = describeRank(status) + ": " + why}, nowMs, out);
+  return out;
+}
+
+LifecycleEffects JobLifecycle::preempt(JobRecord& job, const std::string& why, int64_t nowMs) {
+  LifecycleEffects out;
+  if (job.state == JobState::kLaunching || job.state == JobState::kRunning)
+    evaluate(job, {.why = why, .preempted = true}, nowMs, out);
   return out;
 }
 
@@ -148,40 +156,53 @@ StatusOr<LifecycleEffects> JobLifecycle::requestCancel(JobRecord& job, const std
       transition(job, JobState::kCancelling, why + "; stopping every rank", nowMs, out);
       out.stopAttempt = true;
       out.stopReason = why;
-      evaluate(job, "", nowMs, out);
+      evaluate(job, {}, nowMs, out);
       return out;
   }
   return out;
 }
 
-void JobLifecycle::evaluate(JobRecord& job, const std::string& failure, int64_t nowMs, LifecycleEffects& out) {
+void JobLifecycle::evaluate(JobRecord& job, const AttemptEnd& ended, int64_t nowMs, LifecycleEffects& out) {
   const int n = static_cast<int>(job.ranks.size());
-  int running = 0, succeeded = 0, ended = 0;
+  int running = 0, succeeded = 0, over = 0;
   for (const auto& r : job.ranks) {
     running += r.state == RankState::kRunning;
     succeeded += r.state == RankState::kSucceeded;
-    ended += isTerminal(r.state);
+    over += isTerminal(r.state);
   }
-  const bool allEnded = ended == n;
+  const bool allEnded = over == n;
 
   switch (job.state) {
     case JobState::kLaunching:
     case JobState::kRunning:
-      if (!failure.empty()) {
+      if (ended.preempted && job.spec.restartOnPreemption) {
+        job.preemptions += 1;
+        job.preemptedAttempt = job.attempt;
+        transition(job, JobState::kRestarting,
+                   fmt::format("attempt {} preempted: {}; restarting (preemption {}, not counted against "
+                               "restart.max_restarts)",
+                               job.attempt, ended.why, job.preemptions),
+                   nowMs, out);
+        out.stopAttempt = true;
+        out.stopReason = "preempted: " + ended.why;
+        break;
+      }
+      if (!ended.why.empty()) {
+        const std::string what = ended.preempted ? "preempted (restart.on_preemption is false)" : "failed";
         if (job.restarts < job.spec.maxRestarts) {
           transition(job, JobState::kRestarting,
-                     fmt::format("attempt {} failed: {}; restarting ({} of {})", job.attempt, failure,
+                     fmt::format("attempt {} {}: {}; restarting ({} of {})", job.attempt, what, ended.why,
                                  job.restarts + 1, job.spec.maxRestarts),
                      nowMs, out);
         } else {
           std::string tail = job.spec.maxRestarts == 0
                                  ? std::string("no restarts allowed")
                                  : fmt::format("all {} restarts used", job.spec.maxRestarts);
-          transition(job, JobState::kFailed, fmt::format("attempt {} failed: {}; {}", job.attempt, failure, tail),
+          transition(job, JobState::kFailed, fmt::format("attempt {} {}: {}; {}", job.attempt, what, ended.why, tail),
                      nowMs, out);
         }
         out.stopAttempt = true;
-        out.stopReason = failure;
+        out.stopReason = ended.why;
         break;
       }
       if (job.state == JobState::kLaunching && running + succeeded == n)
@@ -189,15 +210,7 @@ void JobLifecycle::evaluate(JobRecord& job, const std::string& failure, int64_t 
       if (succeeded == n)
         transition(job, JobState::kSucceeded, fmt::format("all {} ranks exited 0", n), nowMs, out);
       break;
-    case JobState::kRestarting:
-      if (allEnded) {
-        job.restarts += 1;
-        std::string previous = job.reason;
-        transition(job, JobState::kPending,
-                   fmt::format("waiting for slots to relaunch (restart {} of {})", job.restarts, job.spec.maxRestarts),
-                   nowMs, out);
-        out.needsPlacement = true;
-      }
+    case JobState::kRestarting:  // after the switch: also when the rank that ended the attempt was its last
       break;
     case JobState::kCancelling:
       if (allEnded) {
@@ -212,6 +225,18 @@ void JobLifecycle::evaluate(JobRecord& job, const std::string& failure, int64_t 
     case JobState::kFailed:
     case JobState::kCancelled:
       break;
+  }
+  if (job.state == JobState::kRestarting && allEnded) {
+    if (job.preemptedAttempt == job.attempt) {
+      transition(job, JobState::kPending,
+                 fmt::format("waiting for slots to relaunch after preemption {}", job.preemptions), nowMs, out);
+    } else {
+      job.restarts += 1;
+      transition(job, JobState::kPending,
+                 fmt::format("waiting for slots to relaunch (restart {} of {})", job.restarts, job.spec.maxRestarts),
+                 nowMs, out);
+    }
+    out.needsPlacement = true;
   }
   if (allEnded && n > 0 && job.state != JobState::kRestarting) out.attemptOver = true;
 }

@@ -20,6 +20,7 @@ struct LifecycleEffects {
 // The job state machine of ARCHITECTURE.md, as pure functions over a JobRecord:
 //   PENDING -> LAUNCHING -> RUNNING -> SUCCEEDED
 //   a failed rank -> RESTARTING (restarts left; PENDING again once all ranks ended) or FAILED
+//   a preempted rank -> RESTARTING, not counted against max_restarts (spec.restartOnPreemption)
 //   cancel -> CANCELLING -> CANCELLED (once every rank has ended)
 class JobLifecycle {
  public:
@@ -30,12 +31,21 @@ class JobLifecycle {
   static LifecycleEffects applyRankReport(JobRecord& job, const RankReport& report, int64_t nowMs);
   // A rank the planner can no longer see (its node went away): it failed.
   static LifecycleEffects markRankLost(JobRecord& job, int rank, const std::string& why, int64_t nowMs);
+  // The attempt is preempted from outside (its node is drained): every rank is stopped (SIGTERM,
+  // so that a train rank checkpoints), and the job relaunches as after a rank's own preemption.
+  // Nothing to do unless the attempt is launching or running.
+  static LifecycleEffects preempt(JobRecord& job, const std::string& why, int64_t nowMs);
   // FailedPrecondition when the job already ended.
   static StatusOr<LifecycleEffects> requestCancel(JobRecord& job, const std::string& reason, int64_t nowMs);
 
  private:
   static void transition(JobRecord& job, JobState to, std::string reason, int64_t nowMs, LifecycleEffects& out);
-  static void evaluate(JobRecord& job, const std::string& failure, int64_t nowMs, LifecycleEffects& out);
+  // `ended`: why the attempt ends, if it does (a rank failed, or was preempted).
+  struct AttemptEnd {
+    std::string why;
+    bool preempted = false;
+  };
+  static void evaluate(JobRecord& job, const AttemptEnd& ended, int64_t nowMs, LifecycleEffects& out);
 };
 
 }  // namespace loom::planner

@@ -313,6 +313,7 @@ Status parseRestart(const json& object, JobSpec* spec) {
   int64_t maxRestarts = spec->maxRestarts;
   RETURN_IF_ERROR(r.readInt("max_restarts", &maxRestarts, false, 0, 1000));
   spec->maxRestarts = static_cast<int>(maxRestarts);
+  RETURN_IF_ERROR(r.readBool("on_preemption", &spec->restartOnPreemption));
   return r.rejectUnknown();
 }
 
@@ -452,7 +453,7 @@ json JobSpec::toJson() const {
       {"name", name},
       {"kind", jobKindName(kind)},
       {"resources", {{"ranks", ranks}, {"device", deviceKindName(device)}}},
-      {"restart", {{"max_restarts", maxRestarts}}},
+      {"restart", {{"max_restarts", maxRestarts}, {"on_preemption", restartOnPreemption}}},
       {"timeouts",
        {{"grace_period_s", gracePeriodMs / 1000.0},
         {"heartbeat_timeout_s", heartbeatTimeoutMs / 1000.0},

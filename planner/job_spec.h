@@ -173,7 +173,10 @@ struct JobSpec {
   double deviceMemoryGb = 0;
   ProbeSpec probe;
   int maxRestarts = 0;
-  int64_t gracePeriodMs = 10'000;       // SIGTERM, then SIGKILL after this long
+  // restart.on_preemption: a preempted attempt (its ranks got SIGTERM from outside Loom, or its
+  // node was drained) is relaunched without counting against max_restarts; false counts it as a failure.
+  bool restartOnPreemption = true;
+  int64_t gracePeriodMs = 10'000;       // SIGTERM, then SIGKILL after this long: a train rank checkpoints in it
   int64_t heartbeatTimeoutMs = 30'000;  // a rank silent for this long fails the attempt
   int64_t rendezvousTimeoutMs = 300'000;  // every rank must have joined the attempt's store by then
   int64_t collectiveTimeoutMs = 1'800'000;  // the watchdog: a collective not done by then fails the attempt

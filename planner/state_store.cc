@@ -1,5 +1,6 @@
 #include "planner/state_store.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
@@ -99,7 +100,7 @@ json ranksToJson(const std::vector<RankStatus>& ranks) {
   for (const auto& r : ranks) {
     out.push_back({{"rank", r.rank}, {"node", r.nodeId}, {"pid", r.pid}, {"state", static_cast<int>(r.state)},
                    {"exit_code", r.exitCode}, {"signal", r.signal}, {"detail", r.detail}, {"step", r.step},
-                   {"service_address", r.serviceAddress}});
+                   {"preempted", r.preempted}, {"service_address", r.serviceAddress}});
   }
   return out;
 }
@@ -110,6 +111,7 @@ std::vector<RankStatus> ranksFromJson(const json& in) {
     out.push_back(RankStatus{.rank = j.at("rank"), .nodeId = j.at("node"), .pid = j.at("pid"),
                              .state = static_cast<RankState>(j.at("state").get<int>()), .exitCode = j.at("exit_code"),
                              .signal = j.at("signal"), .detail = j.at("detail"), .step = j.at("step"),
+                             .preempted = j.value("preempted", false),
                              .serviceAddress = j.value("service_address", std::string())});
   }
   return out;
@@ -157,14 +159,26 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::open(const std::string& path) 
 }
 
 // Columns added after the first schema, added to a database that lacks them (one written by an
-// earlier planner): jobs.plan, the compiled Plan (NULL for probe jobs and jobs stored before).
+// earlier planner): jobs.plan, the compiled Plan (NULL for probe jobs and jobs stored before);
+// jobs.preemptions and jobs.preempted_attempt (JobRecord's).
 Status StateStore::migrate() {
-  Statement st(db_, "SELECT 1 FROM pragma_table_info('jobs') WHERE name = 'plan'");
-  if (!st.prepared()) return sqliteError(db_, "prepare");
-  const int rc = st.step();
-  if (rc == SQLITE_ROW) return Status::ok();
-  if (rc != SQLITE_DONE) return sqliteError(db_, "read the jobs table's columns");
-  return exec("ALTER TABLE jobs ADD COLUMN plan BLOB");
+  struct Added {
+    const char* name;
+    const char* definition;
+  };
+  constexpr Added kAdded[] = {{"plan", "plan BLOB"},
+                              {"preemptions", "preemptions INTEGER NOT NULL DEFAULT 0"},
+                              {"preempted_attempt", "preempted_attempt INTEGER NOT NULL DEFAULT 0"}};
+  for (const Added& column : kAdded) {
+    Statement st(db_, "SELECT 1 FROM pragma_table_info('jobs') WHERE name = ?");
+    if (!st.prepared()) return sqliteError(db_, "prepare");
+    st.bind(1, std::string(column.name));
+    const int rc = st.step();
+    if (rc == SQLITE_ROW) continue;
+    if (rc != SQLITE_DONE) return sqliteError(db_, "read the jobs table's columns");
+    RETURN_IF_ERROR(exec(fmt::format("ALTER TABLE jobs ADD COLUMN {}", column.definition).c_str()));
+  }
+  return Status::ok();
 }
 
 StateStore::~StateStore() { sqlite3_close(db_); }
@@ -202,6 +216,8 @@ Status StateStore::writeJob(const char* sql, const JobRecord& job) {
   bindText(":reason", job.reason);
   bindInt(":attempt", job.attempt);
   bindInt(":restarts", job.restarts);
+  bindInt(":preemptions", job.preemptions);
+  bindInt(":preempted_attempt", job.preemptedAttempt);
   bindInt(":create_time_ms", job.createTimeMs);
   bindInt(":update_time_ms", job.updateTimeMs);
   bindText(":ranks_json", ranksToJson(job.ranks).dump());
@@ -231,9 +247,10 @@ Status StateStore::insertJob(const JobRecord& job, const std::vector<JobEvent>& 
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.began());
   RETURN_IF_ERROR(writeJob(
-      "INSERT INTO jobs (id, request_id, spec_json, state, reason, attempt, restarts, create_time_ms, "
-      "update_time_ms, ranks_json, metrics_json, last_event_seq) VALUES (:id, :request_id, :spec_json, :state, "
-      ":reason, :attempt, :restarts, :create_time_ms, :update_time_ms, :ranks_json, :metrics_json, :last_event_seq)",
+      "INSERT INTO jobs (id, request_id, spec_json, state, reason, attempt, restarts, preemptions, preempted_attempt, "
+      "create_time_ms, update_time_ms, ranks_json, metrics_json, last_event_seq) VALUES (:id, :request_id, "
+      ":spec_json, :state, :reason, :attempt, :restarts, :preemptions, :preempted_attempt, :create_time_ms, "
+      ":update_time_ms, :ranks_json, :metrics_json, :last_event_seq)",
       job));
   if (plan) {
     Statement st(db_, "UPDATE jobs SET plan=? WHERE id=?");
@@ -250,7 +267,8 @@ Status StateStore::updateJob(const JobRecord& job, const std::vector<JobEvent>& 
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.began());
   RETURN_IF_ERROR(writeJob(
-      "UPDATE jobs SET state=:state, reason=:reason, attempt=:attempt, restarts=:restarts, "
+      "UPDATE jobs SET state=:state, reason=:reason, attempt=:attempt, restarts=:restarts, preemptions=:preemptions, "
+      "preempted_attempt=:preempted_attempt, "
       "update_time_ms=:update_time_ms, ranks_json=:ranks_json, metrics_json=:metrics_json, "
       "last_event_seq=:last_event_seq WHERE id=:id",
       job));
@@ -282,7 +300,7 @@ Status StateStore::appendMetrics(const std::string& jobId, const std::vector<Met
 StatusOr<std::vector<JobRecord>> StateStore::loadJobs() {
   Statement st(db_,
                "SELECT id, request_id, spec_json, state, reason, attempt, restarts, create_time_ms, update_time_ms, "
-               "ranks_json, metrics_json, last_event_seq, plan IS NOT NULL FROM jobs ORDER BY seq");
+               "ranks_json, metrics_json, last_event_seq, plan IS NOT NULL, preemptions, preempted_attempt FROM jobs ORDER BY seq");
   if (!st.prepared()) return sqliteError(db_, "prepare");
   std::vector<JobRecord> jobs;
   int rc;
@@ -305,6 +323,8 @@ StatusOr<std::vector<JobRecord>> StateStore::loadJobs() {
     }
     job.lastEventSeq = st.int64(11);
     job.hasPlan = st.int64(12) != 0;
+    job.preemptions = static_cast<int>(st.int64(13));
+    job.preemptedAttempt = static_cast<int>(st.int64(14));
     auto spec = parseJobSpec(job.specJson);
     if (!spec.isOk()) return spec.status().withContext("job " + job.id + ": stored spec");
     job.spec = std::move(spec).value();

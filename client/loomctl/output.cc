@@ -46,7 +46,8 @@ std::string describeJob(const v1::Job& job) {
   out += fmt::format("Kind:      {} ({} rank{})\n", job.kind(), job.world_size(), job.world_size() == 1 ? "" : "s");
   out += fmt::format("State:     {}\n", client::stateName(job.state()));
   out += fmt::format("Reason:    {}\n", job.reason());
-  out += fmt::format("Attempt:   {} (restarts {} of {})\n", job.attempt(), job.restarts(), job.max_restarts());
+  out += fmt::format("Attempt:   {} (restarts {} of {}{})\n", job.attempt(), job.restarts(), job.max_restarts(),
+                     job.preemptions() > 0 ? fmt::format(", preemptions {}", job.preemptions()) : "");
   out += fmt::format("Created:   {}\n", formatTime(job.create_time_ms()));
   out += fmt::format("Updated:   {}\n", formatTime(job.update_time_ms()));
   if (job.ranks_size() > 0) {

@@ -2,6 +2,7 @@
 
 #include <csignal>
 
+#include "common/process.h"
 #include "tests/catch.h"
 
 using namespace loom;
@@ -97,6 +98,76 @@ TEST_CASE("without restarts a failure is final at once", "[planner]") {
   CHECK_FALSE(effects.attemptOver);
   allExit(job, SIGTERM);
   CHECK(job.state == JobState::kFailed);  // the others' exits do not change the outcome
+}
+
+TEST_CASE("a preempted rank: RESTARTING, and the relaunch is not a restart", "[planner]") {
+  JobRecord job = newJob(2, 0);  // no restarts: a failure would end the job
+  JobLifecycle::markPlaced(job, onOneNode(2), 1);
+  allReady(job);
+  // The rank wrote its checkpoint after SIGTERM and exited kExitPreempted.
+  auto preempted = JobLifecycle::applyRankReport(job, report(job, 0, RankEvent::kExited, process::kExitPreempted), 2);
+  CHECK(job.state == JobState::kRestarting);
+  CHECK(preempted.stopAttempt);
+  CHECK(job.ranks[0].preempted);
+  CHECK(job.reason ==
+        "attempt 1 preempted: rank 0 (pid 100 on node n) preempted: stopped after SIGTERM; restarting (preemption 1, "
+        "not counted against restart.max_restarts)");
+  auto relaunch = JobLifecycle::applyRankReport(job, report(job, 1, RankEvent::kExited, process::kExitPreempted), 3);
+  CHECK(job.state == JobState::kPending);
+  CHECK(relaunch.needsPlacement);
+  CHECK(job.reason == "waiting for slots to relaunch after preemption 1");
+  CHECK(job.restarts == 0);
+  CHECK(job.preemptions == 1);
+
+  // Killed by SIGTERM (a kind with nothing to save keeps the default action) is a preemption too.
+  JobLifecycle::markPlaced(job, onOneNode(2), 4);
+  allReady(job);
+  JobLifecycle::applyRankReport(job, report(job, 1, RankEvent::kExited, 0, SIGTERM), 5);
+  CHECK(job.state == JobState::kRestarting);
+  allExit(job, SIGTERM);
+  CHECK(job.state == JobState::kPending);
+  CHECK(job.preemptions == 2);
+  CHECK(job.restarts == 0);
+
+  // A failure after that still ends the job: preemptions used none of its restarts.
+  JobLifecycle::markPlaced(job, onOneNode(2), 6);
+  allReady(job);
+  JobLifecycle::applyRankReport(job, report(job, 1, RankEvent::kExited, 0, SIGKILL), 7);
+  CHECK(job.state == JobState::kFailed);
+  CHECK(job.reason.find("attempt 3 failed: rank 1 (pid 101 on node n) killed by SIGKILL; no restarts allowed") !=
+        std::string::npos);
+}
+
+TEST_CASE("restart.on_preemption false: a preemption counts as a failure", "[planner]") {
+  JobRecord job = newJob(1, 1);
+  job.spec.restartOnPreemption = false;
+  JobLifecycle::markPlaced(job, onOneNode(1), 1);
+  allReady(job);
+  JobLifecycle::applyRankReport(job, report(job, 0, RankEvent::kExited, process::kExitPreempted), 2);
+  CHECK(job.state == JobState::kPending);
+  CHECK(job.restarts == 1);
+  CHECK(job.preemptions == 0);
+  JobLifecycle::markPlaced(job, onOneNode(1), 3);
+  allReady(job);
+  JobLifecycle::applyRankReport(job, report(job, 0, RankEvent::kExited, process::kExitPreempted), 4);
+  CHECK(job.state == JobState::kFailed);
+  CHECK(job.reason.find("attempt 2 preempted (restart.on_preemption is false)") != std::string::npos);
+}
+
+TEST_CASE("a drained node preempts the attempt: every rank stopped, relaunched without counting", "[planner]") {
+  JobRecord job = newJob(2, 0);
+  JobLifecycle::markPlaced(job, onOneNode(2), 1);
+  allReady(job);
+  auto drained = JobLifecycle::preempt(job, "node n is drained", 2);
+  CHECK(job.state == JobState::kRestarting);
+  CHECK(drained.stopAttempt);
+  CHECK(job.reason.find("attempt 1 preempted: node n is drained") == 0);
+  // However the ranks end (a grace period too short for a checkpoint: SIGKILL), the relaunch is free.
+  allExit(job, SIGKILL);
+  CHECK(job.state == JobState::kPending);
+  CHECK(job.restarts == 0);
+  CHECK(job.preemptions == 1);
+  CHECK(JobLifecycle::preempt(job, "again", 3).events.empty());  // nothing runs: nothing to preempt
 }
 
 TEST_CASE("a rank lost with its node fails the attempt", "[planner]") {

@@ -34,13 +34,14 @@ TEST_CASE("a minimal spec gets every default", "[planner]") {
 
 TEST_CASE("every field of a full spec is read", "[planner]") {
   auto spec = parseJobSpec(R"({"name": "p-1.x", "kind": "probe", "resources": {"ranks": 2, "device": "cuda"},
-    "probe": {"ticks": 3, "tick_ms": 7}, "restart": {"max_restarts": 2},
+    "probe": {"ticks": 3, "tick_ms": 7}, "restart": {"max_restarts": 2, "on_preemption": false},
     "timeouts": {"grace_period_s": 1.5, "heartbeat_timeout_s": 4}})");
   REQUIRE(spec.isOk());
   CHECK(spec->device == loom::planner::DeviceKind::kCuda);
   CHECK(spec->probe.ticks == 3);
   CHECK(spec->probe.tickMs == 7);
   CHECK(spec->maxRestarts == 2);
+  CHECK_FALSE(spec->restartOnPreemption);
   CHECK(spec->gracePeriodMs == 1500);
   CHECK(spec->heartbeatTimeoutMs == 4000);
 }
@@ -62,6 +63,8 @@ TEST_CASE("bad specs name the field", "[planner]") {
         "resources.gpu: unknown key");
   CHECK(errorOf(R"({"name": "p", "kind": "probe", "resources": {"ranks": 1}, "restart": {"max_restarts": -1}})")
             .find("restart.max_restarts") == 0);
+  CHECK(errorOf(R"({"name": "p", "kind": "probe", "resources": {"ranks": 1}, "restart": {"on_preemption": 1}})") ==
+        "restart.on_preemption: must be true or false, got number");
   CHECK(errorOf(R"({"name": "p", "kind": "probe", "resources": {"ranks": 1}, "timeouts": {"grace_period_s": "x"}})")
             .find("timeouts.grace_period_s") == 0);
   CHECK(errorOf(R"({"name": "a b", "kind": "probe", "resources": {"ranks": 1}})").find("name:") == 0);

@@ -24,7 +24,10 @@ JobRecord sampleJob(const std::string& id, const std::string& requestId) {
   job.ranks = {RankStatus{.rank = 0, .nodeId = "n", .pid = 7, .state = RankState::kRunning, .exitCode = 0,
                           .signal = 0, .detail = "", .step = 3, .serviceAddress = "127.0.0.1:4321"},
                RankStatus{.rank = 1, .nodeId = "n", .pid = 8, .state = RankState::kFailed, .exitCode = 0,
-                          .signal = 9, .detail = "killed by SIGKILL", .step = 2, .serviceAddress = ""}};
+                          .signal = 9, .detail = "killed by SIGKILL", .step = 2, .preempted = true,
+                          .serviceAddress = ""}};
+  job.preemptions = 2;
+  job.preemptedAttempt = 1;
   job.metrics = {{"probe.tick", 3}};
   job.lastEventSeq = 1;
   return job;
@@ -64,6 +67,10 @@ TEST_CASE("jobs - events and metrics survive reopening the database", "[planner]
   CHECK(job.ranks[1].signal == 9);
   CHECK(job.ranks[1].detail == "killed by SIGKILL");
   CHECK(job.ranks[0].serviceAddress == "127.0.0.1:4321");
+  CHECK_FALSE(job.ranks[0].preempted);
+  CHECK(job.ranks[1].preempted);
+  CHECK(job.preemptions == 2);
+  CHECK(job.preemptedAttempt == 1);
   CHECK(job.metrics.at("probe.tick") == 3);
   CHECK(job.spec.ranks == 2);
   auto events = (*store)->loadEvents("a");
@@ -72,6 +79,32 @@ TEST_CASE("jobs - events and metrics survive reopening the database", "[planner]
   auto metrics = (*store)->loadMetrics("a", 10);
   REQUIRE(metrics->size() == 1);
   CHECK((*metrics)[0].value == 0.5);
+}
+
+TEST_CASE("a database of an earlier planner gains the columns added since, its jobs kept", "[planner]") {
+  loom::testing::TempDir dir;
+  const std::string path = dir.path() + "/planner.db";
+  {
+    auto store = StateStore::open(path);
+    REQUIRE(store.isOk());
+    REQUIRE((*store)->insertJob(sampleJob("old", ""), {}).isOk());
+  }
+  // An earlier planner's jobs table: without the columns migrate() adds.
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  for (const char* column : {"plan", "preemptions", "preempted_attempt"}) {
+    const std::string drop = std::string("ALTER TABLE jobs DROP COLUMN ") + column;
+    REQUIRE(sqlite3_exec(db, drop.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+  }
+  sqlite3_close(db);
+  auto store = StateStore::open(path);
+  REQUIRE(store.isOk());
+  auto jobs = (*store)->loadJobs();
+  REQUIRE(jobs.isOk());
+  REQUIRE(jobs->size() == 1);
+  CHECK((*jobs)[0].id == "old");
+  CHECK((*jobs)[0].preemptions == 0);
+  CHECK_FALSE((*jobs)[0].hasPlan);
 }
 
 TEST_CASE("a taken request id or job id is ALREADY_EXISTS and stores nothing", "[planner]") {
