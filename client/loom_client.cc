@@ -125,6 +125,25 @@ StatusOr<std::vector<v1::Node>> LoomClient::listNodes() {
   return std::vector<v1::Node>(response.nodes().begin(), response.nodes().end());
 }
 
+StatusOr<v1::Node> LoomClient::drainNode(const std::string& nodeId, const std::string& reason) {
+  grpc::ClientContext ctx;
+  v1::DrainNodeRequest request;
+  request.set_node_id(nodeId);
+  request.set_reason(reason);
+  v1::Node node;
+  RETURN_IF_ERROR(fromGrpc(nodes_->DrainNode(&ctx, request, &node)));
+  return node;
+}
+
+StatusOr<v1::Node> LoomClient::uncordonNode(const std::string& nodeId) {
+  grpc::ClientContext ctx;
+  v1::UncordonNodeRequest request;
+  request.set_node_id(nodeId);
+  v1::Node node;
+  RETURN_IF_ERROR(fromGrpc(nodes_->UncordonNode(&ctx, request, &node)));
+  return node;
+}
+
 Status LoomClient::watchJob(const std::string& jobId, const std::function<bool(const v1::JobUpdate&)>& onUpdate,
                             std::chrono::milliseconds timeout) {
   grpc::ClientContext ctx;

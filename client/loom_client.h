@@ -37,6 +37,8 @@ class LoomClient {
   StatusOr<v1::Job> cancelJob(const std::string& jobId, const std::string& reason = "");
   StatusOr<std::string> validateJob(const std::string& specJson);
   StatusOr<std::vector<v1::Node>> listNodes();
+  StatusOr<v1::Node> drainNode(const std::string& nodeId, const std::string& reason);
+  StatusOr<v1::Node> uncordonNode(const std::string& nodeId);
 
   // Streams the job's updates to `onUpdate` until the job ends (returns OK), `onUpdate` returns
   // false (returns Cancelled) or the stream fails.

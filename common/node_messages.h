@@ -74,11 +74,15 @@ struct LaunchOrder {
   std::string plan;
 };
 
+// Stops an attempt's ranks: a signal, then SIGKILL after the grace period. A preemption sends
+// SIGTERM (a train rank writes a checkpoint, then exits); any other stop (cancel, a failed
+// attempt) sends SIGINT, whose default action ends the rank at once.
 struct KillOrder {
   std::string jobId;
   int attempt = 0;
   int64_t gracePeriodMs = 0;
   std::string reason;
+  bool preempt = false;
 };
 
 struct ReleaseOrder {

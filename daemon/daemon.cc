@@ -147,6 +147,21 @@ bool Daemon::awaitNoLiveRanks(int64_t timeoutMs) {
   }
 }
 
+void Daemon::drain() {
+  if (link_->connected()) {
+    link_->sendDraining();
+    return;
+  }
+  loop_->runSync([&] {
+    for (auto& [key, r] : ranks_) {
+      if (r.exited || r.reapedStatus) continue;
+      spdlog::info("job {} rank {} (pid {}): SIGTERM (loomd is stopping; no planner to tell)", r.jobId, r.rank, r.pid);
+      process::signalGroup(r.pid, SIGTERM);
+      process::signalGroup(r.pid, SIGCONT);
+    }
+  });
+}
+
 std::string Daemon::attemptDir(const std::string& jobId, int attempt) const {
   return fmt::format("{}/jobs/{}/attempt-{}", options_.stateDir, jobId, attempt);
 }
@@ -392,9 +407,11 @@ void Daemon::onKill(KillOrder order) {
       if (order.gracePeriodMs <= 0) {
         process::signalGroup(r.pid, SIGKILL);
       } else if (r.killDeadlineMs == 0 && !r.heartbeatLost) {
-        spdlog::info("job {} rank {} (pid {}): SIGTERM ({})", r.jobId, r.rank, r.pid, order.reason);
-        process::signalGroup(r.pid, SIGTERM);
-        // A stopped process keeps SIGTERM pending; SIGCONT lets it act on it.
+        const int signal = order.preempt ? SIGTERM : SIGINT;
+        spdlog::info("job {} rank {} (pid {}): {} ({})", r.jobId, r.rank, r.pid, order.preempt ? "SIGTERM" : "SIGINT",
+                     order.reason);
+        process::signalGroup(r.pid, signal);
+        // A stopped process keeps the signal pending; SIGCONT lets it act on it.
         process::signalGroup(r.pid, SIGCONT);
         r.killDeadlineMs = now + order.gracePeriodMs;
       }

@@ -40,6 +40,10 @@ class Daemon final : public PlannerOrders {
   void shutdown();
   // Waits until no rank process of this daemon is alive; false if some still are at `timeoutMs`.
   bool awaitNoLiveRanks(int64_t timeoutMs);
+  // Preempts this node's ranks before the daemon stops (loomd --drain-on-sigterm): the planner
+  // cordons the node and sends SIGTERM to every rank of the attempts here, wherever they run. Without
+  // a planner to tell, the ranks here get SIGTERM directly. Then wait with awaitNoLiveRanks.
+  void drain();
 
   // PlannerOrders
   NodeRegistration registration() override;

@@ -48,6 +48,14 @@ int main(int argc, char** argv) {
   app.add_option("--node-timeout", nodeTimeoutS, "with --standalone: seconds before a silent node's ranks are lost")
       ->capture_default_str();
   app.add_option("--log-level", logLevel, "trace, debug, info, warn or error")->capture_default_str();
+  bool drainOnSigterm = false;
+  double drainTimeoutS = 60;
+  app.add_flag("--drain-on-sigterm", drainOnSigterm,
+               "on SIGTERM, preempt this node's ranks (train ranks checkpoint) and wait for them before stopping; "
+               "without it they keep running for the next loomd to re-adopt");
+  app.add_option("--drain-timeout", drainTimeoutS, "with --drain-on-sigterm: seconds to wait for the ranks")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (!standalone && plannerAddress.empty()) {
     std::fprintf(stderr, "loomd: give --planner HOST:PORT, or --standalone\n");
@@ -91,8 +99,15 @@ int main(int argc, char** argv) {
     spdlog::error("{}", daemon.status().toString());
     return 1;
   }
-  spdlog::info("received {}: stopping (ranks keep running; a restarted loomd re-adopts them)",
-               loom::awaitTerminationSignal(signals));
+  const std::string signal = loom::awaitTerminationSignal(signals);
+  if (drainOnSigterm && signal == "SIGTERM") {
+    spdlog::info("received SIGTERM: preempting this node's ranks, then stopping (--drain-on-sigterm)");
+    (*daemon)->drain();
+    if (!(*daemon)->awaitNoLiveRanks(static_cast<int64_t>(drainTimeoutS * 1000)))
+      spdlog::warn("ranks still run after {:g} s (--drain-timeout); stopping without them", drainTimeoutS);
+  } else {
+    spdlog::info("received {}: stopping (ranks keep running; a restarted loomd re-adopts them)", signal);
+  }
   (*daemon)->shutdown();
   if (planner) planner->shutdown();
   return 0;

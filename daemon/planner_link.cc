@@ -135,4 +135,10 @@ void PlannerLink::sendLogData(const LogData& data) {
   write(m);
 }
 
+void PlannerLink::sendDraining() {
+  v1::NodeMessage m;
+  m.mutable_draining();
+  write(m);
+}
+
 }  // namespace loom::daemon

@@ -42,6 +42,7 @@ class PlannerLink {
   void sendRankReport(const RankReport& report);
   void sendMasterEndpoint(const MasterEndpoint& endpoint);
   void sendLogData(const LogData& data);
+  void sendDraining();
   bool connected() const { return connected_; }
   void stop();
 

@@ -343,6 +343,9 @@ class AttachReactor final : public AttachBase {
       case v1::NodeMessage::kLogData:
         core_->logDataReceived(link_, convert::fromProto(in_.log_data()));
         return;
+      case v1::NodeMessage::kDraining:
+        core_->nodeDraining(link_);
+        return;
       case v1::NodeMessage::MSG_NOT_SET:
         return;
     }
@@ -356,6 +359,18 @@ class AttachReactor final : public AttachBase {
   bool registered_ = false;
 };
 
+void toProto(const NodeView& n, v1::Node* node) {
+  node->set_node_id(n.nodeId);
+  node->set_hostname(n.hostname);
+  node->set_address(n.address);
+  node->set_slots(n.slots);
+  node->set_used_slots(n.usedSlots);
+  node->set_connected(n.connected);
+  node->set_last_seen_ms(n.lastSeenMs);
+  node->set_cordoned(n.cordoned);
+  node->set_cordon_reason(n.cordonReason);
+}
+
 }  // namespace
 
 grpc::ServerBidiReactor<v1::NodeMessage, v1::PlannerMessage>* NodeServiceImpl::Attach(grpc::CallbackServerContext* ctx) {
@@ -366,17 +381,36 @@ grpc::ServerUnaryReactor* NodeServiceImpl::ListNodes(grpc::CallbackServerContext
                                                      v1::ListNodesResponse* response) {
   auto* reactor = ctx->DefaultReactor();
   core_->listNodes([reactor, response](std::vector<NodeView> nodes) {
-    for (const auto& n : nodes) {
-      auto* node = response->add_nodes();
-      node->set_node_id(n.nodeId);
-      node->set_hostname(n.hostname);
-      node->set_address(n.address);
-      node->set_slots(n.slots);
-      node->set_used_slots(n.usedSlots);
-      node->set_connected(n.connected);
-      node->set_last_seen_ms(n.lastSeenMs);
-    }
+    for (const auto& n : nodes) toProto(n, response->add_nodes());
     reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* NodeServiceImpl::DrainNode(grpc::CallbackServerContext* ctx, const v1::DrainNodeRequest* request,
+                                                     v1::Node* response) {
+  auto* reactor = ctx->DefaultReactor();
+  if (request->node_id().empty()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node_id: required"));
+    return reactor;
+  }
+  core_->drainNode(request->node_id(), request->reason(), [reactor, response](const StatusOr<NodeView>& node) {
+    if (node.isOk()) toProto(*node, response);
+    reactor->Finish(toGrpc(node.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* NodeServiceImpl::UncordonNode(grpc::CallbackServerContext* ctx,
+                                                        const v1::UncordonNodeRequest* request, v1::Node* response) {
+  auto* reactor = ctx->DefaultReactor();
+  if (request->node_id().empty()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node_id: required"));
+    return reactor;
+  }
+  core_->uncordonNode(request->node_id(), [reactor, response](const StatusOr<NodeView>& node) {
+    if (node.isOk()) toProto(*node, response);
+    reactor->Finish(toGrpc(node.status()));
   });
   return reactor;
 }

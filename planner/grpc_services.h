@@ -44,6 +44,10 @@ class NodeServiceImpl final : public v1::NodeService::CallbackService {
   grpc::ServerBidiReactor<v1::NodeMessage, v1::PlannerMessage>* Attach(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx, const v1::ListNodesRequest* request,
                                       v1::ListNodesResponse* response) override;
+  grpc::ServerUnaryReactor* DrainNode(grpc::CallbackServerContext* ctx, const v1::DrainNodeRequest* request,
+                                      v1::Node* response) override;
+  grpc::ServerUnaryReactor* UncordonNode(grpc::CallbackServerContext* ctx, const v1::UncordonNodeRequest* request,
+                                         v1::Node* response) override;
 
  private:
   PlannerCore* core_;

@@ -184,6 +184,7 @@ void JobLifecycle::evaluate(JobRecord& job, const AttemptEnd& ended, int64_t now
                                job.attempt, ended.why, job.preemptions),
                    nowMs, out);
         out.stopAttempt = true;
+        out.stopPreempts = true;
         out.stopReason = "preempted: " + ended.why;
         break;
       }
@@ -202,6 +203,7 @@ void JobLifecycle::evaluate(JobRecord& job, const AttemptEnd& ended, int64_t now
                      nowMs, out);
         }
         out.stopAttempt = true;
+        out.stopPreempts = ended.preempted;
         out.stopReason = ended.why;
         break;
       }

@@ -11,7 +11,8 @@ namespace loom::planner {
 // What the caller must do after a lifecycle step. The lifecycle itself does no I/O.
 struct LifecycleEffects {
   std::vector<JobEvent> events;  // to persist and to show watchers, in order
-  bool stopAttempt = false;      // stop every rank of the current attempt (SIGTERM, grace, SIGKILL)
+  bool stopAttempt = false;      // stop every rank of the current attempt (a signal, grace, SIGKILL)
+  bool stopPreempts = false;     // ... with SIGTERM, on which train ranks checkpoint (KillOrder::preempt)
   std::string stopReason;
   bool attemptOver = false;      // every rank of the attempt has ended: nodes may forget it
   bool needsPlacement = false;   // the job is PENDING again and waits for slots

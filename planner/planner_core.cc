@@ -121,6 +121,8 @@ Status PlannerCore::recover() {
     jobs_.emplace(job.id, std::move(job));
   }
   if (!jobs_.empty()) spdlog::info("recovered {} jobs from {}", jobs_.size(), options_.stateDir);
+  ASSIGN_OR_RETURN(auto cordons, store_->loadCordons());
+  for (auto& [nodeId, reason] : cordons) cordons_[nodeId] = Cordon{.reason = std::move(reason), .stored = true};
   return Status::ok();
 }
 
@@ -274,7 +276,7 @@ void PlannerCore::commit(JobRecord& job, const LifecycleEffects& effects, std::v
   for (const auto& e : effects.events) spdlog::info("job {}: {}: {}", job.id, jobStateName(e.state), e.reason);
   notifyWatchers(job, effects.events, metrics);
   if (effects.attemptOver) releaseAttempt(job);
-  if (effects.stopAttempt) stopAttempt(job, effects.stopReason);
+  if (effects.stopAttempt) stopAttempt(job, effects.stopReason, effects.stopPreempts);
   if (effects.needsPlacement || isFinal(job.state)) schedule();
 }
 
@@ -291,14 +293,14 @@ void PlannerCore::notifyWatchers(const JobRecord& job, const std::vector<JobEven
   }
 }
 
-void PlannerCore::stopAttempt(JobRecord& job, const std::string& reason) {
+void PlannerCore::stopAttempt(JobRecord& job, const std::string& reason, bool preempt) {
   std::set<std::string> nodeIds;
   for (const auto& r : job.ranks) nodeIds.insert(r.nodeId);
   for (const auto& id : nodeIds) {
     auto it = nodes_.find(id);
     if (it == nodes_.end() || !it->second.link) continue;
     it->second.link->kill(KillOrder{.jobId = job.id, .attempt = job.attempt, .gracePeriodMs = job.spec.gracePeriodMs,
-                                    .reason = reason});
+                                    .reason = reason, .preempt = preempt});
   }
   abandonPendingLaunch(job);  // last: settling those ranks may end the attempt and relaunch the job
 }
@@ -339,8 +341,9 @@ std::vector<NodeCapacity> PlannerCore::nodeCapacity() const {
   std::vector<NodeCapacity> capacity;
   for (const auto& [nodeId, node] : nodes_) {
     if (!node.link) continue;
-    capacity.push_back({.nodeId = nodeId, .freeSlots = node.view.slots - static_cast<int>(node.liveRanks.size()),
-                        .totalSlots = node.view.slots});
+    // A cordoned node still counts for what could fit (a job is not refused during a drain), not for placing.
+    const int free = cordons_.count(nodeId) ? 0 : node.view.slots - static_cast<int>(node.liveRanks.size());
+    capacity.push_back({.nodeId = nodeId, .freeSlots = free, .totalSlots = node.view.slots});
   }
   return capacity;
 }
@@ -353,6 +356,10 @@ void PlannerCore::schedule() {
     auto placement = placeGang(job.spec.ranks, capacity, nodeLocalGroup(job.spec.deepspeed));
     if (!placement.isOk()) {
       std::string reason = capacity.empty() ? "waiting for a node to attach" : placement.status().message();
+      for (const NodeCapacity& node : capacity) {
+        if (auto c = cordons_.find(node.nodeId); c != cordons_.end())
+          reason += fmt::format("; node {} is cordoned ({})", node.nodeId, c->second.reason);
+      }
       auto effects = JobLifecycle::markWaiting(job, reason, clock_->nowMs());
       if (!effects.events.empty()) commit(job, effects);
       continue;
@@ -438,6 +445,12 @@ void PlannerCore::nodeRegistered(std::shared_ptr<NodeLink> link, NodeRegistratio
         return;
       }
       node.link->close(Status::ok());
+    }
+    // A daemon that drained itself as it stopped is followed by a new one, which takes ranks again.
+    if (auto c = cordons_.find(registration.nodeId);
+        c != cordons_.end() && !c->second.stored && node.instanceId != registration.instanceId) {
+      spdlog::info("node {}: a new daemon attached: the cordon it left as it stopped is lifted", registration.nodeId);
+      cordons_.erase(c);
     }
     node.link = link;
     node.instanceId = registration.instanceId;
@@ -598,10 +611,80 @@ void PlannerCore::listNodes(std::function<void(std::vector<NodeView>)> done) {
     std::vector<NodeView> out;
     for (const auto& [id, node] : nodes_) {
       if (node.view.slots == 0 && !node.link) continue;  // known only from a recovered job
-      out.push_back(node.view);
+      out.push_back(viewOf(id));
     }
     done(std::move(out));
   });
+}
+
+NodeView PlannerCore::viewOf(const std::string& nodeId) const {
+  NodeView view = nodes_.at(nodeId).view;
+  if (auto c = cordons_.find(nodeId); c != cordons_.end()) {
+    view.cordoned = true;
+    view.cordonReason = c->second.reason;
+  }
+  return view;
+}
+
+void PlannerCore::drainNode(const std::string& nodeId, std::string reason,
+                            std::function<void(const StatusOr<NodeView>&)> done) {
+  loop_->post([this, nodeId, reason = std::move(reason), done = std::move(done)] {
+    auto it = nodes_.find(nodeId);
+    if (it == nodes_.end() || (it->second.view.slots == 0 && !it->second.link))
+      return done(notFound("node {} has never attached to this planner (`loomctl nodes` lists those that have)", nodeId));
+    const std::string why = reason.empty() ? "drained" : "drained: " + reason;
+    if (Status stored = store_->putCordon(nodeId, why, clock_->nowMs()); !stored.isOk())
+      return done(stored.withContext("node " + nodeId));
+    cordon(nodeId, Cordon{.reason = why, .stored = true});
+    done(viewOf(nodeId));
+  });
+}
+
+void PlannerCore::uncordonNode(const std::string& nodeId, std::function<void(const StatusOr<NodeView>&)> done) {
+  loop_->post([this, nodeId, done = std::move(done)] {
+    auto it = nodes_.find(nodeId);
+    if (it == nodes_.end() && !cordons_.count(nodeId))
+      return done(notFound("node {} has never attached to this planner (`loomctl nodes` lists those that have)", nodeId));
+    if (Status removed = store_->deleteCordon(nodeId); !removed.isOk()) return done(removed.withContext("node " + nodeId));
+    if (cordons_.erase(nodeId)) spdlog::info("node {} uncordoned: it takes ranks again", nodeId);
+    schedule();
+    if (it == nodes_.end()) return done(NodeView{.nodeId = nodeId});
+    done(viewOf(nodeId));
+  });
+}
+
+void PlannerCore::nodeDraining(const std::shared_ptr<NodeLink>& link) {
+  loop_->post([this, link] {
+    Node* node = nodeOfLink(link);
+    if (!node) return;
+    const std::string nodeId = node->view.nodeId;
+    // An operator's drain stays as it was; this one lasts until the node's next daemon attaches.
+    if (auto c = cordons_.find(nodeId); c != cordons_.end() && c->second.stored) {
+      preemptJobsOn(nodeId, fmt::format("node {} {}; its loomd got SIGTERM", nodeId, c->second.reason));
+      return;
+    }
+    cordon(nodeId, Cordon{.reason = "stopping: its loomd got SIGTERM", .stored = false});
+  });
+}
+
+void PlannerCore::cordon(const std::string& nodeId, Cordon c) {
+  spdlog::info("node {} cordoned: {}", nodeId, c.reason);
+  const std::string why = fmt::format("node {} {}", nodeId, c.reason);
+  cordons_[nodeId] = std::move(c);
+  preemptJobsOn(nodeId, why);
+}
+
+void PlannerCore::preemptJobsOn(const std::string& nodeId, const std::string& why) {
+  for (const std::string& id : jobOrder_) {
+    JobRecord& job = jobs_.at(id);
+    if (!hasLiveAttempt(job.state)) continue;
+    const bool here = std::any_of(job.ranks.begin(), job.ranks.end(), [&](const RankStatus& r) {
+      return r.nodeId == nodeId && (r.state == RankState::kLaunching || r.state == RankState::kRunning);
+    });
+    if (!here) continue;
+    auto effects = JobLifecycle::preempt(job, why, clock_->nowMs());
+    if (!effects.events.empty()) commit(job, effects);
+  }
 }
 
 // ---- logs -------------------------------------------------------------------------------------

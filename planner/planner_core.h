@@ -49,6 +49,8 @@ struct NodeView {
   int usedSlots = 0;
   bool connected = false;
   int64_t lastSeenMs = 0;
+  bool cordoned = false;     // no new ranks are placed here (drained)
+  std::string cordonReason;
 };
 
 struct ListQuery {
@@ -91,6 +93,12 @@ class PlannerCore {
   void streamLogs(LogQuery query, std::shared_ptr<LogSink> sink);
   void stopLogs(const std::shared_ptr<LogSink>& sink);
   void listNodes(std::function<void(std::vector<NodeView>)> done);
+  // `loomctl drain`: the node is cordoned (stored: it outlives a planner restart) and every
+  // attempt with a rank on it is preempted (JobLifecycle::preempt). NOT_FOUND for a node that
+  // never attached.
+  void drainNode(const std::string& nodeId, std::string reason, std::function<void(const StatusOr<NodeView>&)> done);
+  // Lifts the cordon; the node takes ranks again.
+  void uncordonNode(const std::string& nodeId, std::function<void(const StatusOr<NodeView>&)> done);
 
   // The node side, called by the Attach streams. A link is registered by its first message.
   void nodeRegistered(std::shared_ptr<NodeLink> link, NodeRegistration registration);
@@ -98,6 +106,9 @@ class PlannerCore {
   void rankReported(const std::shared_ptr<NodeLink>& link, RankReport report);
   void masterEndpointReported(const std::shared_ptr<NodeLink>& link, MasterEndpoint endpoint);
   void logDataReceived(const std::shared_ptr<NodeLink>& link, LogData data);
+  // The daemon is stopping and preempts its ranks first (loomd --drain-on-sigterm): as a drain,
+  // but not stored, and lifted when the node's next daemon attaches.
+  void nodeDraining(const std::shared_ptr<NodeLink>& link);
   void nodeDetached(const std::shared_ptr<NodeLink>& link);
 
   int64_t nodeHeartbeatIntervalMs() const { return options_.nodeHeartbeatIntervalMs; }
@@ -120,6 +131,10 @@ class PlannerCore {
     int attempt = 0;
     std::vector<LaunchOrder> orders;  // for the nodes without rank 0, sent once its port is known
   };
+  struct Cordon {
+    std::string reason;
+    bool stored = false;  // from drainNode; else the daemon's own drain, lifted by its next registration
+  };
   struct LogStream {
     std::shared_ptr<LogSink> sink;
     std::string jobId;
@@ -135,7 +150,7 @@ class PlannerCore {
 
   // Persists a step's events, notifies watchers and carries out its effects.
   void commit(JobRecord& job, const LifecycleEffects& effects, std::vector<Metric> metrics = {});
-  void stopAttempt(JobRecord& job, const std::string& reason);
+  void stopAttempt(JobRecord& job, const std::string& reason, bool preempt);
   void abandonPendingLaunch(JobRecord& job);
   void releaseAttempt(const JobRecord& job);
   // Every attached node's free and total slots.
@@ -147,6 +162,10 @@ class PlannerCore {
   void applyReport(const std::string& nodeId, const RankReport& report);
   void releaseIfOver(Node& node, const RankReport& report);
   void notifyWatchers(const JobRecord& job, const std::vector<JobEvent>& events, const std::vector<Metric>& metrics);
+  void cordon(const std::string& nodeId, Cordon cordon);
+  // Preempts every attempt with a rank on the node.
+  void preemptJobsOn(const std::string& nodeId, const std::string& why);
+  NodeView viewOf(const std::string& nodeId) const;
 
   PlannerOptions options_;
   const Clock* clock_;
@@ -155,6 +174,7 @@ class PlannerCore {
   std::vector<std::string> jobOrder_;  // creation order, for listing and FIFO placement
   std::map<std::string, std::string> jobByRequestId_;
   std::map<std::string, Node> nodes_;
+  std::map<std::string, Cordon> cordons_;  // by node id; a node may be cordoned before it attaches
   std::map<std::string, PendingLaunch> pendingLaunches_;
   std::multimap<std::string, std::shared_ptr<JobWatcher>> watchers_;
   std::map<int64_t, LogStream> logStreams_;

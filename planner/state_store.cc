@@ -48,6 +48,11 @@ CREATE TABLE IF NOT EXISTS metrics (
   time_ms INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS metrics_by_job ON metrics (job_id);
+CREATE TABLE IF NOT EXISTS cordons (
+  node_id TEXT PRIMARY KEY,
+  reason TEXT NOT NULL,
+  time_ms INTEGER NOT NULL
+);
 )sql";
 
 // A prepared statement that finalizes itself.
@@ -382,6 +387,34 @@ StatusOr<std::vector<Metric>> StateStore::loadMetrics(const std::string& jobId, 
   }
   if (rc != SQLITE_DONE) return sqliteError(db_, "load metrics of " + jobId);
   return metrics;
+}
+
+Status StateStore::putCordon(const std::string& nodeId, const std::string& reason, int64_t timeMs) {
+  Statement st(db_, "INSERT OR REPLACE INTO cordons (node_id, reason, time_ms) VALUES (?,?,?)");
+  if (!st.prepared()) return sqliteError(db_, "prepare");
+  st.bind(1, nodeId);
+  st.bind(2, reason);
+  st.bind(3, timeMs);
+  if (st.step() != SQLITE_DONE) return sqliteError(db_, "cordon node " + nodeId);
+  return Status::ok();
+}
+
+Status StateStore::deleteCordon(const std::string& nodeId) {
+  Statement st(db_, "DELETE FROM cordons WHERE node_id=?");
+  if (!st.prepared()) return sqliteError(db_, "prepare");
+  st.bind(1, nodeId);
+  if (st.step() != SQLITE_DONE) return sqliteError(db_, "uncordon node " + nodeId);
+  return Status::ok();
+}
+
+StatusOr<std::map<std::string, std::string>> StateStore::loadCordons() {
+  Statement st(db_, "SELECT node_id, reason FROM cordons");
+  if (!st.prepared()) return sqliteError(db_, "prepare");
+  std::map<std::string, std::string> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) out[st.text(0)] = st.text(1);
+  if (rc != SQLITE_DONE) return sqliteError(db_, "read the cordons");
+  return out;
 }
 
 }  // namespace loom::planner

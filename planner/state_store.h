@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,12 @@ class StateStore {
   StatusOr<std::string> loadPlanBytes(const std::string& jobId);
   // The last `limit` metrics of a job, oldest first.
   StatusOr<std::vector<Metric>> loadMetrics(const std::string& jobId, int limit);
+
+  // Cordoned nodes (`loomctl drain`): no new ranks are placed on them until uncordoned. A node
+  // id maps to the reason given.
+  Status putCordon(const std::string& nodeId, const std::string& reason, int64_t timeMs);
+  Status deleteCordon(const std::string& nodeId);
+  StatusOr<std::map<std::string, std::string>> loadCordons();
 
  private:
   explicit StateStore(sqlite3* db) : db_(db) {}

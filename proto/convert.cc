@@ -147,11 +147,13 @@ v1::Kill toProto(const KillOrder& in) {
   out.set_attempt(in.attempt);
   out.set_grace_period_ms(in.gracePeriodMs);
   out.set_reason(in.reason);
+  out.set_preempt(in.preempt);
   return out;
 }
 
 KillOrder fromProto(const v1::Kill& in) {
-  return {.jobId = in.job_id(), .attempt = in.attempt(), .gracePeriodMs = in.grace_period_ms(), .reason = in.reason()};
+  return {.jobId = in.job_id(), .attempt = in.attempt(), .gracePeriodMs = in.grace_period_ms(), .reason = in.reason(),
+          .preempt = in.preempt()};
 }
 
 v1::Release toProto(const ReleaseOrder& in) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "worker/convert/convert_job.h"
+#include "worker/preemption.h"
 #include "worker/probe_job.h"
 #include "worker/rollout_service.h"
 #include "worker/torch_runtime.h"
@@ -28,6 +29,11 @@ Status runTorchJob(const RankContext& context, const planner::JobSpec& spec, con
     reports.serving(server->address());
     return std::shared_ptr<void>(std::move(server));
   };
+  // A train job checkpoints on SIGTERM before it exits; the other kinds have nothing to save.
+  if (spec.kind == planner::JobKind::kTrain) {
+    catchPreemption();
+    hooks.preemptionRequested = preemptionRequested;
+  }
   return torch->runJob(context, spec, *plan, hooks);
 }
 

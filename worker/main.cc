@@ -6,9 +6,11 @@
 #include <optional>
 
 #include "common/files.h"
+#include "common/process.h"
 #include "planner/job_spec.h"
 #include "worker/job_runners.h"
 #include "worker/plan_file.h"
+#include "worker/preemption.h"
 #include "worker/rank_context.h"
 #include "worker/report_client.h"
 #include "worker/torch_runtime.h"
@@ -69,6 +71,11 @@ int main(int argc, char** argv) {
   (*reports)->ready("");
 
   loom::Status result = runner.run(ctx, *spec, plan ? &*plan : nullptr, **reports);
+  if (loom::worker::isPreemptedStatus(result)) {
+    std::fprintf(stderr, "loom-worker: job %s rank %d: %s\n", ctx.jobId.c_str(), ctx.rank, result.message().c_str());
+    (*reports)->failing(result.message());
+    return finish(ctx, loom::process::kExitPreempted);
+  }
   if (!result.isOk()) {
     (*reports)->failing(result.message());
     return fail(result);

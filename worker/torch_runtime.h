@@ -30,6 +30,8 @@ class TorchRuntime {
   struct JobHooks {
     ProgressFn progress;
     ServeRolloutFn serveRollout;
+    // Whether the rank got SIGTERM (worker/preemption.h); null for a kind that does not save on it.
+    bool (*preemptionRequested)() = nullptr;
   };
 
   virtual ~TorchRuntime() = default;

@@ -211,23 +211,4 @@ int validateCommand(const GlobalOptions& g, const std::string& file) {
   return 0;
 }
 
-int nodesCommand(const GlobalOptions& g) {
-  client::LoomClient client(g.server);
-  auto nodes = client.listNodes();
-  if (!nodes.isOk()) return reportError(nodes.status());
-  if (g.format == OutputFormat::kJson) {
-    v1::ListNodesResponse response;
-    for (const auto& n : *nodes) *response.add_nodes() = n;
-    std::puts(toJson(response).c_str());
-    return 0;
-  }
-  std::printf("%-20s %-16s %-10s %-9s %s\n", "NODE", "ADDRESS", "SLOTS", "STATE", "LAST SEEN");
-  for (const auto& n : *nodes) {
-    std::printf("%-20s %-16s %-10s %-9s %s\n", n.node_id().c_str(), n.address().c_str(),
-                fmt::format("{}/{}", n.used_slots(), n.slots()).c_str(), n.connected() ? "attached" : "lost",
-                formatTime(n.last_seen_ms()).c_str());
-  }
-  return 0;
-}
-
 }  // namespace loom::loomctl

@@ -29,6 +29,10 @@ int validateCommand(const GlobalOptions& g, const std::string& file);
 // compile.
 int planCommand(const GlobalOptions& g, const std::string& file, int world);
 int nodesCommand(const GlobalOptions& g);
+// Cordons the node and preempts its ranks, then waits (up to timeoutS; 0: no limit) until none
+// is left on it. DEADLINE_EXCEEDED (exit 6) when some still run at the deadline.
+int drainCommand(const GlobalOptions& g, const std::string& nodeId, const std::string& reason, double timeoutS);
+int uncordonCommand(const GlobalOptions& g, const std::string& nodeId);
 // Loads the kernel plugins a rank on this machine would load (`files`, the kernels.plugins of
 // `specFile` when given, then LOOM_KERNEL_PATH's) and lists each with the ops it provides. A
 // plugin that cannot be loaded (a wrong ABI version, no entry symbol) is the error, by file.

@@ -73,6 +73,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 65536));
 
   auto* nodes = app.add_subcommand("nodes", "list the node daemons attached to the planner");
+  std::string nodeId;
+  double drainTimeoutS = 600;
+  auto* drain = app.add_subcommand("drain", "cordon a node and preempt its ranks (train jobs checkpoint and relaunch)");
+  drain->add_option("node", nodeId, "node id (loomctl nodes)")->required();
+  drain->add_option("--reason", reason, "recorded with the cordon and the jobs' events");
+  drain->add_option("--timeout", drainTimeoutS, "seconds to wait for its ranks to end (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  auto* uncordon = app.add_subcommand("uncordon", "let a drained node take ranks again");
+  uncordon->add_option("node", nodeId, "node id")->required();
 
   std::vector<std::string> pluginFiles;
   std::string kernelSpec;
@@ -154,6 +164,8 @@ int main(int argc, char** argv) {
   if (validate->parsed()) return validateCommand(g, file);
   if (plan->parsed()) return planCommand(g, file, world);
   if (nodes->parsed()) return nodesCommand(g);
+  if (drain->parsed()) return drainCommand(g, nodeId, reason, drainTimeoutS);
+  if (uncordon->parsed()) return uncordonCommand(g, nodeId);
   if (kernelsCmd->parsed()) return kernelsCommand(g, pluginFiles, kernelSpec);
   if (prepareCmd->parsed()) return dataPrepareCommand(g, prepare);
   if (generateCmd->parsed()) {

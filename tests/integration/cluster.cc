@@ -99,13 +99,13 @@ PlannerProcess::PlannerProcess(const std::string& listen, const std::string& sta
 }
 
 DaemonProcess::DaemonProcess(const std::string& plannerAddress, int slots, const std::string& id,
-                             const std::string& stateDirIn)
+                             const std::string& stateDirIn, const std::vector<std::string>& extraArgs)
     : nodeId(id) {
   stateDir_ = stateDirIn.empty() ? dir.path() : stateDirIn;
-  process = std::make_unique<Child>(binary("loomd"),
-                                    std::vector<std::string>{"--planner", plannerAddress, "--state-dir", stateDir_,
-                                                             "--slots", std::to_string(slots), "--node-id", nodeId},
-                                    stateDir_ + "/loomd.log");
+  std::vector<std::string> args{"--planner", plannerAddress, "--state-dir", stateDir_,
+                                "--slots",   std::to_string(slots), "--node-id", nodeId};
+  args.insert(args.end(), extraArgs.begin(), extraArgs.end());
+  process = std::make_unique<Child>(binary("loomd"), args, stateDir_ + "/loomd.log");
 }
 
 std::string probeSpec(int ranks, int ticks, int tickMs, const nlohmann::json& patch) {

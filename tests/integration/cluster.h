@@ -65,7 +65,7 @@ struct DaemonProcess {
   std::string nodeId;
 
   DaemonProcess(const std::string& plannerAddress, int slots, const std::string& nodeId,
-                const std::string& stateDir = "");
+                const std::string& stateDir = "", const std::vector<std::string>& extraArgs = {});
   std::string stateDir() const { return stateDir_; }
 
  private:

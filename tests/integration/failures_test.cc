@@ -36,21 +36,37 @@ TEST_CASE("kill -9 of a rank with max_restarts 0: FAILED - naming the rank and i
   CHECK(job.reason().find("killed by SIGKILL") != std::string::npos);
   CHECK(job.reason().find("no restarts allowed") != std::string::npos);
   CHECK(job.ranks(1).signal() == SIGKILL);
-  // The other ranks are stopped too (SIGTERM within the grace period).
+  // The other ranks are stopped too (SIGINT, SIGKILL after the grace period).
   CHECK(eventually([&] { return jobProcesses(job.id()).empty(); }, std::chrono::seconds(10)));
 }
 
-TEST_CASE("a rank that dies of SIGTERM fails the job - naming the signal", "[integration]") {
+TEST_CASE("a rank that dies of SIGTERM is preempted: relaunched without using a restart", "[integration]") {
   Standalone cluster(2);
-  auto created = cluster.client->createJob(probeSpec(2, 100, 50));
+  auto created = cluster.client->createJob(probeSpec(2, 40, 50));
   REQUIRE(created.isOk());
   v1::Job running = awaitRunning(*cluster.client, created->job().id());
-  // SIGTERM to the worker alone: it dies of it, which is what the rank reports.
+  // SIGTERM to the worker alone: a probe has nothing to save and dies of it; a preemption all the same.
   REQUIRE(::kill(running.ranks(0).pid(), SIGTERM) == 0);
   v1::Job job = awaitFinal(*cluster.client, created->job().id());
+  INFO(job.reason());
+  CHECK(job.state() == v1::SUCCEEDED);
+  CHECK(job.attempt() == 2);
+  CHECK(job.restarts() == 0);
+  CHECK(job.preemptions() == 1);
+}
+
+TEST_CASE("restart.on_preemption false: a rank that dies of SIGTERM fails the job - naming the signal",
+          "[integration]") {
+  Standalone cluster(2);
+  auto created = cluster.client->createJob(probeSpec(2, 100, 50, {{"restart", {{"on_preemption", false}}}}));
+  REQUIRE(created.isOk());
+  v1::Job running = awaitRunning(*cluster.client, created->job().id());
+  REQUIRE(::kill(running.ranks(0).pid(), SIGTERM) == 0);
+  v1::Job job = awaitFinal(*cluster.client, created->job().id());
+  INFO(job.reason());
   CHECK(job.state() == v1::FAILED);
-  CHECK(job.reason().find("rank 0 ") != std::string::npos);
-  CHECK(job.reason().find("SIGTERM") != std::string::npos);
+  CHECK(job.reason().find("attempt 1 preempted (restart.on_preemption is false): rank 0 ") != std::string::npos);
+  CHECK(job.reason().find("killed by SIGTERM") != std::string::npos);
 }
 
 TEST_CASE("cancel: CANCELLED and no rank process left", "[integration]") {

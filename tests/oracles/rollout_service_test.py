@@ -35,18 +35,10 @@ import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
+from checkpoint_damage_test import corrupt  # noqa: E402
 import parity_test  # noqa: E402
 from parity_test import check  # noqa: E402
 from rollout_test import BLOCK_BYTES, hf_greedy, prompts_of, train_tokenizer  # noqa: E402
-
-
-def flip_byte(path, offset=-100):
-    """Changes one byte near the end of `path` (inside the tensor data, past the header)."""
-    with open(path, "r+b") as f:
-        f.seek(offset, os.SEEK_END)
-        b = f.read(1)
-        f.seek(offset, os.SEEK_END)
-        f.write(bytes([b[0] ^ 0xFF]))
 
 
 def free_port():
@@ -267,11 +259,11 @@ def run(bin_dir, work):
         # damage to the weights is refused by name (below, with the other refusals).
         damaged = os.path.join(work, "damaged-step3")
         shutil.copytree(os.path.join(checkpoints, "global_step3"), damaged)
-        flip_byte(os.path.join(damaged, "optimizer.safetensors"))
+        corrupt(os.path.join(damaged, "optimizer.safetensors"))
         r = plane.ctl("rollout", "reload", job, "--from", damaged, "--version", "7", "-o", "json")
         check(r.returncode == 0, f"UpdateWeights from a tag whose optimizer state is damaged loads its weights "
                                  f"({r.stderr.strip()})")
-        flip_byte(os.path.join(damaged, "model.safetensors"))
+        corrupt(os.path.join(damaged, "model.safetensors"))
 
         # 3. Pause, then an update that aborts the stream in flight; cancel frees blocks.
         paused = json.loads(plane.ctl("rollout", "pause", job, "-o", "json").stdout)

@@ -26,6 +26,7 @@ struct RankSetup {
   planner::Plan local;
   TorchRuntime::ProgressFn progress;
   TorchRuntime::ServeRolloutFn serveRollout;
+  bool (*preemptionRequested)() = nullptr;  // TorchRuntime::JobHooks'
   at::Device device;
   World world;
   RankMesh mesh;

@@ -13,6 +13,7 @@
 #include "common/human_bytes.h"
 #include "common/process.h"
 #include "worker/checkpoint/state_layout.h"
+#include "worker/preemption.h"
 #include "worker/torch/checkpoint/checkpoint.h"
 #include "worker/torch/jobs/evaluation.h"
 #include "worker/torch/jobs/response_training.h"
@@ -61,6 +62,12 @@ class Trainer final : public JobRunner {
   Status profiledTrainStep();
   Status evaluateNow();
   Status saveNow();
+  // Whether any rank got SIGTERM (RankSetup::preemptionRequested): every rank asks after each
+  // step, so that all of them stop after the same one.
+  StatusOr<bool> preemptedAnywhere();
+  // After a preemption: the checkpoint of this step (when the job checkpoints), then the status
+  // that makes the rank exit kExitPreempted.
+  Status stopForPreemption();
   // The model's whole tensors, one at a time, for the checkpoint (checkpoint.h).
   WeightStream weightStream();
   Status resume();
@@ -520,6 +527,28 @@ Status Trainer::saveNow() {
   return Status::ok();
 }
 
+StatusOr<bool> Trainer::preemptedAnywhere() {
+  if (!rank_.preemptionRequested) return false;
+  const bool here = rank_.preemptionRequested();
+  backends::Communicator& world = *rank_.mesh.world;
+  if (world.size() == 1) return here;
+  at::Tensor flag = at::full({1}, here ? 1.0 : 0.0, at::kFloat).to(built_.model->device());
+  RETURN_IF_ERROR(world.allReduce(flag, ReduceOp::kMax)->wait().withContext("preemption all-reduce"));
+  return flag.cpu().item<float>() > 0;
+}
+
+Status Trainer::stopForPreemption() {
+  const std::string& dir = spec_.train.checkpointDir;
+  std::string saved = "no checkpoint (train.checkpoint_dir is not set)";
+  if (!dir.empty()) {
+    if (lastSavedStep_ != step_) RETURN_IF_ERROR(saveNow().withContext("checkpoint on preemption"));
+    saved = fmt::format("checkpoint {}/{}", dir, checkpointTag(step_));
+  }
+  const std::string what = fmt::format("preempted after step {}; {}", step_, saved);
+  if (ctx_.rank == 0) std::printf("SIGTERM: %s\n", what.c_str());
+  return preemptedStatus(what);
+}
+
 Status Trainer::run() {
   const auto& t = spec_.train;
   while (step_ < t.steps) {
@@ -527,6 +556,8 @@ Status Trainer::run() {
     if (eval_ && t.evalEvery > 0 && step_ % t.evalEvery == 0) RETURN_IF_ERROR(evaluateNow());
     if (!t.checkpointDir.empty() && t.checkpointEvery > 0 && step_ % t.checkpointEvery == 0)
       RETURN_IF_ERROR(saveNow());
+    ASSIGN_OR_RETURN(const bool preempted, preemptedAnywhere());
+    if (preempted && step_ < t.steps) return stopForPreemption();
   }
   if (!t.checkpointDir.empty() && lastSavedStep_ != step_) RETURN_IF_ERROR(saveNow());
   if (ctx_.rank == 0) std::printf("training done: %lld steps, %lld skipped\n", static_cast<long long>(step_),
