@@ -164,6 +164,7 @@ Status parseTrain(const json& object, JobSpec* spec) {
   RETURN_IF_ERROR(r.readInt("checkpoint_every", &t.checkpointEvery, false, 0, int64_t(1) << 40));
   RETURN_IF_ERROR(r.readString("checkpoint_dir", &t.checkpointDir, false));
   RETURN_IF_ERROR(r.readBool("resume", &t.resume));
+  RETURN_IF_ERROR(r.readBool("resume_optimizer", &t.resumeOptimizer));
   RETURN_IF_ERROR(r.readInt("keep_checkpoints", &t.keepCheckpoints, false, 1, int64_t(1) << 20));
   RETURN_IF_ERROR(r.readStrings("frozen_parameters", &t.frozenParameters, {}));
   for (size_t i = 0; i < t.frozenParameters.size(); ++i) {
@@ -483,7 +484,8 @@ json JobSpec::toJson() const {
                   {"eval_batches", train.evalBatches},
                   {"checkpoint_every", train.checkpointEvery},
                   {"keep_checkpoints", train.keepCheckpoints},
-                  {"resume", train.resume}};
+                  {"resume", train.resume},
+                  {"resume_optimizer", train.resumeOptimizer}};
     if (!train.checkpointDir.empty()) j["train"]["checkpoint_dir"] = train.checkpointDir;
     if (!train.frozenParameters.empty()) j["train"]["frozen_parameters"] = train.frozenParameters;
     if (train.profileStep > 0) j["train"]["profile_step"] = train.profileStep;

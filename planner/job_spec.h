@@ -99,6 +99,11 @@ struct TrainSpec {
   // Resume from checkpoint_dir/latest when there is one (a restarted job goes on by itself); a
   // damaged one falls back to the newest good one.
   bool resume = true;
+  // train.resume_optimizer false (DeepSpeed's load_checkpoint(load_optimizer_states=False)): a
+  // checkpoint another job wrote resumes with its weights, fp32 masters and step, and a fresh
+  // optimizer state (moments, the optimizer's step count, the loss scale). The job's own
+  // checkpoints (after a restart or a preemption) always resume whole.
+  bool resumeOptimizer = true;
   // Complete checkpoints kept in checkpoint_dir; older ones are removed once a new one is
   // published.
   int64_t keepCheckpoints = 2;

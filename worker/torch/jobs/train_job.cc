@@ -232,8 +232,12 @@ Status Trainer::resume() {
     for (const auto& [name, weight] : c.model)
       if (spec_.train.freezes(name)) state["frozen." + name] = weight;
   }
-  RETURN_IF_ERROR(zero_->restore(state, where));
-  RETURN_IF_ERROR(scaler_.restore(t.at("loss_scaler")));
+  // train.resume_optimizer false leaves out another job's optimizer state; this job's own
+  // checkpoints (a restart, a preemption) resume whole.
+  const bool ownCheckpoint = t.value("job_id", std::string()) == ctx_.jobId;
+  const bool optimizerState = ownCheckpoint || spec_.train.resumeOptimizer;
+  RETURN_IF_ERROR(zero_->restore(state, where, optimizerState));
+  if (optimizerState) RETURN_IF_ERROR(scaler_.restore(t.at("loss_scaler")));
   step_ = t.at("step").get<int64_t>();
   appliedSteps_ = t.at("applied_steps").get<int64_t>();
   skippedSteps_ = t.at("skipped_steps").get<int64_t>();
@@ -242,7 +246,9 @@ Status Trainer::resume() {
     generator.set_state(rng->second);
   }
   lastSavedStep_ = step_;
-  if (ctx_.rank == 0) std::printf("resumed from %s at step %lld\n", where.c_str(), static_cast<long long>(step_));
+  if (ctx_.rank == 0)
+    std::printf("resumed from %s at step %lld%s\n", where.c_str(), static_cast<long long>(step_),
+                optimizerState ? "" : " with a fresh optimizer state (train.resume_optimizer is false)");
   return Status::ok();
 }
 
@@ -499,7 +505,8 @@ Status Trainer::saveNow() {
   if (ctx_.rank == 0) {
     if (!statePerRank()) c.optimizer = zero_->state();
     c.modelConfig = built_.configText;
-    c.trainer = {{"step", step_},
+    c.trainer = {{"job_id", ctx_.jobId},
+                 {"step", step_},
                  {"applied_steps", appliedSteps_},
                  {"skipped_steps", skippedSteps_},
                  {"consumed_samples", step_ * ds_.trainBatchSize},

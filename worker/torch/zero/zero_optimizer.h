@@ -42,7 +42,9 @@ class ZeroEngine {
   virtual Status step(const train::LearningRates& lr, double clipCoefficient) = 0;
   // This rank's optimizer state and fp32 masters (what its checkpoint file holds).
   virtual TensorMap state() const = 0;
-  virtual Status restore(const TensorMap& state, const std::string& source) = 0;
+  // Without `optimizerState`, the fp32 masters (and stage 3's frozen weights) only: the
+  // optimizer starts afresh (train.resume_optimizer false).
+  virtual Status restore(const TensorMap& state, const std::string& source, bool optimizerState) = 0;
   virtual ZeroMemory memory() const = 0;
   // This rank's weights of model parameter `parameter` (its tensor-parallel piece, in this rank's
   // shape). Every rank of the data-parallel group calls it for the same parameters in the same

@@ -139,12 +139,12 @@ class ZeroStage0 final : public ZeroEngine {
     return out;
   }
 
-  Status restore(const TensorMap& state, const std::string& source) override {
+  Status restore(const TensorMap& state, const std::string& source, bool optimizerState) override {
     if (masterFlat_.defined()) {
       for (size_t i = 0; i < params_.size(); ++i)
         RETURN_IF_ERROR(restoreTensor(state, "master." + params_[i].first, masterViews_[i], source));
     }
-    return optimizer_->restore(state, source);
+    return optimizerState ? optimizer_->restore(state, source) : Status::ok();
   }
 
   ZeroMemory memory() const override {

@@ -32,7 +32,7 @@ class ZeroStage12 final : public ZeroEngine, public BlockRunner, public BlockBac
   // "partition.exp_avg", ..., "master.partition": this rank's parts of every block, end to end
   // (under Muon its state per parameter piece: "<param>.momentum_buffer", "<param>.exp_avg", ...).
   TensorMap state() const override;
-  Status restore(const TensorMap& state, const std::string& source) override;
+  Status restore(const TensorMap& state, const std::string& source, bool optimizerState) override;
   ZeroMemory memory() const override;
   StatusOr<at::Tensor> weightPiece(int parameter) override;
 
@@ -414,9 +414,9 @@ TensorMap ZeroStage12::state() const {
   return out;
 }
 
-Status ZeroStage12::restore(const TensorMap& state, const std::string& source) {
+Status ZeroStage12::restore(const TensorMap& state, const std::string& source, bool optimizerState) {
   RETURN_IF_ERROR(restoreTensor(state, "master.partition", masterPartition_, source));
-  return optimizer_->restore(state, source);
+  return optimizerState ? optimizer_->restore(state, source) : Status::ok();
 }
 
 ZeroMemory ZeroStage12::memory() const {

@@ -37,7 +37,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
   StatusOr<double> reduce(double lossScale) override;
   Status step(const train::LearningRates& lr, double clipCoefficient) override;
   TensorMap state() const override;
-  Status restore(const TensorMap& state, const std::string& source) override;
+  Status restore(const TensorMap& state, const std::string& source, bool optimizerState) override;
   ZeroMemory memory() const override;
   StatusOr<at::Tensor> weightPiece(int parameter) override;
   at::Tensor run(DecoderModel& model, int index, const at::Tensor& input) override;
@@ -451,7 +451,7 @@ TensorMap ZeroStage3::state() const {
   return out;
 }
 
-Status ZeroStage3::restore(const TensorMap& state, const std::string& source) {
+Status ZeroStage3::restore(const TensorMap& state, const std::string& source, bool optimizerState) {
   at::NoGradGuard noGrad;
   for (auto& p : params_) {
     if (!p.trainable) {
@@ -480,7 +480,7 @@ Status ZeroStage3::restore(const TensorMap& state, const std::string& source) {
       p.local.copy_(p.master);
     }
   }
-  return optimizer_->restore(state, source);
+  return optimizerState ? optimizer_->restore(state, source) : Status::ok();
 }
 
 ZeroMemory ZeroStage3::memory() const {
