@@ -50,6 +50,8 @@ StatusOr<json> resolveAutoValues(const json& deepspeed, const AutoContext& conte
     json* enabled = member(out, section) ? member(*member(out, section), "enabled") : nullptr;
     if (enabled && isAuto(*enabled)) *enabled = std::string(section) != "fp16" && context.cuda;
   }
+  // Clipping: DeepSpeed's default, which is the HF Trainer's (max_grad_norm 1.0) too.
+  if (json* clip = member(out, "gradient_clipping"); clip && isAuto(*clip)) out.erase("gradient_clipping");
   // The schedule's length is the job's; its peak the optimizer's lr.
   json* params = member(out, "scheduler") ? member(*member(out, "scheduler"), "params") : nullptr;
   if (params) {
@@ -66,8 +68,9 @@ StatusOr<json> resolveAutoValues(const json& deepspeed, const AutoContext& conte
   std::string list;
   for (const std::string& path : left) list += (list.empty() ? "" : ", ") + path;
   return invalidArgument("deepspeed: \"auto\" is filled only where the job decides the value (the batch sizes from "
-                         "each other and the ranks, bf16/fp16 from resources.device, the scheduler's total_num_steps "
-                         "from train.steps and warmup_max_lr from the optimizer's lr); give a value for {}",
+                         "each other and the ranks, bf16/fp16 from resources.device, gradient_clipping as DeepSpeed's "
+                         "default, the scheduler's total_num_steps from train.steps and warmup_max_lr from the "
+                         "optimizer's lr); give a value for {}",
                          list);
 }
 

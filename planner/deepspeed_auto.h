@@ -21,6 +21,7 @@ struct AutoContext {
 // - the batch triple: an "auto" one is left out, and DeepSpeed's rule derives it from the others
 //   and the data-parallel ranks (all three "auto" stays unresolved for a train job);
 // - bf16.enabled / fp16.enabled: bf16 on a cuda job, neither on a cpu one (fp32);
+// - gradient_clipping: DeepSpeed's default (1.0, the HF Trainer's max_grad_norm default too);
 // - scheduler.params.total_num_steps: train.steps; warmup_max_lr: the optimizer's lr.
 // Any other "auto" is InvalidArgument listing every field still to fill, in one message.
 // expert_parallel's "auto" values are AutoEP's own (taken from the model), left as they are.

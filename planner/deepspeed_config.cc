@@ -222,6 +222,7 @@ Status parseBf16(const json& object, const char* key, DeepSpeedConfig* c) {
   ObjectReader r(object, std::string("deepspeed.") + key);
   bool enabled = false;
   RETURN_IF_ERROR(r.readBool("enabled", &enabled));
+  RETURN_IF_ERROR(r.readBool("check_grad_overflow", &c->bf16CheckGradOverflow));
   if (enabled) {
     if (c->precision == Precision::kFp16)
       return invalidArgument("deepspeed.{}.enabled: fp16 and bf16 cannot both be enabled", key);
@@ -423,6 +424,18 @@ StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world
   return c;
 }
 
+bool DeepSpeedConfig::skipsNonFiniteSteps() const {
+  switch (precision) {
+    case Precision::kFp16:
+      return true;
+    case Precision::kBf16:
+      return zero.stage == 0 || (zero.stage < 3 && bf16CheckGradOverflow);
+    case Precision::kFp32:
+      return false;
+  }
+  return false;
+}
+
 json DeepSpeedConfig::toJson() const {
   const auto& o = optimizer;
   json optimizerParams{{"lr", o.lr}, {"weight_decay", o.weightDecay}};
@@ -473,7 +486,7 @@ json DeepSpeedConfig::toJson() const {
         {"hysteresis", lossScale.hysteresis},
         {"consecutive_hysteresis", lossScale.consecutiveHysteresis},
         {"min_loss_scale", lossScale.minScale}}},
-      {"bf16", {{"enabled", precision == Precision::kBf16}}},
+      {"bf16", {{"enabled", precision == Precision::kBf16}, {"check_grad_overflow", bf16CheckGradOverflow}}},
       {"comms_logger",
        {{"enabled", commsLogger.enabled},
         {"verbose", commsLogger.verbose},

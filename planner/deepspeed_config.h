@@ -156,6 +156,9 @@ struct DeepSpeedConfig {
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   Precision precision = Precision::kFp32;
+  // bf16.check_grad_overflow: under bf16 at ZeRO 1-2, a step whose gradient norm is not finite is
+  // skipped (skipsNonFiniteSteps).
+  bool bf16CheckGradOverflow = true;
   LossScaleConfig lossScale;
   double gradientClipping = 1.0;  // 0 disables
   int64_t stepsPerPrint = 10;
@@ -172,6 +175,10 @@ struct DeepSpeedConfig {
   int dataParallelSize = 1;             // world / (tp x sp): the batch triple's data-parallel ranks
 
   nlohmann::json toJson() const;
+  // Whether a step whose gradient norm is not finite is skipped, as DeepSpeed 0.19.8 does: always
+  // under fp16 (the loss scale drops); under bf16 at stage 0 (its BF16_Optimizer) and, with
+  // bf16.check_grad_overflow, at stages 1-2; never at stage 3 or in fp32.
+  bool skipsNonFiniteSteps() const;
 };
 
 // Parses the `deepspeed` object of a job of `world` ranks. The data-parallel size of the batch

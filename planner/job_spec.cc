@@ -1,6 +1,7 @@
 #include "planner/job_spec.h"
 
 #include "planner/deepspeed_auto.h"
+#include "planner/deepspeed_keys.h"
 #include "planner/json_reader.h"
 
 #include <cctype>
@@ -423,12 +424,15 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
                            "over the API carries the DeepSpeed config object itself",
                            path->get<std::string>());
   ASSIGN_OR_RETURN(const json* deepspeed, r.readObject("deepspeed"));
-  ASSIGN_OR_RETURN(const json resolved,
-                   resolveAutoValues(deepspeed ? *deepspeed : json::object(),
-                                     AutoContext{.cuda = spec.device == DeviceKind::kCuda,
-                                                 .training = spec.kind == JobKind::kTrain,
-                                                 .trainSteps = spec.train.steps}));
-  ASSIGN_OR_RETURN(spec.deepspeed, parseDeepSpeedConfig(resolved, spec.ranks, spec.kind == JobKind::kTrain));
+  // Every key DeepSpeed's config may hold, and every "auto" the job cannot fill, are reported
+  // together: a config pasted from a DeepSpeed job shows all it needs changed at once.
+  ScreenedConfig screened = screenDeepSpeedKeys(deepspeed ? *deepspeed : json::object());
+  auto resolved = resolveAutoValues(screened.config, AutoContext{.cuda = spec.device == DeviceKind::kCuda,
+                                                                 .training = spec.kind == JobKind::kTrain,
+                                                                 .trainSteps = spec.train.steps});
+  if (!resolved.isOk()) screened.refusals.push_back(resolved.status().message());
+  RETURN_IF_ERROR(configProblems(screened.refusals));
+  ASSIGN_OR_RETURN(spec.deepspeed, parseDeepSpeedConfig(*resolved, spec.ranks, spec.kind == JobKind::kTrain));
   if (spec.kind == JobKind::kRollout) RETURN_IF_ERROR(resolveRolloutDtype(deepspeed, &spec));
 
   RETURN_IF_ERROR(r.rejectUnknown());

@@ -35,16 +35,56 @@ StatusOr<std::string> inlineDeepSpeedFile(const std::string& specText) {
 
 }  // namespace
 
-StatusOr<std::string> readSpecFile(const std::string& path) {
-  if (path == "-") {
-    std::string text(std::istreambuf_iterator<char>(std::cin), {});
-    return inlineDeepSpeedFile(planner::resolveSpecPaths(text, std::filesystem::current_path().string()));
+// PATH=VALUE into `root`: objects along the path are created; VALUE is JSON when it parses (1e-4,
+// true, [0.9, 0.95], {"device": "cpu"}), else the string itself (AdamW).
+Status applySet(nlohmann::json& root, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return invalidArgument("--set {}: give PATH=VALUE (e.g. deepspeed.optimizer.params.lr=1e-4)", assignment);
+  const std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;
+  nlohmann::json* at = &root;
+  size_t begin = 0;
+  for (;;) {
+    const size_t dot = path.find('.', begin);
+    const std::string key = path.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+    if (key.empty()) return invalidArgument("--set {}: {} has an empty key", assignment, path);
+    if (!at->is_object())
+      return invalidArgument("--set {}: {} is a JSON {} in the spec, not an object", assignment,
+                             path.substr(0, begin - 1), at->type_name());
+    if (dot == std::string::npos) {
+      (*at)[key] = std::move(value);
+      return Status::ok();
+    }
+    if (!at->contains(key)) (*at)[key] = nlohmann::json::object();
+    at = &(*at)[key];
+    begin = dot + 1;
   }
-  auto text = files::readFile(path);
-  if (!text.isOk()) return Status(StatusCode::kInvalidArgument, text.status().message());
-  // Paths in a spec are relative to the spec file, wherever loomctl runs.
-  auto dir = std::filesystem::absolute(path).parent_path().string();
-  return inlineDeepSpeedFile(planner::resolveSpecPaths(*text, dir));
+}
+
+StatusOr<std::string> readSpecFile(const std::string& path, const SpecOverrides& overrides) {
+  std::string text;
+  std::string dir = std::filesystem::current_path().string();
+  if (path == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), {});
+  } else {
+    auto read = files::readFile(path);
+    if (!read.isOk()) return Status(StatusCode::kInvalidArgument, read.status().message());
+    text = std::move(read).value();
+    // Paths in a spec are relative to the spec file, wherever loomctl runs.
+    dir = std::filesystem::absolute(path).parent_path().string();
+  }
+  text = planner::resolveSpecPaths(text, dir);
+  if (overrides.deepspeedFile.empty() && overrides.sets.empty()) return inlineDeepSpeedFile(text);
+  nlohmann::json root = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object()) return inlineDeepSpeedFile(text);  // the parser says what is wrong with it
+  // A file named on the command line is relative to where loomctl runs.
+  if (!overrides.deepspeedFile.empty()) root["deepspeed"] = std::filesystem::absolute(overrides.deepspeedFile).string();
+  ASSIGN_OR_RETURN(std::string inlined, inlineDeepSpeedFile(root.dump()));
+  root = nlohmann::json::parse(inlined);
+  for (const std::string& set : overrides.sets) RETURN_IF_ERROR(applySet(root, set));
+  return root.dump(2);
 }
 
 namespace {
@@ -76,7 +116,7 @@ int followJob(const GlobalOptions& g, client::LoomClient& client, const std::str
 }  // namespace
 
 int submitCommand(const GlobalOptions& g, const std::string& file, const std::string& requestId, bool wait) {
-  auto spec = readSpecFile(file);
+  auto spec = readSpecFile(file, g.overrides);
   if (!spec.isOk()) return reportError(spec.status());
   client::LoomClient client(g.server);
   auto created = client.createJob(*spec, requestId);
@@ -193,7 +233,7 @@ int waitCommand(const GlobalOptions& g, const std::string& jobId, double timeout
 
 // Checked here, with the same code the planner runs, so no server is needed.
 int validateCommand(const GlobalOptions& g, const std::string& file) {
-  auto text = readSpecFile(file);
+  auto text = readSpecFile(file, g.overrides);
   if (!text.isOk()) return reportError(text.status());
   auto spec = planner::parseJobSpec(*text);
   if (!spec.isOk()) return reportError(spec.status().withContext(file));

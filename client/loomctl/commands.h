@@ -9,9 +9,16 @@
 
 namespace loom::loomctl {
 
+// What the command line changes in a spec file before it is used (run, submit, validate, plan).
+struct SpecOverrides {
+  std::string deepspeedFile;      // --deepspeed FILE: the spec's deepspeed object, from this file
+  std::vector<std::string> sets;  // --set PATH=VALUE: PATH dotted from the spec's root; VALUE JSON, else a string
+};
+
 struct GlobalOptions {
   std::string server;  // --server, else LOOM_SERVER, else 127.0.0.1:7450
   OutputFormat format = OutputFormat::kHuman;
+  SpecOverrides overrides;
 };
 
 // Each command returns the process exit code.
@@ -79,7 +86,9 @@ int rlCommand(const GlobalOptions& g, const std::string& loopFile);
 // wrote. Local: no server is contacted.
 int dataPrepareCommand(const GlobalOptions& g, const data::PrepareOptions& options);
 
-// Reads a spec file; the error names the file.
-StatusOr<std::string> readSpecFile(const std::string& path);
+// Reads a spec file, relative paths taken from its directory, its DeepSpeed config file put in
+// place, then the overrides applied (in that order: --set may change a key of the DeepSpeed
+// file's). The error names the file, or the override.
+StatusOr<std::string> readSpecFile(const std::string& path, const SpecOverrides& overrides = {});
 
 }  // namespace loom::loomctl

@@ -19,6 +19,12 @@ int main(int argc, char** argv) {
   app.add_option("--server", g.server, "the planner (or loomd --standalone) address; env LOOM_SERVER")
       ->capture_default_str();
   app.add_option("-o,--output", output, "human or json")->check(CLI::IsMember({"human", "json"}));
+  app.add_option("--deepspeed", g.overrides.deepspeedFile,
+                 "run, submit, validate, plan: the spec's deepspeed config from this file (a DeepSpeed user's "
+                 "ds_config.json)");
+  app.add_option("--set", g.overrides.sets,
+                 "run, submit, validate, plan: PATH=VALUE over the spec (repeatable; after --deepspeed's file), "
+                 "e.g. deepspeed.optimizer.params.lr=1e-4");
 
   RunOptions run;
   auto* runCmd = app.add_subcommand("run", "run one job on this machine (embedded control plane); exit code = result");

@@ -174,7 +174,7 @@ std::string describePlan(const Plan& plan) {
 }  // namespace
 
 int planCommand(const GlobalOptions& g, const std::string& file, int world) {
-  auto text = readSpecFile(file);
+  auto text = readSpecFile(file, g.overrides);
   if (!text.isOk()) return reportError(text.status());
   if (world > 0) {
     // As if the spec asked for `world` ranks: the batch triple and the mesh follow.

@@ -36,7 +36,7 @@ int runCommand(const GlobalOptions& g, const RunOptions& options) {
   sigaddset(&signals, SIGUSR2);  // our own "stop listening"
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto text = readSpecFile(options.file);
+  auto text = readSpecFile(options.file, g.overrides);
   if (!text.isOk()) return reportError(text.status());
   auto spec = planner::parseJobSpec(*text);
   if (!spec.isOk()) return reportError(spec.status().withContext(options.file));

@@ -98,14 +98,16 @@ TEST_CASE("loomctl reads the DeepSpeed config file a spec names - auto values - 
   REQUIRE(files::makeDirs(dir.path() + "/ds").isOk());
   // As HF Trainer users keep it: a file of its own, "auto" where the integration fills in.
   writeSpec(dir, "ds/ds_config.json", R"({"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"},
-      "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto", "overlap_comm": true}})");
+      "steps_per_print": "auto", "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto", "overlap_comm": true}})");
   // Relative to the spec, wherever loomctl runs.
   const std::string named = writeSpec(dir, "named.json", probeSpec(2, 1, 1, {{"deepspeed", "ds/ds_config.json"}}));
   Result unfilled = loomctl("validate " + named, "/");
   CHECK(unfilled.exitCode == 2);
-  CHECK(unfilled.err.find("give a value for deepspeed.zero_optimization.reduce_bucket_size") != std::string::npos);
+  CHECK(unfilled.err.find("give a value for deepspeed.steps_per_print") != std::string::npos);
+  // DeepSpeed's own sections take their default for "auto": reduce_bucket_size is not asked for.
+  CHECK(unfilled.err.find("reduce_bucket_size") == std::string::npos);
   writeSpec(dir, "ds/ds_config.json", R"({"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"},
-      "zero_optimization": {"stage": 2, "reduce_bucket_size": 5e8, "overlap_comm": true}})");
+      "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto", "overlap_comm": true}})");
   Result valid = loomctl("validate " + named, "/");
   INFO(valid.err);
   CHECK(valid.exitCode == 0);

@@ -1,5 +1,7 @@
 #include "planner/deepspeed_config.h"
 
+#include <fmt/format.h>
+
 #include "planner/job_spec.h"
 #include "tests/catch.h"
 
@@ -370,4 +372,25 @@ TEST_CASE("deepspeed: every AutoEP key of DeepSpeed 0.19.8 at its default is acc
   auto fused = parsed(withEp(R"("enabled": true, "gate_up_impl": "fused", "expert_activation": "swiglu_oai")"));
   CHECK(fused.expertParallel.gateUpImpl == "fused");
   CHECK(fused.expertParallel.expertActivation == "swiglu_oai");
+}
+
+TEST_CASE("deepspeed: which precisions skip a step whose gradient norm is not finite, as DeepSpeed 0.19.8",
+          "[planner][deepspeed]") {
+  auto skips = [](const char* precision, int stage, const char* bf16Extra = "") {
+    const std::string text = fmt::format(R"({{"train_batch_size": 2, "zero_optimization": {{"stage": {}}}, {}}})",
+                                         stage, std::string(precision) == "bf16"
+                                                    ? fmt::format(R"("bf16": {{"enabled": true{}}})", bf16Extra)
+                                                    : std::string(precision) == "fp16" ? R"("fp16": {"enabled": true})"
+                                                                                       : R"("steps_per_print": 1)");
+    auto c = parseDeepSpeedConfig(json::parse(text), 2, false);
+    REQUIRE(c.isOk());
+    return c->skipsNonFiniteSteps();
+  };
+  for (int stage : {0, 1, 2, 3}) CHECK(skips("fp16", stage));     // the loss scale drops
+  for (int stage : {0, 1, 2, 3}) CHECK_FALSE(skips("fp32", stage));
+  CHECK(skips("bf16", 0));                                        // BF16_Optimizer
+  CHECK(skips("bf16", 1));                                        // check_grad_overflow, default true
+  CHECK(skips("bf16", 2));
+  CHECK_FALSE(skips("bf16", 2, R"(, "check_grad_overflow": false)"));
+  CHECK_FALSE(skips("bf16", 3));                                  // stage 3 checks fp16 only
 }

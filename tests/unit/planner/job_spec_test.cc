@@ -143,8 +143,9 @@ TEST_CASE("probe.collectives, timeouts and deepspeed.comms_logger", "[planner]")
   CHECK(errorOf(base + R"("probe": {"collectives": {"min_bytes": 9, "max_bytes": 8}}})").find("probe.collectives.min_bytes") == 0);
   CHECK(errorOf(base + R"("probe": {"collectives": {"repeats": 0}}})").find("probe.collectives.repeats") == 0);
   CHECK(errorOf(base + R"("probe": {"collectives": {"shared_memory": "yes"}}})").find("probe.collectives.shared_memory") == 0);
-  CHECK(errorOf(base + R"("deepspeed": {"pipeline": {"stages": 2}}})").find("deepspeed.pipeline: not supported by this "
-                                                                            "version") == 0);
+  CHECK(errorOf(base + R"("deepspeed": {"pipeline": {"stages": 2}}})") ==
+        "deepspeed.pipeline: {\"stages\":2} is not supported: pipeline parallelism is not supported (DeepSpeed "
+        "applies it to a PipelineModule only)");
   CHECK(errorOf(base + R"("deepspeed": {"comms_logger": {"prof_ops": ["allreduce"]}}})").find(
             "deepspeed.comms_logger.prof_ops: \"allreduce\" is not one of") == 0);
   CHECK(errorOf(base + R"("deepspeed": {"comms_logger": {"enabled": 1}}})") ==

@@ -271,14 +271,18 @@ Status Trainer::trainStep() {
   at::NoGradGuard noGrad;
   ASSIGN_OR_RETURN(Metrics moeMetrics, mixtureOfExpertsMetrics(auxSum));
   ASSIGN_OR_RETURN(const double gradNorm, zero_->reduce(scale));
-  const bool overflow = ds_.precision == planner::Precision::kFp16 && !std::isfinite(gradNorm);
+  const bool overflow = ds_.skipsNonFiniteSteps() && !std::isfinite(gradNorm);
   const train::LearningRates rates = train::learningRates(ds_.scheduler, ds_.optimizer, appliedSteps_);
   const double lr = rates.lr;
   if (overflow) {
     ++skippedSteps_;
     if (ctx_.rank == 0)
-      std::printf("step %lld: fp16 gradients overflow at loss scale %g: step skipped\n",
-                  static_cast<long long>(step_ + 1), scale);
+      if (ds_.precision == planner::Precision::kFp16) {
+        std::printf("step %lld: fp16 gradients overflow at loss scale %g: step skipped\n",
+                    static_cast<long long>(step_ + 1), scale);
+      } else {
+        std::printf("step %lld: bf16 gradient norm is not finite: step skipped\n", static_cast<long long>(step_ + 1));
+      }
   } else {
     const double clip = ds_.gradientClipping > 0 ? std::min(1.0, ds_.gradientClipping / (gradNorm + 1e-6)) : 1.0;
     RETURN_IF_ERROR(zero_->step(rates, clip));
