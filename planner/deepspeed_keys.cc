@@ -409,12 +409,4 @@ ScreenedConfig screenDeepSpeedKeys(const json& deepspeed) {
   return {std::move(out), std::move(screen.refusals)};
 }
 
-Status configProblems(const std::vector<std::string>& problems) {
-  if (problems.empty()) return Status::ok();
-  if (problems.size() == 1) return invalidArgument("{}", problems[0]);
-  std::string list;
-  for (const std::string& p : problems) list += "\n  " + p;
-  return invalidArgument("deepspeed: {} problems:{}", problems.size(), list);
-}
-
 }  // namespace loom::planner

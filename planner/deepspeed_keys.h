@@ -43,7 +43,5 @@ struct ScreenedConfig {
 };
 ScreenedConfig screenDeepSpeedKeys(const nlohmann::json& deepspeed);
 
-// One INVALID_ARGUMENT for every problem found in a config (the message itself when there is one).
-Status configProblems(const std::vector<std::string>& problems);
 
 }  // namespace loom::planner

@@ -363,6 +363,43 @@ Status checkRunnable(const JobSpec& spec) {
   return Status::ok();
 }
 
+namespace {
+
+Status parseName(ObjectReader& r, JobSpec* spec) {
+  RETURN_IF_ERROR(r.readString("name", &spec->name, /*required=*/true));
+  if (spec->name.empty() || spec->name.size() > 63)
+    return invalidArgument("name: must be 1 to 63 characters, got {}", spec->name.size());
+  for (char c : spec->name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
+      return invalidArgument("name: may hold letters, digits, '-', '_' and '.' only, got \"{}\"", spec->name);
+  }
+  return Status::ok();
+}
+
+// The deepspeed section: every key DeepSpeed's config may hold and every "auto" the job cannot
+// fill go to `problems` one by one (a config pasted from a DeepSpeed job shows all it needs
+// changed at once); the config itself is read only when they are none and the resources were
+// read (the world size and the device decide what it may hold).
+Status parseDeepSpeedSection(ObjectReader& r, bool resourcesRead, JobSpec* spec, std::vector<std::string>& problems) {
+  if (const json* path = r.find("deepspeed"); path && path->is_string())
+    return invalidArgument("deepspeed: \"{}\" is a file path, which loomctl reads and puts in its place; a spec sent "
+                           "over the API carries the DeepSpeed config object itself",
+                           path->get<std::string>());
+  ASSIGN_OR_RETURN(const json* deepspeed, r.readObject("deepspeed"));
+  ScreenedConfig screened = screenDeepSpeedKeys(deepspeed ? *deepspeed : json::object());
+  auto resolved = resolveAutoValues(screened.config, AutoContext{.cuda = spec->device == DeviceKind::kCuda,
+                                                                 .training = spec->kind == JobKind::kTrain,
+                                                                 .trainSteps = spec->train.steps});
+  problems.insert(problems.end(), screened.refusals.begin(), screened.refusals.end());
+  if (!resolved.isOk()) return resolved.status();
+  if (!screened.refusals.empty() || !resourcesRead) return Status::ok();
+  ASSIGN_OR_RETURN(spec->deepspeed, parseDeepSpeedConfig(*resolved, spec->ranks, spec->kind == JobKind::kTrain));
+  if (spec->kind == JobKind::kRollout) RETURN_IF_ERROR(resolveRolloutDtype(deepspeed, spec));
+  return Status::ok();
+}
+
+}  // namespace
+
 StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose) {
   json root;
   try {
@@ -374,31 +411,41 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
 
   JobSpec spec;
   ObjectReader r(root, "");
-  RETURN_IF_ERROR(r.readString("name", &spec.name, /*required=*/true));
-  if (spec.name.empty() || spec.name.size() > 63)
-    return invalidArgument("name: must be 1 to 63 characters, got {}", spec.name.size());
-  for (char c : spec.name) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
-      return invalidArgument("name: may hold letters, digits, '-', '_' and '.' only, got \"{}\"", spec.name);
-  }
-
+  // Every section is read even after another failed, and all their errors come back together
+  // (the first of each section): a spec shows all it needs changed at once.
+  std::vector<std::string> problems;
+  auto note = [&](const Status& s) {
+    if (!s.isOk()) problems.push_back(s.message());
+    return s.isOk();
+  };
+  note(parseName(r, &spec));
   std::string kind;
-  RETURN_IF_ERROR(r.readString("kind", &kind, true));
+  if (!note(r.readString("kind", &kind, true))) return specProblems(problems);
   const JobKindInfo* info = jobKindNamed(kind);
-  if (!info)
-    return invalidArgument("kind: \"{}\" is not a job kind this version runs (supported: {})", kind, jobKindNames());
+  if (!info) {
+    problems.push_back(
+        fmt::format("kind: \"{}\" is not a job kind this version runs (supported: {})", kind, jobKindNames()));
+    return specProblems(problems);  // which sections apply depends on it
+  }
   spec.kind = info->kind;
 
-  ASSIGN_OR_RETURN(const json* resources, r.readObject("resources"));
-  if (!resources) return invalidArgument("resources: required field is missing");
-  RETURN_IF_ERROR(parseResources(*resources, &spec));
-
-  ASSIGN_OR_RETURN(const json* probe, r.readObject("probe"));
-  if (probe) RETURN_IF_ERROR(parseProbe(*probe, &spec));
-  ASSIGN_OR_RETURN(const json* restart, r.readObject("restart"));
-  if (restart) RETURN_IF_ERROR(parseRestart(*restart, &spec));
-  ASSIGN_OR_RETURN(const json* timeouts, r.readObject("timeouts"));
-  if (timeouts) RETURN_IF_ERROR(parseTimeouts(*timeouts, &spec));
+  // The world size and device decide what the deepspeed section may hold: without them it waits.
+  bool resourcesRead = false;
+  if (auto resources = r.readObject("resources"); !resources.isOk()) {
+    note(resources.status());
+  } else if (!*resources) {
+    problems.push_back("resources: required field is missing");
+  } else {
+    resourcesRead = note(parseResources(**resources, &spec));
+  }
+  auto optionalSection = [&](const char* name, Status (*parse)(const json&, JobSpec*)) {
+    auto object = r.readObject(name);
+    if (!object.isOk()) return note(object.status());
+    return !*object || note(parse(**object, &spec));
+  };
+  optionalSection("probe", parseProbe);
+  optionalSection("restart", parseRestart);
+  optionalSection("timeouts", parseTimeouts);
   // model, data and the kind's own section (train or eval); data before train, whose checks read it.
   // The kind's table row says which sections apply: model and data, and its own.
   auto own = [&](const char* section) { return std::string(info->section) == section; };
@@ -413,29 +460,23 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
       {"rollout", parseRollout, own("rollout"), own("rollout") && info->sectionRequired},
       {"kernels", parseKernels, true, false},  // a probe loads them with probe.kernels
   };
+  bool dataRead = true;
   for (const auto& [section, parse, applies, required] : sections) {
-    ASSIGN_OR_RETURN(const json* object, r.readObject(section));
-    if (!object && required) return invalidArgument("{}: required for a {} job", section, kind);
-    if (object && !applies) return invalidArgument("{}: does not apply to a {} job", section, kind);
-    if (object) RETURN_IF_ERROR(parse(*object, &spec));
+    auto object = r.readObject(section);
+    if (!object.isOk()) {
+      note(object.status());
+    } else if (!*object && required) {
+      problems.push_back(fmt::format("{}: required for a {} job", section, kind));
+    } else if (*object && !applies) {
+      problems.push_back(fmt::format("{}: does not apply to a {} job", section, kind));
+    } else if (*object && (std::string(section) != "train" || dataRead)) {
+      const bool read = note(parse(**object, &spec));
+      if (std::string(section) == "data") dataRead = read;
+    }
   }
-  if (const json* path = r.find("deepspeed"); path && path->is_string())
-    return invalidArgument("deepspeed: \"{}\" is a file path, which loomctl reads and puts in its place; a spec sent "
-                           "over the API carries the DeepSpeed config object itself",
-                           path->get<std::string>());
-  ASSIGN_OR_RETURN(const json* deepspeed, r.readObject("deepspeed"));
-  // Every key DeepSpeed's config may hold, and every "auto" the job cannot fill, are reported
-  // together: a config pasted from a DeepSpeed job shows all it needs changed at once.
-  ScreenedConfig screened = screenDeepSpeedKeys(deepspeed ? *deepspeed : json::object());
-  auto resolved = resolveAutoValues(screened.config, AutoContext{.cuda = spec.device == DeviceKind::kCuda,
-                                                                 .training = spec.kind == JobKind::kTrain,
-                                                                 .trainSteps = spec.train.steps});
-  if (!resolved.isOk()) screened.refusals.push_back(resolved.status().message());
-  RETURN_IF_ERROR(configProblems(screened.refusals));
-  ASSIGN_OR_RETURN(spec.deepspeed, parseDeepSpeedConfig(*resolved, spec.ranks, spec.kind == JobKind::kTrain));
-  if (spec.kind == JobKind::kRollout) RETURN_IF_ERROR(resolveRolloutDtype(deepspeed, &spec));
-
-  RETURN_IF_ERROR(r.rejectUnknown());
+  note(parseDeepSpeedSection(r, resourcesRead, &spec, problems));
+  note(r.rejectUnknown());
+  RETURN_IF_ERROR(specProblems(problems));
   if (purpose == SpecPurpose::kRun) RETURN_IF_ERROR(checkRunnable(spec));
   return spec;
 }

@@ -6,6 +6,14 @@ namespace loom::planner {
 
 using nlohmann::json;
 
+Status specProblems(const std::vector<std::string>& problems) {
+  if (problems.empty()) return Status::ok();
+  if (problems.size() == 1) return invalidArgument("{}", problems[0]);
+  std::string list;
+  for (const std::string& p : problems) list += "\n  " + p;
+  return invalidArgument("{} problems:{}", problems.size(), list);
+}
+
 std::string jsonPath(const std::string& parent, const std::string& key) {
   return parent.empty() ? key : parent + "." + key;
 }

@@ -14,6 +14,10 @@ namespace loom::planner {
 // "deepspeed.optimizer" + "params" -> "deepspeed.optimizer.params"
 std::string jsonPath(const std::string& parent, const std::string& key);
 
+// One INVALID_ARGUMENT for every problem found in a spec, one per line ("3 problems:\n  ..."),
+// or the message itself when there is one; OK when there is none.
+Status specProblems(const std::vector<std::string>& problems);
+
 // Reads the fields of one JSON object of a spec, remembering which keys were consumed so that
 // anything left over is reported as unknown. Every error names the field by its JSON path.
 class ObjectReader {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "planner/job_spec.h"
+#include "planner/json_reader.h"
 #include "tests/catch.h"
 
 using namespace loom;
@@ -47,7 +48,7 @@ TEST_CASE("a pasted DeepSpeed config: everything it needs changed, in one messag
   REQUIRE_FALSE(parsed.isOk());
   const std::string message = parsed.status().message();
   INFO(message);
-  CHECK(message.rfind("deepspeed: 2 problems:\n  ", 0) == 0);
+  CHECK(message.rfind("2 problems:\n  ", 0) == 0);
   CHECK(message.find("deepspeed.zero_optimization.offload_param: {\"device\":\"cpu\",\"pin_memory\":true} is not "
                      "supported: not supported yet") != std::string::npos);
   for (const char* field : {"deepspeed.train_batch_size", "deepspeed.optimizer.params.lr",
@@ -104,9 +105,9 @@ TEST_CASE("each kind of refusal names the key and says why", "[planner][deepspee
   CHECK_FALSE(screened.config.contains("flops_profiler"));
   CHECK(screened.config["zero_optimization"]["allgather_bucket_size"] == 2e8);
 
-  CHECK(configProblems({}).isOk());
-  CHECK(configProblems({"deepspeed.x: why"}).message() == "deepspeed.x: why");
-  CHECK(configProblems({"a", "b"}).message() == "deepspeed: 2 problems:\n  a\n  b");
+  CHECK(specProblems({}).isOk());
+  CHECK(specProblems({"deepspeed.x: why"}).message() == "deepspeed.x: why");
+  CHECK(specProblems({"a", "b"}).message() == "2 problems:\n  a\n  b");
 }
 
 TEST_CASE("bfloat16, bf16's older name, shares its keys", "[planner][deepspeed]") {
