@@ -37,6 +37,12 @@ void JobLifecycle::transition(JobRecord& job, JobState to, std::string reason, i
   out.events.push_back(event);
 }
 
+void JobLifecycle::record(JobRecord& job, std::string what, int64_t nowMs, LifecycleEffects& out) {
+  job.updateTimeMs = nowMs;
+  out.events.push_back(
+      JobEvent{.seq = ++job.lastEventSeq, .timeMs = nowMs, .state = job.state, .attempt = job.attempt, .reason = std::move(what)});
+}
+
 LifecycleEffects JobLifecycle::markPlaced(JobRecord& job, const Placement& placement, int64_t nowMs) {
   LifecycleEffects out;
   job.attempt += 1;
@@ -87,6 +93,8 @@ LifecycleEffects JobLifecycle::applyRankReport(JobRecord& job, const RankReport&
     case RankEvent::kProgress:
       rank.state = RankState::kRunning;
       rank.step = std::max(rank.step, report.step);
+      // A rank's notice (ReportClient::notice): an event in the job's history, in its state.
+      if (!report.detail.empty()) record(job, fmt::format("rank {}: {}", report.rank, report.detail), nowMs, out);
       // Rank 0's metrics are the job's (the others report the same quantities).
       if (report.rank == 0) {
         for (const auto& [name, value] : report.metrics) job.metrics[name] = value;

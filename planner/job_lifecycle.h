@@ -41,6 +41,8 @@ class JobLifecycle {
 
  private:
   static void transition(JobRecord& job, JobState to, std::string reason, int64_t nowMs, LifecycleEffects& out);
+  // An event that changes neither the state nor the job's reason.
+  static void record(JobRecord& job, std::string what, int64_t nowMs, LifecycleEffects& out);
   // `ended`: why the attempt ends, if it does (a rank failed, or was preempted).
   struct AttemptEnd {
     std::string why;

@@ -20,6 +20,7 @@ Status runTorchJob(const RankContext& context, const planner::JobSpec& spec, con
   ASSIGN_OR_RETURN(TorchRuntime * torch, loadTorchRuntime());
   TorchRuntime::JobHooks hooks;
   hooks.progress = [&](int64_t step, const std::map<std::string, double>& metrics) { reports.progress(step, metrics); };
+  hooks.notice = [&](const std::string& what) { reports.notice(what); };
   hooks.serveRollout = [&](rollout::RolloutInbox& inbox,
                            const planner::SamplingParams& defaults) -> StatusOr<std::shared_ptr<void>> {
     ASSIGN_OR_RETURN(std::unique_ptr<RolloutServer> server, RolloutServer::start(context.masterAddr, inbox, defaults));

@@ -82,11 +82,22 @@ void ReportClient::progress(int64_t step, const std::map<std::string, double>& m
   send(std::move(m));
 }
 
+namespace {
+constexpr size_t kMaxDetail = 2000;  // a datagram, and one line of the job's reason
+std::string clipped(const std::string& text) {
+  return text.size() > kMaxDetail ? text.substr(0, kMaxDetail) + "..." : text;
+}
+}  // namespace
+
+void ReportClient::notice(const std::string& what) {
+  WorkerMessage m{.type = WorkerMessage::Type::kProgress, .jobId = context_.jobId, .attempt = context_.attempt,
+                  .rank = context_.rank, .pid = ::getpid(), .step = 0, .metrics = {}, .detail = clipped(what)};
+  send(std::move(m));
+}
+
 void ReportClient::failing(const std::string& why) {
-  constexpr size_t kMaxDetail = 2000;  // a datagram, and one line of the job's reason
   WorkerMessage m{.type = WorkerMessage::Type::kFailing, .jobId = context_.jobId, .attempt = context_.attempt,
-                  .rank = context_.rank, .pid = ::getpid(), .step = 0, .metrics = {},
-                  .detail = why.size() > kMaxDetail ? why.substr(0, kMaxDetail) + "..." : why};
+                  .rank = context_.rank, .pid = ::getpid(), .step = 0, .metrics = {}, .detail = clipped(why)};
   send(std::move(m));
 }
 

@@ -24,6 +24,9 @@ class ReportClient {
 
   void ready(const std::string& detail);
   void progress(int64_t step, const std::map<std::string, double>& metrics);
+  // Something the job's events should show, without a change of state ("checkpoint refused, an
+  // older one is used: ..."): a progress report carrying `what`.
+  void notice(const std::string& what);
   // Why the rank is about to fail; the daemon attaches it to the rank's exit.
   void failing(const std::string& why);
   // A served rollout's rank 0 listens at `address`: every later message says so.

@@ -32,6 +32,8 @@ class TorchRuntime {
     ServeRolloutFn serveRollout;
     // Whether the rank got SIGTERM (worker/preemption.h); null for a kind that does not save on it.
     bool (*preemptionRequested)() = nullptr;
+    // An event for the job's history that changes nothing (ReportClient::notice).
+    std::function<void(const std::string&)> notice;
   };
 
   virtual ~TorchRuntime() = default;

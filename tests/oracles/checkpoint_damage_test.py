@@ -3,7 +3,8 @@
 1. train.keep_checkpoints 2 keeps the two newest complete checkpoints (every 2 steps of 8: 6 and
    8 stay).
 2. A job stopped at step 6 whose newest checkpoint has a corrupt weights file, or a truncated
-   manifest, resumes from step 4, saying which file it refused, and ends with the uninterrupted
+   manifest, resumes from step 4, saying which file it refused (in its log and as an event of the
+   job's), and ends with the uninterrupted
    run's weights; with both checkpoints damaged it fails with DATA_LOSS naming each.
 3. A disk that fills (a tmpfs the size of one and a half checkpoints): the next checkpoint is
    refused before anything is written, naming the directory and the bytes it needs, and the
@@ -15,6 +16,7 @@
 import argparse
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -56,6 +58,15 @@ def weights(checkpoints, step):
     return load_file(os.path.join(checkpoints, f"global_step{step}", "model.safetensors"))
 
 
+def job_events(state_dir):
+    """The reasons of every event the planner stored under a `loomctl run --state-dir`."""
+    db = sqlite3.connect(os.path.join(state_dir, "planner", "planner.db"))
+    try:
+        return [row[0] for row in db.execute("SELECT reason FROM events ORDER BY seq")]
+    finally:
+        db.close()
+
+
 def same_weights(a, b):
     return set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
 
@@ -93,6 +104,10 @@ def main():
             check(f"checkpoint refused, an older one is used: {checkpoints}/global_step6: " in log and named in log,
                   f"{damage}: the refused checkpoint is named with its file")
             check(f"resumed from {checkpoints}/global_step4 at step 4" in log, f"{damage}: resumed at step 4")
+            events = job_events(os.path.join(work, damage + "-resumed-state"))
+            check(any(e.startswith(f"rank 0: checkpoint refused, an older one is used: {checkpoints}/global_step6: ")
+                      and named in e for e in events),
+                  f"{damage}: the refusal is an event of the job's too")
             check(same_weights(weights(checkpoints, 8), reference),
                   f"{damage}: the final weights equal the uninterrupted run's")
 

@@ -170,6 +170,22 @@ TEST_CASE("a drained node preempts the attempt: every rank stopped, relaunched w
   CHECK(JobLifecycle::preempt(job, "again", 3).events.empty());  // nothing runs: nothing to preempt
 }
 
+TEST_CASE("a rank's notice is an event of the job's, in its state, its reason unchanged", "[planner]") {
+  JobRecord job = newJob(2, 0);
+  JobLifecycle::markPlaced(job, onOneNode(2), 1);
+  allReady(job);
+  const std::string reason = job.reason;
+  RankReport notice = report(job, 0, RankEvent::kProgress);
+  notice.detail = "checkpoint refused, an older one is used: ckpt/global_step6: ...";
+  auto effects = JobLifecycle::applyRankReport(job, notice, 2);
+  REQUIRE(effects.events.size() == 1);
+  CHECK(effects.events[0].state == JobState::kRunning);
+  CHECK(effects.events[0].reason == "rank 0: checkpoint refused, an older one is used: ckpt/global_step6: ...");
+  CHECK(job.state == JobState::kRunning);
+  CHECK(job.reason == reason);
+  CHECK(JobLifecycle::applyRankReport(job, report(job, 0, RankEvent::kProgress), 3).events.empty());
+}
+
 TEST_CASE("a rank lost with its node fails the attempt", "[planner]") {
   JobRecord job = newJob(2, 0);
   JobLifecycle::markPlaced(job, onOneNode(2), 1);

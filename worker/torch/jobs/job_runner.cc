@@ -43,7 +43,7 @@ Status runPlannedJob(const RankContext& ctx, const planner::JobSpec& spec, const
   RETURN_IF_ERROR(loadKernels(spec));
   RankSetup rank{.context = ctx, .spec = spec, .plan = plan, .local = planner::planOfRank(plan, ctx.rank),
                  .progress = hooks.progress, .serveRollout = hooks.serveRollout,
-                 .preemptionRequested = hooks.preemptionRequested,
+                 .preemptionRequested = hooks.preemptionRequested, .notice = hooks.notice,
                  .device = rankDevice(spec, ctx.localRank), .world = {}, .mesh = {}};
   if (ctx.worldSize > 1) {
     ASSIGN_OR_RETURN(rank.world, connectWorld(ctx, spec, homeOf(spec)));

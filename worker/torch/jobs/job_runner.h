@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include <c10/core/Device.h>
@@ -27,6 +28,7 @@ struct RankSetup {
   TorchRuntime::ProgressFn progress;
   TorchRuntime::ServeRolloutFn serveRollout;
   bool (*preemptionRequested)() = nullptr;  // TorchRuntime::JobHooks'
+  std::function<void(const std::string&)> notice;  // TorchRuntime::JobHooks'
   at::Device device;
   World world;
   RankMesh mesh;

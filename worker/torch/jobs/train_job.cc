@@ -180,8 +180,11 @@ Status Trainer::resume() {
   if (!loaded.isOk()) return loaded.status().withContext("train.checkpoint_dir");
   if (!*loaded) return Status::ok();
   if (ctx_.rank == 0) {
-    for (const std::string& refused : (*loaded)->refused)
-      std::printf("checkpoint refused, an older one is used: %s\n", refused.c_str());
+    for (const std::string& refused : (*loaded)->refused) {
+      const std::string what = "checkpoint refused, an older one is used: " + refused;
+      std::printf("%s\n", what.c_str());
+      if (rank_.notice) rank_.notice(what);  // an event of the job's, as well as a log line
+    }
   }
   auto& c = (*loaded)->contents;
   const json& t = c.trainer;
