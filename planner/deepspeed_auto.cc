@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "planner/deepspeed_config.h"
+
 namespace loom::planner {
 namespace {
 
@@ -15,6 +17,8 @@ bool isAuto(const json& v) { return v.is_string() && v.get<std::string>() == "au
 // Every "auto" left under `v`, as deepspeed.<path>. AutoEP's own "auto" values (top_k,
 // score_func, routed_scaling_factor, ...) are DeepSpeed's, which it resolves from the model.
 void collectAuto(const json& v, const std::string& path, std::vector<std::string>& out) {
+  for (const char* sized : kModelSizedZeroKeys)
+    if (path == std::string("deepspeed.zero_optimization.") + sized) return;  // the plan sizes it
   if (isAuto(v)) {
     out.push_back(path);
   } else if (v.is_object()) {

@@ -22,7 +22,8 @@ struct AutoContext {
 //   and the data-parallel ranks (all three "auto" stays unresolved for a train job);
 // - bf16.enabled / fp16.enabled: bf16 on a cuda job, neither on a cpu one (fp32);
 // - gradient_clipping: DeepSpeed's default (1.0, the HF Trainer's max_grad_norm default too);
-// - scheduler.params.total_num_steps: train.steps; warmup_max_lr: the optimizer's lr.
+// - scheduler.params.total_num_steps: train.steps; warmup_max_lr: the optimizer's lr;
+// - zero_optimization's kModelSizedZeroKeys stay "auto": the plan sizes them from the model.
 // Any other "auto" is InvalidArgument listing every field still to fill, in one message.
 // expert_parallel's "auto" values are AutoEP's own (taken from the model), left as they are.
 StatusOr<nlohmann::json> resolveAutoValues(const nlohmann::json& deepspeed, const AutoContext& context);

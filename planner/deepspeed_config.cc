@@ -260,12 +260,21 @@ Status parseZero(const json& object, DeepSpeedConfig* c) {
   constexpr int64_t kMax = int64_t(1) << 50;
   RETURN_IF_ERROR(r.readBool("contiguous_gradients", &z.contiguousGradients));
   RETURN_IF_ERROR(r.readBool("reduce_scatter", &z.reduceScatter));
-  RETURN_IF_ERROR(r.readWholeNumber("reduce_bucket_size", &z.reduceBucketSize, false, 1, kMax));
+  // "auto" for these three is the HF Trainer's: sized from the model's hidden_size (sizedFor).
+  auto readModelSized = [&](const char* key, int64_t* out, int64_t min) {
+    const json* v = r.find(key);
+    if (v && v->is_string() && v->get<std::string>() == "auto") {
+      *out = kSizedFromModel;
+      return Status::ok();
+    }
+    return r.readWholeNumber(key, out, false, min, kMax);
+  };
+  RETURN_IF_ERROR(readModelSized("reduce_bucket_size", &z.reduceBucketSize, 1));
   RETURN_IF_ERROR(r.readBool("allgather_partitions", &z.allgatherPartitions));
   RETURN_IF_ERROR(r.readWholeNumber("allgather_bucket_size", &z.allgatherBucketSize, false, 1, kMax));
   RETURN_IF_ERROR(r.readBool("overlap_comm", &z.overlapComm));
-  RETURN_IF_ERROR(r.readWholeNumber("stage3_prefetch_bucket_size", &z.prefetchBucketSize, false, 0, kMax));
-  RETURN_IF_ERROR(r.readWholeNumber("stage3_param_persistence_threshold", &z.paramPersistenceThreshold, false, 0, kMax));
+  RETURN_IF_ERROR(readModelSized("stage3_prefetch_bucket_size", &z.prefetchBucketSize, 0));
+  RETURN_IF_ERROR(readModelSized("stage3_param_persistence_threshold", &z.paramPersistenceThreshold, 0));
   RETURN_IF_ERROR(r.readWholeNumber("stage3_model_persistence_threshold", &z.modelPersistenceThreshold, false, 0,
                                     INT64_MAX));
   RETURN_IF_ERROR(r.readWholeNumber("stage3_max_live_parameters", &z.maxLiveParameters, false, 0, kMax));
@@ -372,7 +381,19 @@ Status resolveBatchSizes(ObjectReader& r, int64_t dp, bool training, DeepSpeedCo
   return Status::ok();
 }
 
+// A value sized from the model reads back as the "auto" it was given as.
+json modelSized(int64_t value) { return value == kSizedFromModel ? json("auto") : json(value); }
+
 }  // namespace
+
+ZeroConfig ZeroConfig::sizedFor(int64_t hiddenSize) const {
+  ZeroConfig z = *this;
+  const int64_t square = hiddenSize * hiddenSize;
+  if (z.reduceBucketSize == kSizedFromModel) z.reduceBucketSize = std::max<int64_t>(square, 1);
+  if (z.prefetchBucketSize == kSizedFromModel) z.prefetchBucketSize = static_cast<int64_t>(0.9 * double(square));
+  if (z.paramPersistenceThreshold == kSizedFromModel) z.paramPersistenceThreshold = 10 * hiddenSize;
+  return z;
+}
 
 StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world, bool training) {
   DeepSpeedConfig c;
@@ -465,12 +486,12 @@ json DeepSpeedConfig::toJson() const {
        {{"stage", zero.stage},
         {"contiguous_gradients", zero.contiguousGradients},
         {"reduce_scatter", zero.reduceScatter},
-        {"reduce_bucket_size", zero.reduceBucketSize},
+        {"reduce_bucket_size", modelSized(zero.reduceBucketSize)},
         {"allgather_partitions", zero.allgatherPartitions},
         {"allgather_bucket_size", zero.allgatherBucketSize},
         {"overlap_comm", zero.overlapComm},
-        {"stage3_prefetch_bucket_size", zero.prefetchBucketSize},
-        {"stage3_param_persistence_threshold", zero.paramPersistenceThreshold},
+        {"stage3_prefetch_bucket_size", modelSized(zero.prefetchBucketSize)},
+        {"stage3_param_persistence_threshold", modelSized(zero.paramPersistenceThreshold)},
         {"stage3_model_persistence_threshold", zero.modelPersistenceThreshold},
         {"stage3_max_live_parameters", zero.maxLiveParameters},
         {"stage3_max_reuse_distance", zero.maxReuseDistance},

@@ -94,18 +94,26 @@ struct LossScaleConfig {
   double minScale = 1.0;     // min_loss_scale
 };
 
+// The HF Trainer integration sizes three of zero_optimization's values from the model's
+// hidden_size when the config says "auto": reduce_bucket_size hidden_size²,
+// stage3_prefetch_bucket_size 0.9 hidden_size², stage3_param_persistence_threshold 10 hidden_size.
+// A job learns hidden_size when its plan is compiled; until then the value is kSizedFromModel.
+inline constexpr int64_t kSizedFromModel = -1;
+inline constexpr const char* kModelSizedZeroKeys[] = {"reduce_bucket_size", "stage3_prefetch_bucket_size",
+                                                      "stage3_param_persistence_threshold"};
+
 // zero_optimization, with DeepSpeed's keys and defaults. The bucket and prefetch sizes tune
 // communication only; they never change the result.
 struct ZeroConfig {
   int stage = 0;
   bool contiguousGradients = true;
   bool reduceScatter = true;
-  int64_t reduceBucketSize = 500'000'000;     // elements
+  int64_t reduceBucketSize = 500'000'000;     // elements, or kSizedFromModel
   bool allgatherPartitions = true;
   int64_t allgatherBucketSize = 500'000'000;  // elements
   bool overlapComm = false;                   // DeepSpeed: true for stage 3
-  int64_t prefetchBucketSize = 50'000'000;    // stage3_prefetch_bucket_size
-  int64_t paramPersistenceThreshold = 100'000;  // stage3_param_persistence_threshold
+  int64_t prefetchBucketSize = 50'000'000;    // stage3_prefetch_bucket_size, or kSizedFromModel
+  int64_t paramPersistenceThreshold = 100'000;  // stage3_param_persistence_threshold, or kSizedFromModel
   int64_t modelPersistenceThreshold = INT64_MAX;  // stage3_model_persistence_threshold
   int64_t maxLiveParameters = 1'000'000'000;    // stage3_max_live_parameters
   int64_t maxReuseDistance = 1'000'000'000;     // stage3_max_reuse_distance
@@ -115,6 +123,9 @@ struct ZeroConfig {
   std::string offloadOptimizer = "none";
   bool offloadPinMemory = true;
   double offloadRatio = 1.0;
+
+  // This config with its kSizedFromModel values filled from the model's hidden_size.
+  ZeroConfig sizedFor(int64_t hiddenSize) const;
 };
 
 // expert_parallel (DeepSpeed's AutoEP), with its keys and defaults. A field left "auto" (or null)

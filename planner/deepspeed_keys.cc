@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "planner/deepspeed_config.h"
+
 namespace loom::planner {
 
 using json = nlohmann::json;
@@ -343,8 +345,11 @@ std::string canonical(const std::string& key) {
 bool takesDefaultForAuto(const std::string& path, const std::string& field, const json& value) {
   if (!value.is_string() || value.get<std::string>() != "auto" || field == "enabled") return false;
   const std::string section = canonical(path);
+  if (section == "zero_optimization")  // the HF Trainer's values sized from the model stay "auto"
+    for (const char* sized : kModelSizedZeroKeys)
+      if (field == sized) return false;
   return section == "zero_optimization" || section == "zero_optimization.offload_optimizer" ||
-         section == "zero_optimization.offload_param" || section == "fp16" || section == "bf16";
+         section == "fp16" || section == "bf16";
 }
 
 // How a refused value is shown: itself, unless it is a long object.

@@ -254,7 +254,7 @@ StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
     ASSIGN_OR_RETURN(plan.routing, resolveRouting(model, ds.expertParallel));
   }
 
-  const ZeroConfig& zero = ds.zero;
+  const ZeroConfig zero = ds.zero.sizedFor(model.hiddenSize);
   // Frozen parameters hold their weights only: no gradient, no master, no optimizer state (ZeRO-3
   // still partitions them, as it does every weight).
   std::vector<ParameterInfo> held = parameters;

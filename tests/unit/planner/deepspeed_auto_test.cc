@@ -1,6 +1,7 @@
 #include "planner/deepspeed_auto.h"
 
 #include "planner/deepspeed_config.h"
+#include "planner/deepspeed_keys.h"
 #include "tests/catch.h"
 
 using namespace loom;
@@ -36,14 +37,17 @@ TEST_CASE("deepspeed \"auto\": filled where the job decides it, else every field
   json open = hf;
   open["train_micro_batch_size_per_gpu"] = "auto";
   open["gradient_clipping"] = "auto";
-  open["zero_optimization"] = {{"stage", 3}, {"reduce_bucket_size", "auto"}};
+  open["zero_optimization"] = {{"stage", 3}, {"reduce_bucket_size", "auto"}, {"sub_group_size", "auto"}};
+  open["optimizer"]["params"]["betas"] = "auto";
   auto refused = resolveAutoValues(open, AutoContext{.cuda = true, .training = true, .trainSteps = 100});
   REQUIRE_FALSE(refused.isOk());
   const std::string message = refused.status().message();
   INFO(message);
   for (const char* field : {"deepspeed.train_batch_size", "deepspeed.train_micro_batch_size_per_gpu",
-                            "deepspeed.gradient_accumulation_steps", "deepspeed.zero_optimization.reduce_bucket_size"})
+                            "deepspeed.gradient_accumulation_steps", "deepspeed.optimizer.params.betas"})
     CHECK(message.find(field) != std::string::npos);
+  // The HF Trainer sizes these from the model's hidden_size, which the plan knows (ZeroConfig::sizedFor).
+  CHECK(message.find("deepspeed.zero_optimization.reduce_bucket_size") == std::string::npos);
   CHECK(message.find("deepspeed.bf16") == std::string::npos);
   // Clipping takes DeepSpeed's default, 1.0, which is the HF Trainer's max_grad_norm default too.
   CHECK(message.find("deepspeed.gradient_clipping") == std::string::npos);
@@ -60,4 +64,36 @@ TEST_CASE("deepspeed \"auto\": filled where the job decides it, else every field
   auto evalResolved = resolveAutoValues(eval, AutoContext{.cuda = false, .training = false});
   REQUIRE(evalResolved.isOk());
   CHECK(evalResolved->empty());
+}
+
+TEST_CASE("deepspeed \"auto\": zero_optimization's sizes the HF Trainer takes from hidden_size", "[planner][deepspeed]") {
+  const json ds = json::parse(R"({
+    "train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+    "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                          "stage3_param_persistence_threshold": "auto", "sub_group_size": "auto"}})");
+  // As a spec is read: DeepSpeed's own sections' other "auto"s take its defaults first.
+  const ScreenedConfig screened = screenDeepSpeedKeys(ds);
+  REQUIRE(screened.refusals.empty());
+  auto resolved = resolveAutoValues(screened.config, AutoContext{.cuda = true, .training = true, .trainSteps = 10});
+  REQUIRE(resolved.isOk());
+  auto parsed = parseDeepSpeedConfig(*resolved, 8, true);
+  INFO(parsed.status().toString());
+  REQUIRE(parsed.isOk());
+  CHECK(parsed->zero.reduceBucketSize == kSizedFromModel);
+  CHECK(parsed->zero.subGroupSize == 1'000'000'000);  // DeepSpeed's own default for its "auto"
+  // It reads back as "auto", so a stored spec parses to the same config.
+  const json back = parsed->toJson();
+  CHECK(back["zero_optimization"]["stage3_prefetch_bucket_size"] == "auto");
+  auto again = parseDeepSpeedConfig(back, 8, true);
+  REQUIRE(again.isOk());
+  CHECK(again->zero.paramPersistenceThreshold == kSizedFromModel);
+
+  // hidden_size 4096: hidden², 0.9 hidden², 10 hidden, as transformers' HfTrainerDeepSpeedConfig.
+  const ZeroConfig sized = parsed->zero.sizedFor(4096);
+  CHECK(sized.reduceBucketSize == 16'777'216);
+  CHECK(sized.prefetchBucketSize == 15'099'494);
+  CHECK(sized.paramPersistenceThreshold == 40'960);
+  // Given values stay.
+  ZeroConfig given;
+  CHECK(given.sizedFor(4096).reduceBucketSize == 500'000'000);
 }

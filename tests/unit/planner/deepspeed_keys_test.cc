@@ -73,7 +73,8 @@ TEST_CASE("a pasted DeepSpeed config: everything it needs changed, in one messag
   CHECK(spec->deepspeed.zero.offloadOptimizer == "cpu");
   CHECK(spec->deepspeed.trainBatchSize == 4);
   CHECK(spec->deepspeed.gradientClipping == 1.0);
-  CHECK(spec->deepspeed.zero.reduceBucketSize == 500'000'000);  // DeepSpeed's default
+  CHECK(spec->deepspeed.zero.reduceBucketSize == kSizedFromModel);  // the HF Trainer's hidden_size²
+  CHECK(spec->deepspeed.zero.subGroupSize == 1'000'000'000);        // DeepSpeed's default
   CHECK(spec->deepspeed.precision == Precision::kFp32);         // fp16 "auto" on CPU ranks
   CHECK_FALSE(spec->toJson()["deepspeed"].contains("wall_clock_breakdown"));
 }

@@ -321,6 +321,22 @@ TEST_CASE("memory: ZeRO-3 mixed-precision Adam is within 10% of 16 N / (tp x dp)
   CHECK(std::abs(states / analytical - 1) <= 0.10);
 }
 
+TEST_CASE("plan: zero_optimization's \"auto\" sizes come from the model's hidden_size", "[planner][plan]") {
+  // Llama-3-8B: hidden_size 4096. Its norms (4096 elements) stay whole on every rank under the
+  // HF Trainer's threshold (10 x 4096); nothing larger does.
+  const Plan plan = compiled("llama3_8b.json",
+                             trainSpec(8, deepspeed({{"zero_optimization",
+                                                      {{"stage", 3},
+                                                       {"reduce_bucket_size", "auto"},
+                                                       {"stage3_prefetch_bucket_size", "auto"},
+                                                       {"stage3_param_persistence_threshold", "auto"}}}})));
+  CHECK(plan.zero.persistenceThreshold == 40'960);
+  for (const ParameterSpec& p : plan.parameters) {
+    INFO(p.name);
+    CHECK(p.persistent == (p.localNumel() <= 40'960));
+  }
+}
+
 TEST_CASE("plan: tied embeddings - GQA replication - eval jobs - cpu has no memory limit", "[planner][plan]") {
   // Llama-3.2-1B: tied embeddings; 8 KV heads over tp 16 puts each KV head on 2 ranks.
   auto model = *parseModelConfig(R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 2048,
