@@ -1,6 +1,7 @@
 // loom-worker: one rank of a job. Started by loomd with the rank environment; runs its part of
 // the job and exits 0 on success. Its exit code is also written to LOOM_RANK_DIR/exit_status, so
 // a loomd that restarted meanwhile learns how it ended.
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -40,6 +41,9 @@ int printVersion() {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--version") == 0) return printVersion();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, which the writer reports naming
+  // the file, instead of killing the rank with SIGXFSZ mid-checkpoint.
+  std::signal(SIGXFSZ, SIG_IGN);
   auto context = loom::worker::RankContext::fromEnvironment();
   if (!context.isOk()) {
     std::fprintf(stderr, "loom-worker: %s\n", context.status().message().c_str());

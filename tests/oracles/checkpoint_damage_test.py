@@ -10,11 +10,15 @@
    refused before anything is written, naming the directory and the bytes it needs, and the
    previous one stays `latest` with no partial directory left (skipped, saying so, where the
    machine does not let the test mount a tmpfs).
+4. A disk that fills while a checkpoint is written (a file-size limit stops the weights' write
+   half way): the attempt fails naming the directory, the file and the bytes needed, and the
+   previous checkpoint stays `latest` with nothing of the new one left.
 
   python3 tests/oracles/checkpoint_damage_test.py --bin build/bin
 """
 import argparse
 import os
+import resource
 import shutil
 import sqlite3
 import subprocess
@@ -80,8 +84,8 @@ def main():
     try:
         data, model_dir = parity_test.licence_tokens_and_model(bin_dir, work, "damage", seed=4)
 
-        def run(spec, expect_failure=False):
-            return loom_run(bin_dir, spec, work, spec["name"], expect_failure=expect_failure)
+        def run(spec, expect_failure=False, preexec_fn=None):
+            return loom_run(bin_dir, spec, work, spec["name"], expect_failure=expect_failure, preexec_fn=preexec_fn)
 
         whole = os.path.join(work, "uninterrupted")
         run(train_spec(data, model_dir, "uninterrupted", whole, 8))
@@ -119,6 +123,25 @@ def main():
         check("DATA_LOSS" in failed and "no checkpoint is whole (2 tried)" in failed and
               "global_step4/model.safetensors" in failed and "global_step6/model.safetensors" in failed,
               "with every checkpoint damaged the job fails with DATA_LOSS naming each")
+
+        # A disk that fills while the checkpoint is written: the check before it passes, the
+        # weights' write fails half way (a file-size limit, which the ranks inherit from loomctl).
+        checkpoints = os.path.join(work, "fills-while-written")
+        run(train_spec(data, model_dir, "fills-first", checkpoints, 2))
+        limit = os.path.getsize(os.path.join(checkpoints, "global_step2", "model.safetensors")) // 2
+
+        def limit_file_size():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        failed = run(train_spec(data, model_dir, "fills-resumed", checkpoints, 4), expect_failure=True,
+                     preexec_fn=limit_file_size)
+        check("RESOURCE_EXHAUSTED" in failed and
+              f"checkpoint global_step4: {checkpoints} ran out of room while it was written" in failed and
+              "model.safetensors" in failed and "the checkpoint needs about" in failed,
+              "a disk that fills mid-write: the attempt fails naming the directory, the file and the bytes needed")
+        latest = open(os.path.join(checkpoints, "latest")).read().strip()
+        check(latest == "global_step2" and tags(checkpoints) == ["global_step2"],
+              f"a disk that fills mid-write: `latest` still names {latest}, and {tags(checkpoints)} is all that is there")
 
         # A disk that fills: room for the first checkpoint, not for the second beside it.
         size = sum(os.path.getsize(os.path.join(whole, "global_step8", n))

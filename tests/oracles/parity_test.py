@@ -68,15 +68,16 @@ def step_lines(log):
     return out
 
 
-def loom_run(bin_dir, spec, work, name, expect_failure=False):
+def loom_run(bin_dir, spec, work, name, expect_failure=False, preexec_fn=None):
     """Runs a job spec with `loomctl run`; returns rank 0's log (with expect_failure, the job must
-    fail, and loomctl's output is returned)."""
+    fail, and loomctl's output is returned). preexec_fn runs in loomctl's process before it starts
+    (a resource limit that its daemon and ranks inherit)."""
     spec_path = os.path.join(work, name + ".json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
     state = os.path.join(work, name + "-state")
     r = subprocess.run([os.path.join(bin_dir, "loomctl"), "run", spec_path, "--state-dir", state],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, preexec_fn=preexec_fn)
     logs = sorted(glob.glob(os.path.join(state, "jobs", "*", "attempt-1", "rank-0.log")))
     log = open(logs[0]).read() if logs else ""
     if expect_failure:

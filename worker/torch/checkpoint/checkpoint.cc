@@ -75,6 +75,18 @@ Status checkRoom(const std::string& dir, const std::string& tag, int64_t needed)
                             tag, dir, humanBytes(static_cast<int64_t>(space.available)), humanBytes(needed)));
 }
 
+// A write that failed for room after checkRoom passed: the disk filled meanwhile, or a quota or a
+// file-size limit stopped it.
+Status ranOutOfRoom(const std::string& dir, const std::string& tag, const Status& error, int64_t needed) {
+  std::error_code ec;
+  const fs::space_info space = fs::space(dir, ec);
+  const std::string free = ec ? "" : fmt::format(", {} is free now", humanBytes(static_cast<int64_t>(space.available)));
+  return Status(StatusCode::kResourceExhausted,
+                fmt::format("checkpoint {}: {} ran out of room while it was written ({}); the checkpoint needs about "
+                            "{}{}; the previous checkpoint stays `latest`",
+                            tag, dir, error.message(), humanBytes(needed), free));
+}
+
 // The tags of `dir`'s complete checkpoints (a manifest inside), newest step first.
 std::vector<std::string> completeTags(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> found;
@@ -137,8 +149,9 @@ Status saveCheckpoint(const std::string& dir, int64_t step, const CheckpointCont
       if (Status removed = files::removeAll(tmp); !removed.isOk())
         std::fprintf(stderr, "warning: %s\n", removed.message().c_str());
     }
-    return written.code() == StatusCode::kResourceExhausted ? written
-                                                             : written.withContext(fmt::format("checkpoint {}", tag));
+    if (written.code() != StatusCode::kResourceExhausted) return written.withContext(fmt::format("checkpoint {}", tag));
+    if (!room.isOk()) return room;  // refused before anything was written
+    return ranOutOfRoom(dir, tag, written, bytesNeeded(contents, weights, comm ? comm->size() : 1));
   }
   if (rank == 0) {
     RETURN_IF_ERROR(publish(dir, tmp, tag));

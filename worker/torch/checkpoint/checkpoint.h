@@ -44,8 +44,9 @@ struct WeightStream {
 
 // Every rank of `comm` calls it (comm may be null for a single rank). Rank 0 first checks that
 // `dir`'s file system has room for it (ResourceExhausted naming the directory and the bytes
-// needed, the previous checkpoint left as `latest`), and once it is published removes all but
-// the newest `keep` complete checkpoints.
+// needed, the previous checkpoint left as `latest`); a write that runs out of room later (the disk
+// filled meanwhile, a quota, a file-size limit) fails the same way, what was written removed.
+// Once it is published it removes all but the newest `keep` complete checkpoints.
 Status saveCheckpoint(const std::string& dir, int64_t step, const CheckpointContents& contents,
                       const WeightStream& weights, int rank, backends::Communicator* comm, int keep);
 
