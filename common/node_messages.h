@@ -11,6 +11,9 @@ namespace loom {
 
 enum class RankEvent { kStarted, kReady, kProgress, kExited, kHeartbeatLost, kLaunchFailed };
 
+// Whether a rank that reported `event` still holds its slot on the node.
+inline bool rankHoldsSlot(RankEvent event) { return event != RankEvent::kExited && event != RankEvent::kLaunchFailed; }
+
 // What a node daemon says about one rank process.
 struct RankReport {
   std::string jobId;

@@ -76,6 +76,15 @@ std::optional<int> readExitStatus(const std::string& rankDir) {
   }
 }
 
+// The polite stop: `signal` (SIGTERM: a preemption; SIGINT: any other stop) to the rank's
+// process group, and SIGCONT, since a stopped process keeps the signal pending until it runs.
+void askToStop(const RankRecord& r, int signal, const std::string& why) {
+  spdlog::info("job {} rank {} (pid {}): {} ({})", r.jobId, r.rank, r.pid, signal == SIGTERM ? "SIGTERM" : "SIGINT",
+               why);
+  process::signalGroup(r.pid, signal);
+  process::signalGroup(r.pid, SIGCONT);
+}
+
 }  // namespace
 
 Status DaemonOptions::validate() const {
@@ -155,9 +164,7 @@ void Daemon::drain() {
   loop_->runSync([&] {
     for (auto& [key, r] : ranks_) {
       if (r.exited || r.reapedStatus) continue;
-      spdlog::info("job {} rank {} (pid {}): SIGTERM (loomd is stopping; no planner to tell)", r.jobId, r.rank, r.pid);
-      process::signalGroup(r.pid, SIGTERM);
-      process::signalGroup(r.pid, SIGCONT);
+      askToStop(r, SIGTERM, "loomd is stopping; no planner to tell");
     }
   });
 }
@@ -407,12 +414,7 @@ void Daemon::onKill(KillOrder order) {
       if (order.gracePeriodMs <= 0) {
         process::signalGroup(r.pid, SIGKILL);
       } else if (r.killDeadlineMs == 0 && !r.heartbeatLost) {
-        const int signal = order.preempt ? SIGTERM : SIGINT;
-        spdlog::info("job {} rank {} (pid {}): {} ({})", r.jobId, r.rank, r.pid, order.preempt ? "SIGTERM" : "SIGINT",
-                     order.reason);
-        process::signalGroup(r.pid, signal);
-        // A stopped process keeps the signal pending; SIGCONT lets it act on it.
-        process::signalGroup(r.pid, SIGCONT);
+        askToStop(r, order.preempt ? SIGTERM : SIGINT, order.reason);
         r.killDeadlineMs = now + order.gracePeriodMs;
       }
     }

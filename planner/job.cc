@@ -1,5 +1,7 @@
 #include "planner/job.h"
 
+#include "common/process.h"
+
 namespace loom::planner {
 
 const char* jobStateName(JobState state) {
@@ -24,6 +26,10 @@ const char* rankStateName(RankState state) {
     case RankState::kFailed: return "FAILED";
   }
   return "?";
+}
+
+bool RankStatus::preempted() const {
+  return process::isPreemption(process::ExitInfo{.exitCode = exitCode, .signal = signal});
 }
 
 bool isFinal(JobState state) {

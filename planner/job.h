@@ -31,8 +31,10 @@ struct RankStatus {
   int signal = 0;
   std::string detail;
   int64_t step = 0;
-  bool preempted = false;      // ended by a preemption (process::isPreemption), not a failure
   std::string serviceAddress;  // a served rollout's rank 0: where the planner routes RolloutService calls
+
+  // Ended by a preemption (process::isPreemption of its exit), not by a failure.
+  bool preempted() const;
 };
 
 struct JobEvent {

@@ -108,10 +108,9 @@ LifecycleEffects JobLifecycle::applyRankReport(JobRecord& job, const RankReport&
         rank.state = RankState::kSucceeded;
       } else {
         rank.state = RankState::kFailed;
-        rank.preempted = process::isPreemption(exit);
         rank.detail = process::describeExit(exit);
         if (!report.detail.empty()) rank.detail += " (" + report.detail + ")";
-        ended = {.why = describeRank(rank) + " " + rank.detail, .preempted = rank.preempted};
+        ended = {.why = describeRank(rank) + " " + rank.detail, .preempted = rank.preempted()};
       }
       break;
     }

@@ -105,7 +105,7 @@ json ranksToJson(const std::vector<RankStatus>& ranks) {
   for (const auto& r : ranks) {
     out.push_back({{"rank", r.rank}, {"node", r.nodeId}, {"pid", r.pid}, {"state", static_cast<int>(r.state)},
                    {"exit_code", r.exitCode}, {"signal", r.signal}, {"detail", r.detail}, {"step", r.step},
-                   {"preempted", r.preempted}, {"service_address", r.serviceAddress}});
+                   {"service_address", r.serviceAddress}});
   }
   return out;
 }
@@ -116,7 +116,6 @@ std::vector<RankStatus> ranksFromJson(const json& in) {
     out.push_back(RankStatus{.rank = j.at("rank"), .nodeId = j.at("node"), .pid = j.at("pid"),
                              .state = static_cast<RankState>(j.at("state").get<int>()), .exitCode = j.at("exit_code"),
                              .signal = j.at("signal"), .detail = j.at("detail"), .step = j.at("step"),
-                             .preempted = j.value("preempted", false),
                              .serviceAddress = j.value("service_address", std::string())});
   }
   return out;

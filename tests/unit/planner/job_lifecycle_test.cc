@@ -108,7 +108,7 @@ TEST_CASE("a preempted rank: RESTARTING, and the relaunch is not a restart", "[p
   auto preempted = JobLifecycle::applyRankReport(job, report(job, 0, RankEvent::kExited, process::kExitPreempted), 2);
   CHECK(job.state == JobState::kRestarting);
   CHECK(preempted.stopAttempt);
-  CHECK(job.ranks[0].preempted);
+  CHECK(job.ranks[0].preempted());
   CHECK(job.reason ==
         "attempt 1 preempted: rank 0 (pid 100 on node n) preempted: stopped after SIGTERM; restarting (preemption 1, "
         "not counted against restart.max_restarts)");

@@ -24,8 +24,7 @@ JobRecord sampleJob(const std::string& id, const std::string& requestId) {
   job.ranks = {RankStatus{.rank = 0, .nodeId = "n", .pid = 7, .state = RankState::kRunning, .exitCode = 0,
                           .signal = 0, .detail = "", .step = 3, .serviceAddress = "127.0.0.1:4321"},
                RankStatus{.rank = 1, .nodeId = "n", .pid = 8, .state = RankState::kFailed, .exitCode = 0,
-                          .signal = 9, .detail = "killed by SIGKILL", .step = 2, .preempted = true,
-                          .serviceAddress = ""}};
+                          .signal = 15, .detail = "killed by SIGTERM", .step = 2, .serviceAddress = ""}};
   job.preemptions = 2;
   job.preemptedAttempt = 1;
   job.metrics = {{"probe.tick", 3}};
@@ -64,11 +63,11 @@ TEST_CASE("jobs - events and metrics survive reopening the database", "[planner]
   CHECK(job.requestId == "req-1");
   CHECK(job.state == JobState::kSucceeded);
   CHECK(job.ranks.size() == 2);
-  CHECK(job.ranks[1].signal == 9);
-  CHECK(job.ranks[1].detail == "killed by SIGKILL");
+  CHECK(job.ranks[1].signal == 15);
+  CHECK(job.ranks[1].detail == "killed by SIGTERM");
   CHECK(job.ranks[0].serviceAddress == "127.0.0.1:4321");
-  CHECK_FALSE(job.ranks[0].preempted);
-  CHECK(job.ranks[1].preempted);
+  CHECK_FALSE(job.ranks[0].preempted());
+  CHECK(job.ranks[1].preempted());  // SIGTERM from outside
   CHECK(job.preemptions == 2);
   CHECK(job.preemptedAttempt == 1);
   CHECK(job.metrics.at("probe.tick") == 3);
