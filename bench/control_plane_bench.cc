@@ -62,7 +62,7 @@ std::vector<double> loomStartup(loom::client::LoomClient& client, int ranks, int
 }
 
 // torchrun: process start -> the last rank's first line of user code (a timestamp file).
-std::vector<double> torchrunStartup(int ranks, int repeats) {
+std::vector<double> torchrunStartup(const std::string& python, int ranks, int repeats) {
   std::string dir = makeTempDir();
   std::string script = dir + "/first_line.py";
   std::ofstream(script) << "import os, time; open(os.path.join(os.environ['OUTDIR'], os.environ['RANK']), 'w')"
@@ -72,8 +72,8 @@ std::vector<double> torchrunStartup(int ranks, int repeats) {
     std::string outDir = fmt::format("{}/run{}", dir, i);
     std::filesystem::create_directories(outDir);
     auto wallStart = std::chrono::system_clock::now();
-    auto pid = loom::process::spawn({.executable = "/usr/bin/env",
-                                     .args = {"python3", "-m", "torch.distributed.run", "--nproc-per-node",
+    auto pid = loom::process::spawn({.executable = python,
+                                     .args = {"-m", "torch.distributed.run", "--nproc-per-node",
                                               std::to_string(ranks), script},
                                      .env = {{"OUTDIR", outDir}},
                                      .logPath = dir + "/torchrun.log",
@@ -102,10 +102,12 @@ std::vector<double> torchrunStartup(int ranks, int repeats) {
 int main(int argc, char** argv) {
   CLI::App app{"Loom control-plane benchmark (against torchrun)"};
   int ranks = 8, repeats = 5, clients = 8, calls = 2000;
+  std::string python = LOOM_PYTHON;  // the build's: scripts/setup installed torch into it
   app.add_option("--ranks", ranks)->capture_default_str();
   app.add_option("--repeats", repeats)->capture_default_str();
   app.add_option("--clients", clients, "concurrent GetJob callers")->capture_default_str();
   app.add_option("--calls", calls, "GetJob calls per caller")->capture_default_str();
+  app.add_option("--python", python, "the Python whose torchrun is measured")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   std::string dir = makeTempDir();
@@ -131,7 +133,7 @@ int main(int argc, char** argv) {
 
   loomStartup(client, ranks, 1);  // warm-up: page cache, first connection
   auto loomMs = loomStartup(client, ranks, repeats);
-  auto torchMs = torchrunStartup(ranks, repeats);
+  auto torchMs = torchrunStartup(python, ranks, repeats);
 
   // GetJob under concurrent callers, each with its own channel.
   auto jobs = client.listJobs(loom::v1::ListJobsRequest());

@@ -1,12 +1,24 @@
 # libtorch from the torch wheel. The wheel's own CMake config wants the CUDA toolkit it was
 # built with; a build that only needs the CPU libraries links torch_cpu and c10 through this
 # imported target instead, so the same tree builds on machines with and without a GPU.
+#
+# LOOM_PYTHON is the interpreter whose torch is linked, and which runs the oracles and benchmarks:
+# the repository's .venv that scripts/setup fills, else python3 on PATH (the GPU machine's venv);
+# -DLOOM_PYTHON=... names another.
+if(NOT LOOM_PYTHON)
+  if(EXISTS "${CMAKE_SOURCE_DIR}/.venv/bin/python3")
+    set(LOOM_PYTHON "${CMAKE_SOURCE_DIR}/.venv/bin/python3")
+  else()
+    find_program(LOOM_PYTHON_ON_PATH python3 REQUIRED)
+    set(LOOM_PYTHON "${LOOM_PYTHON_ON_PATH}")
+  endif()
+endif()
 execute_process(
-  COMMAND python3 -c "import os, torch; print(os.path.dirname(torch.__file__))"
+  COMMAND ${LOOM_PYTHON} -c "import os, torch; print(os.path.dirname(torch.__file__))"
   OUTPUT_VARIABLE LOOM_TORCH_DIR OUTPUT_STRIP_TRAILING_WHITESPACE
   RESULT_VARIABLE torch_found)
 if(NOT torch_found EQUAL 0 OR NOT EXISTS "${LOOM_TORCH_DIR}/lib/libtorch_cpu.so")
-  message(FATAL_ERROR "torch (the wheel) is not importable by python3: run scripts/setup")
+  message(FATAL_ERROR "torch (the wheel) is not importable by ${LOOM_PYTHON}: run scripts/setup")
 endif()
 
 add_library(loom_torch_libs INTERFACE)
@@ -20,4 +32,4 @@ target_link_libraries(loom_torch_libs INTERFACE
   ${LOOM_TORCH_DIR}/lib/libtorch_cpu.so
   ${LOOM_TORCH_DIR}/lib/libc10.so)
 target_link_options(loom_torch_libs INTERFACE "-Wl,-rpath,${LOOM_TORCH_DIR}/lib")
-message(STATUS "libtorch: ${LOOM_TORCH_DIR}")
+message(STATUS "libtorch: ${LOOM_TORCH_DIR} (from ${LOOM_PYTHON})")
