@@ -58,6 +58,25 @@ constexpr const char* kRecords[] = {
     "deepspeed.utils.tensor_fragment.fragment_address",
 };
 
+// The members of the enums among those records. Python pickles an enum member by name
+// (getattr(ZeroStageEnum, "gradients")) from 3.12 on, and so does Debian's 3.11; earlier ones call
+// the class with the value (ZeroStageEnum(2)). Either way the member is read as the record of its
+// value.
+struct EnumMember {
+  const char* type;
+  const char* name;
+  int64_t value;
+};
+constexpr EnumMember kEnumMembers[] = {
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "disabled", 0},
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "optimizer_states", 1},
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "gradients", 2},
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "weights", 3},
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "max_stage", 3},
+};
+
+bool isGetattr(const std::string& name) { return name == "builtins.getattr" || name == "__builtin__.getattr"; }
+
 template <size_t N>
 bool listed(const char* const (&names)[N], const std::string& name) {
   return std::any_of(std::begin(names), std::end(names), [&](const char* n) { return name == n; });
@@ -177,7 +196,7 @@ Status Reader::pushGlobal(const std::string& module, const std::string& name) {
     stack_.push_back(v);
     return Status::ok();
   }
-  if (!storageType(full) && !listed(kCallables, full) && !listed(kRecords, full))
+  if (!storageType(full) && !listed(kCallables, full) && !listed(kRecords, full) && !isGetattr(full))
     return error("global {} is not one that torch.save writes into a checkpoint: refused (nothing of a pickle runs "
                  "here; the globals read are torch's tensor rebuild functions and storage types, OrderedDict, "
                  "torch.Size and DeepSpeed's checkpoint records)",
@@ -311,6 +330,21 @@ Status Reader::reduce(const PickleRef& callable, const PickleRef& args) {
   }
   if (name == "torch.Tensor" || name == "torch.nn.parameter.Parameter")
     return error("{} is read only as a tensor's type, not called", name);
+  if (isGetattr(name)) {
+    if (a.size() != 2 || !isGlobal(*a[0]) || !a[1]->isString())
+      return error("getattr: only an enum member, getattr(enum class, member name), is read");
+    const std::string type = globalName(*a[0]);
+    for (const EnumMember& m : kEnumMembers) {
+      if (type != m.type || a[1]->text != m.name) continue;
+      auto member = value(Kind::kInt);
+      member->integer = m.value;
+      auto record = value(Kind::kObject);
+      record->text = type;
+      record->items = {member};
+      return push(record);
+    }
+    return error("getattr({}, \"{}\"): not a member of an enum that DeepSpeed's checkpoints hold", type, a[1]->text);
+  }
   if (name == "torch.device") {
     if (a.empty() || !a[0]->isString()) return error("torch.device: its first argument is not a string");
     return push(a[0]);

@@ -51,6 +51,29 @@ TEST_CASE("torch pickles: plain values and an OrderedDict of tensors are read as
   CHECK(w->tensor.storage == "0");
 }
 
+TEST_CASE("torch pickles: an enum member pickled by name or by value reads as the same record", "[convert]") {
+  // Python 3.12 (and Debian's 3.11): getattr(ZeroStageEnum, "gradients"); earlier: ZeroStageEnum(2).
+  const std::string byName = "c__builtin__\ngetattr\ncdeepspeed.runtime.zero.config\nZeroStageEnum\n" +
+                             unicode("gradients") + "\x86R";
+  const std::string byValue = "cdeepspeed.runtime.zero.config\nZeroStageEnum\nK\x02\x85R"s;
+  for (const std::string& body : {byName, byValue}) {
+    auto v = readTorchPickle(pickle(body), "optim_states.pt (data.pkl)");
+    INFO(v.status().toString());
+    REQUIRE(v.isOk());
+    CHECK((*v)->kind == PickleValue::Kind::kObject);
+    CHECK((*v)->text == "deepspeed.runtime.zero.config.ZeroStageEnum");
+    REQUIRE((*v)->items.size() == 1);
+    CHECK((*v)->items[0]->integer == 2);
+  }
+  // getattr is read for those enums' members and for nothing else.
+  auto error = [](const std::string& body) { return readTorchPickle(pickle(body), "f.pt").status().message(); };
+  CHECK(error("c__builtin__\ngetattr\ncdeepspeed.runtime.zero.config\nZeroStageEnum\n" + unicode("mro") + "\x86R")
+            .find("getattr(deepspeed.runtime.zero.config.ZeroStageEnum, \"mro\"): not a member of an enum") !=
+        std::string::npos);
+  CHECK(error("c__builtin__\ngetattr\nccollections\nOrderedDict\n" + unicode("fromkeys") + "\x86R")
+            .find("getattr(collections.OrderedDict, \"fromkeys\"): not a member of an enum") != std::string::npos);
+}
+
 TEST_CASE("torch pickles: what is not data is refused, naming the source and the offset", "[convert]") {
   auto error = [](const std::string& bytes) { return readTorchPickle(bytes, "f.pt (data.pkl)").status().message(); };
   // os.system, as pickle writes it on Linux.
