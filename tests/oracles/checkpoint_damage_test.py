@@ -10,15 +10,16 @@
    refused before anything is written, naming the directory and the bytes it needs, and the
    previous one stays `latest` with no partial directory left (skipped, saying so, where the
    machine does not let the test mount a tmpfs).
-4. A disk that fills while a checkpoint is written (a file-size limit stops the weights' write
-   half way): the attempt fails naming the directory, the file and the bytes needed, and the
+4. A disk that fills while a checkpoint is written (a file-size limit on the rank stops the
+   weights' write half way): the attempt fails naming the directory, the file and the bytes needed, and the
    previous checkpoint stays `latest` with nothing of the new one left.
 
   python3 tests/oracles/checkpoint_damage_test.py --bin build/bin
 """
 import argparse
+import glob
+import json
 import os
-import resource
 import shutil
 import sqlite3
 import subprocess
@@ -32,7 +33,7 @@ import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 import parity_test  # noqa: E402
-from parity_test import check, loom_run  # noqa: E402
+from parity_test import ControlPlane, check, loom_run  # noqa: E402
 
 SEQ = 16
 
@@ -80,12 +81,12 @@ def main():
     parser.add_argument("--bin", required=True)
     bin_dir = os.path.abspath(parser.parse_args().bin)
     work = tempfile.mkdtemp(prefix="loom-damage-")
-    mounted = None
+    mounted = plane = None
     try:
         data, model_dir = parity_test.licence_tokens_and_model(bin_dir, work, "damage", seed=4)
 
-        def run(spec, expect_failure=False, preexec_fn=None):
-            return loom_run(bin_dir, spec, work, spec["name"], expect_failure=expect_failure, preexec_fn=preexec_fn)
+        def run(spec, expect_failure=False):
+            return loom_run(bin_dir, spec, work, spec["name"], expect_failure=expect_failure)
 
         whole = os.path.join(work, "uninterrupted")
         run(train_spec(data, model_dir, "uninterrupted", whole, 8))
@@ -125,16 +126,23 @@ def main():
               "with every checkpoint damaged the job fails with DATA_LOSS naming each")
 
         # A disk that fills while the checkpoint is written: the check before it passes, the
-        # weights' write fails half way (a file-size limit, which the ranks inherit from loomctl).
+        # weights' write fails half way. A file-size limit on the rank alone (a worker wrapped in
+        # prlimit, under a loomd of its own) stops it there; the planner's database is not limited.
         checkpoints = os.path.join(work, "fills-while-written")
         run(train_spec(data, model_dir, "fills-first", checkpoints, 2))
         limit = os.path.getsize(os.path.join(checkpoints, "global_step2", "model.safetensors")) // 2
-
-        def limit_file_size():
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-        failed = run(train_spec(data, model_dir, "fills-resumed", checkpoints, 4), expect_failure=True,
-                     preexec_fn=limit_file_size)
+        limited = os.path.join(work, "limited-worker")
+        with open(limited, "w") as f:
+            f.write(f'#!/bin/sh\nexec prlimit --fsize={limit} -- {os.path.join(bin_dir, "loom-worker")} "$@"\n')
+        os.chmod(limited, 0o755)
+        plane_dir = os.path.join(work, "fills-plane")
+        os.makedirs(plane_dir)
+        plane = ControlPlane(bin_dir, plane_dir, worker=limited)
+        job = plane.submit(train_spec(data, model_dir, "fills-resumed", checkpoints, 4))
+        plane.ctl("wait", job, "--timeout", "300", timeout=320)
+        reason = json.loads(plane.ctl("get", job, "-o", "json").stdout).get("reason", "")
+        logs = glob.glob(os.path.join(plane_dir, "state", "jobs", job, "attempt-*", "rank-0.log"))
+        failed = reason + "".join(open(log).read() for log in logs)
         check("RESOURCE_EXHAUSTED" in failed and
               f"checkpoint global_step4: {checkpoints} ran out of room while it was written" in failed and
               "model.safetensors" in failed and "the checkpoint needs about" in failed,
@@ -163,6 +171,8 @@ def main():
             check(latest == "global_step2" and tags(full) == ["global_step2"],
                   f"a full disk: `latest` still names {latest}, and {tags(full)} is all that is there")
     finally:
+        if plane:
+            plane.close()
         if mounted:
             subprocess.run(["umount", mounted], check=False)
         shutil.rmtree(work, ignore_errors=True)

@@ -25,8 +25,7 @@ sys.path.insert(0, HERE)
 
 from checkpoint_damage_test import same_weights, weights  # noqa: E402
 import parity_test  # noqa: E402
-from parity_test import check, exit_code, loom_run  # noqa: E402
-from rollout_service_test import ControlPlane  # noqa: E402
+from parity_test import ControlPlane, check, exit_code, loom_run  # noqa: E402
 
 STEPS = 200
 

@@ -27,8 +27,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from make_tiny_model import make_config  # noqa: E402
-from parity_test import check, exit_code  # noqa: E402
-from rollout_service_test import ControlPlane  # noqa: E402
+from parity_test import ControlPlane, check, exit_code  # noqa: E402
 
 VOCAB, MARKER, TARGET, ITERATIONS = 16, 3, 11, 6
 

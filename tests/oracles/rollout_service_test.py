@@ -21,9 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,60 +34,8 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast  # noqa: 
 
 from checkpoint_damage_test import corrupt  # noqa: E402
 import parity_test  # noqa: E402
-from parity_test import check  # noqa: E402
+from parity_test import ControlPlane, check  # noqa: E402
 from rollout_test import BLOCK_BYTES, hf_greedy, prompts_of, train_tokenizer  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ControlPlane:
-    """loomd --standalone with two slots, and loomctl against it."""
-
-    def __init__(self, bin_dir, work):
-        self.bin_dir = bin_dir
-        self.server = f"127.0.0.1:{free_port()}"
-        self.log = open(os.path.join(work, "loomd.log"), "w")
-        self.loomd = subprocess.Popen([os.path.join(bin_dir, "loomd"), "--standalone", "--listen", self.server,
-                                       "--state-dir", os.path.join(work, "state"), "--slots", "2"],
-                                      stdout=self.log, stderr=subprocess.STDOUT)
-        self.work = work
-
-    def ctl(self, *args, timeout=180):
-        return subprocess.run([os.path.join(self.bin_dir, "loomctl"), "--server", self.server, *args],
-                              capture_output=True, text=True, timeout=timeout)
-
-    def ctl_popen(self, *args):
-        return subprocess.Popen([os.path.join(self.bin_dir, "loomctl"), "--server", self.server, *args],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def submit(self, spec):
-        path = os.path.join(self.work, spec["name"] + ".json")
-        with open(path, "w") as f:
-            json.dump(spec, f)
-        for _ in range(100):
-            r = self.ctl("submit", path)
-            if r.returncode == 0:
-                return r.stdout.strip()
-            time.sleep(0.1)  # loomd still starting
-        raise RuntimeError(f"submit {spec['name']}: {r.stderr}")
-
-    def status(self, job):
-        r = self.ctl("rollout", "status", job, "-o", "json", "--wait", "120")
-        if r.returncode != 0:
-            raise RuntimeError(f"rollout status: {r.stderr}")
-        return json.loads(r.stdout)
-
-    def close(self):
-        self.loomd.send_signal(signal.SIGTERM)
-        try:
-            self.loomd.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.loomd.kill()
-        self.log.close()
 
 
 def greedy_sampling(max_tokens, **extra):

@@ -33,7 +33,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
 
 import parity_test  # noqa: E402
 from parity_test import check, loom_run, refused_at_submit  # noqa: E402

@@ -19,9 +19,7 @@
   python3 tests/oracles/tensor_parallel_test.py --bin build/bin
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
