@@ -250,6 +250,20 @@ Status parseOffload(const json& object, ZeroConfig* z) {
   return r.rejectUnknown();
 }
 
+Status parseOffloadParam(const json& object, ZeroConfig* z) {
+  ObjectReader r(object, "deepspeed.zero_optimization.offload_param");
+  RETURN_IF_ERROR(r.readString("device", &z->offloadParam, false));
+  if (z->offloadParam != "none" && z->offloadParam != "cpu")
+    return invalidArgument("deepspeed.zero_optimization.offload_param.device: \"{}\" is not supported (none, cpu)",
+                           z->offloadParam);
+  RETURN_IF_ERROR(r.readBool("pin_memory", &z->offloadParamPinMemory));
+  if (z->offloadParam == "cpu" && z->stage != 3)
+    return invalidArgument("deepspeed.zero_optimization.offload_param: needs ZeRO stage 3, the stage that partitions "
+                           "parameters (as in DeepSpeed); this config has stage {}",
+                           z->stage);
+  return r.rejectUnknown();
+}
+
 Status parseZero(const json& object, DeepSpeedConfig* c) {
   ObjectReader r(object, "deepspeed.zero_optimization");
   auto& z = c->zero;
@@ -283,6 +297,8 @@ Status parseZero(const json& object, DeepSpeedConfig* c) {
   RETURN_IF_ERROR(r.readWholeNumber("sub_group_size", &z.subGroupSize, false, 1, kMax));
   ASSIGN_OR_RETURN(const json* offload, r.readObject("offload_optimizer"));
   if (offload) RETURN_IF_ERROR(parseOffload(*offload, &z));
+  ASSIGN_OR_RETURN(const json* offloadParam, r.readObject("offload_param"));
+  if (offloadParam) RETURN_IF_ERROR(parseOffloadParam(*offloadParam, &z));
   return r.rejectUnknown();
 }
 
@@ -498,7 +514,8 @@ json DeepSpeedConfig::toJson() const {
         {"stage3_gather_16bit_weights_on_model_save", zero.gather16BitWeightsOnModelSave},
         {"sub_group_size", zero.subGroupSize},
         {"offload_optimizer",
-         {{"device", zero.offloadOptimizer}, {"pin_memory", zero.offloadPinMemory}, {"ratio", zero.offloadRatio}}}}},
+         {{"device", zero.offloadOptimizer}, {"pin_memory", zero.offloadPinMemory}, {"ratio", zero.offloadRatio}}},
+        {"offload_param", {{"device", zero.offloadParam}, {"pin_memory", zero.offloadParamPinMemory}}}}},
       {"fp16",
        {{"enabled", precision == Precision::kFp16},
         {"loss_scale", lossScale.staticScale},

@@ -123,6 +123,10 @@ struct ZeroConfig {
   std::string offloadOptimizer = "none";
   bool offloadPinMemory = true;
   double offloadRatio = 1.0;
+  // offload_param.device: "none" or "cpu" (stage 3: each rank's part of every partitioned
+  // parameter in host memory, copied to the device block by block as it is gathered).
+  std::string offloadParam = "none";
+  bool offloadParamPinMemory = true;
 
   // This config with its kSizedFromModel values filled from the model's hidden_size.
   ZeroConfig sizedFor(int64_t hiddenSize) const;

@@ -161,8 +161,8 @@ const std::vector<DeepSpeedKey>& deepSpeedKeys() {
        "a resume takes the checkpoint's fp32 masters, as at DeepSpeed's default"},
       {"zero_optimization.elastic_checkpoint", KeyUse::kDefaultOnly, "false",
        "not supported: convert jobs reshard checkpoints (`convert.layout`)"},
-      {"zero_optimization.offload_param", KeyUse::kDefaultOnly, "{\"device\": \"none\"}",
-       "not supported yet: parameters stay on the device (`offload_optimizer` moves the optimizer state)"},
+      {"zero_optimization.offload_param", KeyUse::kHonoured, "",
+       "stage 3 only"},
       {"zero_optimization.offload_optimizer", KeyUse::kHonoured, "",
        ""},
       {"zero_optimization.zenflow", KeyUse::kDefaultOnly, "null",
@@ -251,6 +251,18 @@ const std::vector<DeepSpeedKey>& deepSpeedKeys() {
        "not supported"},
       {"zero_optimization.offload_optimizer.cpuadam_cores_perc", KeyUse::kIgnored, "",
        "for `super_offload`, which is refused"},
+      {"zero_optimization.offload_param.device", KeyUse::kHonoured, "",
+       "`none` or `cpu` (on CPU ranks the parameters are in host memory already); `nvme` is refused"},
+      {"zero_optimization.offload_param.pin_memory", KeyUse::kHonoured, "",
+       ""},
+      {"zero_optimization.offload_param.nvme_path", KeyUse::kIgnored, "",
+       "for `device: nvme`, which is refused"},
+      {"zero_optimization.offload_param.buffer_count", KeyUse::kIgnored, "",
+       "for `device: nvme`, which is refused"},
+      {"zero_optimization.offload_param.buffer_size", KeyUse::kIgnored, "",
+       "for `device: nvme`, which is refused"},
+      {"zero_optimization.offload_param.max_in_cpu", KeyUse::kIgnored, "",
+       "for `device: nvme`, which is refused"},
       {"fp16.enabled", KeyUse::kHonoured, "",
        ""},
       {"fp16.auto_cast", KeyUse::kIgnored, "",
@@ -309,7 +321,8 @@ const char* keyUseName(KeyUse use) {
 namespace {
 
 // The sections whose keys the catalogue lists one by one; `bfloat16` is bf16's older name.
-constexpr std::string_view kSections[] = {"zero_optimization", "zero_optimization.offload_optimizer", "fp16", "bf16",
+constexpr std::string_view kSections[] = {"zero_optimization", "zero_optimization.offload_optimizer",
+                                          "zero_optimization.offload_param", "fp16", "bf16",
                                           "activation_checkpointing"};
 
 bool isSection(std::string_view path) {
@@ -349,7 +362,7 @@ bool takesDefaultForAuto(const std::string& path, const std::string& field, cons
     for (const char* sized : kModelSizedZeroKeys)
       if (field == sized) return false;
   return section == "zero_optimization" || section == "zero_optimization.offload_optimizer" ||
-         section == "fp16" || section == "bf16";
+         section == "zero_optimization.offload_param" || section == "fp16" || section == "bf16";
 }
 
 // How a refused value is shown: itself, unless it is a long object.

@@ -46,11 +46,15 @@ MemoryEstimate estimateMemory(const ModelConfig& c, const std::vector<ParameterI
   const int64_t held = dense.all + expert.all, trainable = dense.trainable + expert.trainable;
 
   MemoryEstimate m;
-  m.parameters = weightBytes * (s.zeroStage >= 3 ? partitioned(dense.all - dense.persistent, dp) + dense.persistent +
-                                                       partitioned(expert.all - expert.persistent, edp) +
-                                                       expert.persistent +
-                                                       std::min(held, std::max(s.prefetchBucketElements, largestParameter))
-                                                 : held);
+  if (s.zeroStage >= 3) {
+    const int64_t parts = weightBytes * (partitioned(dense.all - dense.persistent, dp) +
+                                         partitioned(expert.all - expert.persistent, edp));
+    (s.offloadParameters ? m.hostParameters : m.parameters) = parts;
+    m.parameters += weightBytes * (dense.persistent + expert.persistent +
+                                   std::min(held, std::max(s.prefetchBucketElements, largestParameter)));
+  } else {
+    m.parameters = weightBytes * held;
+  }
   m.gradients = weightBytes * (s.zeroStage >= 2 ? partitioned(dense.trainable, dp) + partitioned(expert.trainable, edp) +
                                                       std::min(trainable, s.reduceBucketElements)
                                                 : trainable);

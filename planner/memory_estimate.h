@@ -21,6 +21,7 @@ struct TrainingShape {
   Precision precision = Precision::kBf16;
   double optimizerStates = 2;  // fp32 tensors per trainable element (optimizerStatesPerElement)
   bool offloadOptimizer = false;   // offload_optimizer.device cpu: master weights and states on the host
+  bool offloadParameters = false;  // offload_param.device cpu (stage 3): the parameters' parts on the host
   bool training = true;            // false (eval): no gradients nor optimizer state
   int64_t microBatch = 1;
   int64_t sequenceLength = 2048;
@@ -40,6 +41,7 @@ struct MemoryEstimate {
   int64_t optimizer = 0;      // fp32 master weights and optimizer states (0 when offloaded)
   int64_t activations = 0;
   int64_t hostOptimizer = 0;  // on the host instead, when offloaded
+  int64_t hostParameters = 0; // stage 3's parameter parts on the host instead (offload_param)
   int64_t total() const { return parameters + gradients + optimizer + activations; }
   // "optimizer state (12.0 GiB)": the largest device term, named.
   std::string largestTerm() const;
@@ -49,7 +51,8 @@ struct MemoryEstimate {
 // fp32 states (the 16 bytes per parameter of ZeRO's paper with Adam); fp32 training keeps 4-byte
 // weights and gradients and the states. ZeRO divides the optimizer terms by the data-parallel
 // group from stage 1, gradients from stage 2 (plus one reduce bucket), weights from stage 3 (plus
-// persistent small parameters and the prefetch bucket). A rank holds the tensor-parallel shapes
+// persistent small parameters and the prefetch bucket; with offload_param the parts are on the host
+// and only the persistent ones and the gathered blocks on the device). A rank holds the tensor-parallel shapes
 // of `layouts`, and of the experts only its 1/ep, whose ZeRO group is the expert-data-parallel
 // one (dataParallel / ep). Buffers (not trainable) count as weights only. Activations follow Korthikanti et al.
 // with memory-efficient attention and no recomputation: 10 + 24/tp bytes per hidden unit per

@@ -269,6 +269,7 @@ StatusOr<Plan> compilePlan(const ModelConfig& model, const JobSpec& spec) {
                                              .precision = ds.precision,
                                              .optimizerStates = optimizerStatesPerElement(ds.optimizer, held),
                                              .offloadOptimizer = zero.offloadOptimizer == "cpu",
+                                             .offloadParameters = zero.offloadParam == "cpu",
                                              .training = plan.training,
                                              .microBatch = microBatch,
                                              .sequenceLength = sequenceLength,

@@ -391,6 +391,7 @@ v1::Plan toProto(const planner::Plan& in) {
   memory->set_optimizer(in.memory.optimizer);
   memory->set_activations(in.memory.activations);
   memory->set_host_optimizer(in.memory.hostOptimizer);
+  memory->set_host_parameters(in.memory.hostParameters);
   memory->set_total(in.memory.total());
   out.set_device_memory_bytes(in.deviceMemoryBytes);
   return out;
@@ -446,7 +447,8 @@ planner::Plan fromProto(const v1::Plan& in) {
   const auto& mem = in.memory();
   out.memory = planner::MemoryEstimate{.parameters = mem.parameters(), .gradients = mem.gradients(),
                                        .optimizer = mem.optimizer(), .activations = mem.activations(),
-                                       .hostOptimizer = mem.host_optimizer()};
+                                       .hostOptimizer = mem.host_optimizer(),
+                                       .hostParameters = mem.host_parameters()};
   out.deviceMemoryBytes = in.device_memory_bytes();
   return out;
 }

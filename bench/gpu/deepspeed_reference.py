@@ -1,7 +1,7 @@
 """DeepSpeed on the GPU, for bench/gpu: the Llama-3.2-1B-shaped model of hf_reference.py (random
 init, sdpa) trained by DeepSpeed's engine with the config Loom's runs use (bf16 with fp32
-masters, AdamW through torch, gradient clipping 1.0, the given ZeRO stage), on one GPU or, with
---gpus N, on N GPUs of this host (one process per GPU, NCCL; the global batch is micro x N).
+masters, AdamW through torch, gradient clipping 1.0, the given ZeRO stage; --offload-param: stage 3
+with the parameters in pinned host memory), on one GPU or, with --gpus N, on N GPUs of this host (one process per GPU, NCCL; the global batch is micro x N).
 Prints one JSON line (rank 0's); "error" instead of "tokens_per_s" when DeepSpeed does not run
 here.
 
@@ -31,11 +31,13 @@ def main():
     p.add_argument("--micro", type=int, default=8)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--offload-param", action="store_true")
     a = p.parse_args()
     if "RANK" not in os.environ:
         return launch(a.gpus)
     rank = int(os.environ["RANK"])
-    result = {"reference": "deepspeed", "stage": a.stage, "micro": a.micro, "seq": a.seq, "gpus": a.gpus}
+    result = {"reference": "deepspeed", "stage": a.stage, "micro": a.micro, "seq": a.seq, "gpus": a.gpus,
+              "offload_param": a.offload_param}
     try:
         import deepspeed
         import torch
@@ -49,7 +51,8 @@ def main():
         model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
         ds_config = {"train_batch_size": a.micro * a.gpus, "train_micro_batch_size_per_gpu": a.micro,
                      "gradient_clipping": 1.0, "bf16": {"enabled": True}, "steps_per_print": 1000,
-                     "zero_optimization": {"stage": a.stage},
+                     "zero_optimization": {"stage": a.stage, **({"offload_param": {"device": "cpu", "pin_memory": True}}
+                                                                if a.offload_param else {})},
                      # torch's AdamW: DeepSpeed's FusedAdam would JIT-compile a CUDA extension first.
                      "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True}}}
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)

@@ -8,8 +8,9 @@
 # kernels.plugins).
 # Usage (from the repository root, with Loom's binaries in BIN and their libraries on
 # LD_LIBRARY_PATH): bench/gpu/run.sh BIN OUT [MICRO] [PLUGIN]
-# RUNS (Loom's runs, default all that apply: z0 z3 z0-cuda-kernels z3-cuda-kernels z2-offload) and
-# DS_STAGES (DeepSpeed's ZeRO stages, default "0 3") pick a subset when time on the GPU is short.
+# RUNS (Loom's runs, default all that apply: z0 z3 z0-cuda-kernels z3-cuda-kernels z2-offload
+# z3-offload-param) and DS_STAGES (DeepSpeed's ZeRO stages, default "0 3 3-offload-param") pick a
+# subset when time on the GPU is short.
 set -euo pipefail
 bin=$1 out=$2 micro=${3:-8} plugin=${4:-} seq=2048 steps=12
 mkdir -p "$out"
@@ -19,12 +20,14 @@ python3 "$here/hf_reference.py" --config "$here/llama-1b-config.json" --seq $seq
   --profile > "$out/reference.jsonl" 2> "$out/reference.err" || echo "reference failed: see reference.err"
 # DeepSpeed itself, where it imports (scripts/gpu/fetch-wheels brings it and its pure-Python
 # dependencies along; PYTHONPATH points at them).
-for stage in ${DS_STAGES-0 3}; do
-  python3 "$here/deepspeed_reference.py" --config "$here/llama-1b-config.json" --stage $stage --seq $seq \
-    --micro "$micro" --steps $steps >> "$out/reference.jsonl" 2> "$out/deepspeed-z$stage.err" ||
+for stage in ${DS_STAGES-0 3 3-offload-param}; do
+  extra=()
+  [[ $stage == *-offload-param ]] && extra=(--offload-param)
+  python3 "$here/deepspeed_reference.py" --config "$here/llama-1b-config.json" --stage "${stage%%-*}" --seq $seq \
+    --micro "$micro" --steps $steps "${extra[@]}" >> "$out/reference.jsonl" 2> "$out/deepspeed-z$stage.err" ||
     echo "deepspeed stage $stage did not run: see reference.jsonl and deepspeed-z$stage.err"
 done
-runs="z0 z3"
+runs="z0 z3 z3-offload-param"
 [ -n "$plugin" ] && runs="$runs z0-cuda-kernels z3-cuda-kernels"
 # ZeRO-Offload: the optimizer step on the host, on the CPU plugin's AdamW (16 cores here).
 cpu_plugin=$(cd "$bin/.." && pwd)/lib/libloom_kernels_cpu.so
@@ -37,6 +40,7 @@ for run in ${RUNS:-$runs}; do
     kernels="\"kernels\": {\"plugins\": [\"$cpu_plugin\"]},"
     zero="{\"stage\": $stage, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}"
   fi
+  [[ $run == *offload-param ]] && zero="{\"stage\": 3, \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}}"
   cat > "$out/loom-$run.json" <<JSON
 {"name": "bench-gpu-$run", "kind": "train", "resources": {"ranks": 1, "device": "cuda", "device_memory_gb": 139}, $kernels
  "model": {"config": "$here/llama-1b-config.json", "init_seed": 1},
@@ -61,14 +65,16 @@ def mfu(tps):  # 6 N per token plus attention 12 * layers * hidden * seq
     return tps * (6 * params + 12 * 16 * 2048 * seq) / flops if flops else float("nan")
 rows = []
 if hf:
-    rows.append(("transformers + PyTorch (bf16 autocast, fused AdamW)", hf["tokens_per_s"]))
+    rows.append(("transformers + PyTorch (bf16 autocast, fused AdamW)", hf["tokens_per_s"], hf.get("peak_gib")))
 for r in ref:
     if r.get("reference") == "deepspeed":
         if "tokens_per_s" in r:
-            rows.append((f"DeepSpeed {r.get('version', '')} ZeRO {r['stage']} (bf16, torch AdamW)", r["tokens_per_s"]))
+            offload = ", parameters offloaded" if r.get("offload_param") else ""
+            rows.append((f"DeepSpeed {r.get('version', '')} ZeRO {r['stage']} (bf16, torch AdamW{offload})",
+                         r["tokens_per_s"], r.get("peak_gib")))
         else:
             print(f"DeepSpeed ZeRO {r['stage']}: did not run: {r.get('error')}")
-for run in ("z0", "z3", "z0-cuda-kernels", "z3-cuda-kernels", "z2-offload"):
+for run in ("z0", "z3", "z0-cuda-kernels", "z3-cuda-kernels", "z2-offload", "z3-offload-param"):
     try:
         log = open(f"{out}/loom-{run}-rank0.log").read()
     except OSError:
@@ -76,16 +82,19 @@ for run in ("z0", "z3", "z0-cuda-kernels", "z3-cuda-kernels", "z2-offload"):
     # Steps 3 to the last but one: the last runs under the profiler (train.profile_step).
     steps = re.findall(r"step (\d+)/(\d+): .*tokens/s (\d+)", log)
     tps = [float(m) for s, n, m in steps if 2 < int(s) < int(n)]
-    fused = {"cuda-kernels": ", CUDA kernel plugin", "offload": ", optimizer offloaded to the CPU plugin"}.get(
-        run.split("-", 1)[-1], "")
+    fused = {"cuda-kernels": ", CUDA kernel plugin", "offload": ", optimizer offloaded to the CPU plugin",
+             "offload-param": ", parameters offloaded"}.get(run.split("-", 1)[-1], "")
+    peak = re.search(r"device peak ([\d.]+) (GiB|MiB)", log)
+    peak_gib = float(peak.group(1)) / (1 if peak.group(2) == "GiB" else 1024) if peak else None
     if tps:
-        rows.append((f"Loom ZeRO {run[1]} (bf16, fp32 masters, AdamW{fused})", statistics.median(tps)))
+        rows.append((f"Loom ZeRO {run[1]} (bf16, fp32 masters, AdamW{fused})", statistics.median(tps), peak_gib))
 print(f"matmul bf16 8192^3: {flops / 1e12:.0f} TFLOP/s" if flops else "matmul: not measured")
-print("| trainer | tokens/s | MFU | vs transformers |")
-print("|---|---|---|---|")
-for name, tps in rows:
+print("| trainer | tokens/s | MFU | vs transformers | device peak |")
+print("|---|---|---|---|---|")
+for name, tps, peak_gib in rows:
     ratio = tps / hf["tokens_per_s"] if hf else float("nan")
-    print(f"| {name} | {tps:,.0f} | {mfu(tps):.1%} | {ratio:.2f}x |")
+    peak = f"{peak_gib:.1f} GiB" if peak_gib else ""
+    print(f"| {name} | {tps:,.0f} | {mfu(tps):.1%} | {ratio:.2f}x | {peak} |")
 prof = next((r for r in ref if "profile" in r), None)
 if prof:
     print(f"\ntransformers + PyTorch, one step: {prof['step_ms']} ms, GPU busy {prof['gpu_busy_ms']} ms")

@@ -140,6 +140,7 @@ std::string describeMemory(const Plan& plan) {
                      humanBytes(m.activations), humanBytes(m.total()),
                      plan.deviceMemoryBytes ? humanBytes(plan.deviceMemoryBytes) : "no limit");
   if (m.hostOptimizer) out += fmt::format("  and {} of optimizer state on the host\n", humanBytes(m.hostOptimizer));
+  if (m.hostParameters) out += fmt::format("  and {} of parameters on the host\n", humanBytes(m.hostParameters));
   return out;
 }
 

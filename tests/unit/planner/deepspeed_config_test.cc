@@ -110,6 +110,21 @@ TEST_CASE("deepspeed: precision, schedulers and unsupported keys", "[planner][de
   CHECK(errorOf(std::string(R"({"train_batch_size": 2, "zero_optimization": {"offload_optimizer": {"device": "cpu"}},
       )") + kAdam + "}") ==
         "deepspeed.zero_optimization.offload_optimizer: needs ZeRO stage 1, 2 or 3 (as in DeepSpeed)");
+  auto zero3 = parsed(std::string(R"({"train_batch_size": 2, "zero_optimization": {"stage": 3,
+      "offload_param": {"device": "cpu", "pin_memory": false}}, )") + kAdam + "}");
+  CHECK(zero3.zero.offloadParam == "cpu");
+  CHECK_FALSE(zero3.zero.offloadParamPinMemory);
+  auto zero3Again = parseDeepSpeedConfig(zero3.toJson(), 2, true);
+  INFO(zero3Again.status().toString());
+  REQUIRE(zero3Again.isOk());
+  CHECK(zero3Again->zero.offloadParam == "cpu");
+  CHECK(errorOf(std::string(R"({"train_batch_size": 2, "zero_optimization": {"stage": 2,
+      "offload_param": {"device": "cpu"}}, )") + kAdam + "}") ==
+        "deepspeed.zero_optimization.offload_param: needs ZeRO stage 3, the stage that partitions parameters (as in "
+        "DeepSpeed); this config has stage 2");
+  CHECK(errorOf(std::string(R"({"train_batch_size": 2, "zero_optimization": {"stage": 3,
+      "offload_param": {"device": "nvme"}}, )") + kAdam + "}") ==
+        "deepspeed.zero_optimization.offload_param.device: \"nvme\" is not supported (none, cpu)");
   CHECK(errorOf(std::string(R"({"train_batch_size": 2, "zero_optimization": {"stage": 2, "round_robin": true}, )") +
                 kAdam + "}") == "deepspeed.zero_optimization.round_robin: unknown key");
   auto checkpointed = parsed(std::string(R"({"train_batch_size": 2, "activation_checkpointing": {

@@ -48,6 +48,14 @@ TEST_CASE("memory: each ZeRO stage divides one more term by dp", "[planner]") {
   auto offloaded = estimate(c, 1, {.zeroStage = 2, .dataParallel = 4, .offloadOptimizer = true});
   CHECK(offloaded.optimizer == 0);
   CHECK(offloaded.hostOptimizer == stage2.optimizer);
+  // offload_param: stage 3's parts move to the host; the persistent parameters and the gathered
+  // working set stay.
+  auto stage3 = estimate(c, 1, {.zeroStage = 3, .dataParallel = 4});
+  auto params = estimate(c, 1, {.zeroStage = 3, .dataParallel = 4, .offloadParameters = true});
+  CHECK(params.hostParameters > 0);
+  CHECK(params.parameters + params.hostParameters == stage3.parameters);
+  CHECK(params.parameters < stage3.parameters / 2);
+  CHECK(params.optimizer == stage3.optimizer);
 }
 
 TEST_CASE("memory: a job that does not fit says by how much and what dominates", "[planner]") {

@@ -279,13 +279,14 @@ Status Trainer::trainStep() {
   const double lr = rates.lr;
   if (overflow) {
     ++skippedSteps_;
-    if (ctx_.rank == 0)
+    if (ctx_.rank == 0) {
       if (ds_.precision == planner::Precision::kFp16) {
         std::printf("step %lld: fp16 gradients overflow at loss scale %g: step skipped\n",
                     static_cast<long long>(step_ + 1), scale);
       } else {
         std::printf("step %lld: bf16 gradient norm is not finite: step skipped\n", static_cast<long long>(step_ + 1));
       }
+    }
   } else {
     const double clip = ds_.gradientClipping > 0 ? std::min(1.0, ds_.gradientClipping / (gradNorm + 1e-6)) : 1.0;
     RETURN_IF_ERROR(zero_->step(rates, clip));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include <ATen/ATen.h>
@@ -12,6 +13,7 @@
 #include "planner/zero_partition.h"
 #include "worker/torch/zero/block_hooks.h"
 #include "worker/torch/model/decoder_model.h"
+#include "worker/torch/zero/host_parts.h"
 #include "worker/torch/zero/host_step.h"
 #include "worker/torch/optim/muon.h"
 #include "worker/torch/optim/optimizer.h"
@@ -49,6 +51,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
   struct Gather {
     std::shared_ptr<backends::Work> work;
     at::Tensor all;
+    std::function<void()> partsArrived;  // offload_param: the compute stream waits for the parts' copies
   };
   // A gradient reduce-scatter in flight and where its result goes.
   struct Pending {
@@ -79,7 +82,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
     int64_t numel = 0;
     bool persistent = false;
     int64_t part = 0;    // elements of this rank's part (the whole parameter when persistent)
-    at::Tensor local;    // this rank's part in the model's dtype (non-persistent)
+    at::Tensor local;    // this rank's part in the model's dtype (non-persistent); on the host with offload_param
     bool trainable = true;  // false: frozen (train.frozen_parameters), no master and no gradient
     int group = 0;          // in groups_
     at::Tensor master;   // fp32 [part]
@@ -106,6 +109,7 @@ class ZeroStage3 final : public ZeroEngine, public BlockRunner, public BlockBack
   std::unique_ptr<MuonUpdater> muon_;  // Muon: its matrices' Newton-Schulz
   double lossScale_ = 1.0;  // the step's, from reduce()
   std::unique_ptr<HostStepPipeline> hostStep_;  // offload_optimizer.device cpu
+  std::unique_ptr<HostParts> hostParts_;        // offload_param.device cpu beside a GPU
   std::map<std::pair<int, int>, Gather> gathers_;  // by block and group
   std::vector<Pending> pending_;
 };
@@ -152,6 +156,9 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, const planner::Pl
     expert_ = groups.expert;
   }
   const size_t count = model.parameters().size();
+  // offload_param.device cpu: the parts in host memory. On CPU ranks they are there already.
+  if (config.zero.offloadParam == "cpu" && model.device().is_cuda())
+    hostParts_ = std::make_unique<HostParts>(model.device(), dtype_, config.zero.offloadParamPinMemory);
   // offload_optimizer.device cpu: masters and optimizer state on the host (pinned beside a GPU).
   const at::TensorOptions masterOptions =
       config.zero.offloadOptimizer == "cpu"
@@ -172,6 +179,7 @@ ZeroStage3::ZeroStage3(const planner::DeepSpeedConfig& config, const planner::Pl
     } else {
       p.local = localPart(p, t);
       if (p.trainable) p.master = at::empty({p.part}, masterOptions).copy_(p.local);
+      if (hostParts_) p.local = hostParts_->allocate(p.part).copy_(p.local);
       t.set_data(at::empty({0}, modelOptions_));  // released until a block needs it
     }
     if (p.trainable) {
@@ -290,14 +298,24 @@ void ZeroStage3::startGather(int block) {
     const std::vector<int> ids = partitioned(block, group);
     if (ids.empty() || gathers_.count({block, group})) continue;
     std::vector<at::Tensor> locals;
-    for (int i : ids) locals.push_back(params_[i].local);
-    at::Tensor mine = at::cat(locals);
+    int64_t width = 0;
+    for (int i : ids) {
+      locals.push_back(params_[i].local);
+      width += params_[i].part;
+    }
     const Group& on = groups_[group];
-    Gather g{nullptr, at::empty({on.size * mine.numel()}, modelOptions_)};
-    if (on.comm) {
-      g.work = on.comm->allGather(g.all, mine);
+    Gather g{nullptr, at::empty({on.size * width}, modelOptions_), {}};
+    auto gatherFrom = [&](const at::Tensor& mine) {
+      if (on.comm) {
+        g.work = on.comm->allGather(g.all, mine);
+      } else {
+        g.all.copy_(mine);
+      }
+    };
+    if (hostParts_) {
+      g.partsArrived = hostParts_->upload(locals, gatherFrom);
     } else {
-      g.all.copy_(mine);
+      gatherFrom(at::cat(locals));
     }
     gathers_[{block, group}] = std::move(g);
   }
@@ -312,6 +330,7 @@ void ZeroStage3::gather(int block) {
     Gather g = std::move(gathers_[{block, group}]);
     gathers_.erase({block, group});
     if (g.work) throwIfError(g.work->wait().withContext("ZeRO-3 parameter all-gather"));
+    if (g.partsArrived) g.partsArrived();
     int64_t width = 0;
     for (int i : ids) width += params_[i].part;
     at::Tensor byRank = g.all.view({groups_[group].size, width});
@@ -439,8 +458,15 @@ Status ZeroStage3::step(const train::LearningRates& lr, double clipCoefficient) 
   for (auto& p : params_)
     if (p.trainable) grads.push_back(p.grad);
   optimizer_->step(lr, grads, divisor);
-  for (auto& p : params_)
-    if (p.trainable) destination(p).copy_(p.master);
+  for (auto& p : params_) {
+    if (!p.trainable) continue;
+    if (hostParts_ && !p.persistent) {
+      hostParts_->download(p.local, p.master);
+    } else {
+      destination(p).copy_(p.master);
+    }
+  }
+  if (hostParts_) hostParts_->finishDownloads();
   return Status::ok();
 }
 
@@ -504,7 +530,8 @@ StatusOr<at::Tensor> ZeroStage3::weightPiece(int parameter) {
   const Group& on = groups_[p.group];
   at::Tensor all = at::empty({on.size * p.part}, modelOptions_);
   if (on.comm) {
-    RETURN_IF_ERROR(on.comm->allGather(all, p.local)->wait().withContext("ZeRO-3 gathering " + p.name));
+    const at::Tensor mine = p.local.to(modelOptions_.device());  // on the host with offload_param
+    RETURN_IF_ERROR(on.comm->allGather(all, mine)->wait().withContext("ZeRO-3 gathering " + p.name));
   } else {
     all.copy_(p.local);
   }
