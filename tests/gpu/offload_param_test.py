@@ -8,12 +8,10 @@ scripts/gpu/build-and-test runs it (gpu-tests) with Loom's binaries:
   python3 tests/gpu/offload_param_test.py --bin build-gpu/bin
 """
 import argparse
-import glob
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -21,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "oracles"))
 
 import numpy as np  # noqa: E402
+from loom_runs import check, exit_code, loom_run, step_lines  # noqa: E402
 from token_file import write_token_file  # noqa: E402
 
 SEQ, MICRO, STEPS, VOCAB = 256, 4, 6, 32000
@@ -28,13 +27,6 @@ MODEL = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_si
          "intermediate_size": 1408, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4,
          "head_dim": 64, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
          "hidden_act": "silu", "initializer_range": 0.02, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
-failures = []
-
-
-def check(ok, what):
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    if not ok:
-        failures.append(what)
 
 
 def run(bin_dir, work, name, zero, plugins):
@@ -47,22 +39,8 @@ def run(bin_dir, work, name, zero, plugins):
                           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}}
     if plugins:
         spec["kernels"] = {"plugins": plugins}
-    path = os.path.join(work, name + ".json")
-    with open(path, "w") as f:
-        json.dump(spec, f)
-    state = os.path.join(work, name + "-state")
-    r = subprocess.run([os.path.join(bin_dir, "loomctl"), "run", path, "--state-dir", state],
-                       capture_output=True, text=True, timeout=600)
-    logs = glob.glob(os.path.join(state, "jobs", "*", "attempt-1", "rank-0.log"))
-    log = open(logs[0]).read() if logs else ""
-    if r.returncode != 0:
-        print(r.stdout[-2000:], r.stderr[-2000:], log[-3000:], sep="\n")
-        raise SystemExit(f"{name}: loomctl run failed ({r.returncode})")
-    steps = {}
-    for line in log.splitlines():
-        if line.startswith("step ") and ": loss " in line:
-            words = line.split()
-            steps[int(words[1].split("/")[0])] = dict(zip(words[2::2], map(float, words[3::2])))
+    log = loom_run(bin_dir, spec, work, name, timeout=600)
+    steps = step_lines(log)
     peak = re.search(r"device peak ([\d.]+) (GiB|MiB|KiB)", log)
     scale = {"GiB": 1024, "MiB": 1, "KiB": 1 / 1024}
     return steps, float(peak.group(1)) * scale[peak.group(2)] if peak else None
@@ -88,9 +66,9 @@ def main():
         offload = {"device": "cpu", "pin_memory": True}
         host, host_peak = run(bin_dir, work, "z3-offload-param", {"stage": 3, "offload_param": offload}, [])
         check(sorted(host) == sorted(device) == list(range(1, STEPS + 1)), f"both runs print every step ({sorted(host)})")
-        for what in ("loss", "grad_norm"):
+        for what, named in (("loss", "losses"), ("grad_norm", "gradient norms")):
             worst, ok = close(host, device, what)
-            check(ok, f"offload_param: the {what}es of the run without it (worst relative difference {worst:.2e})")
+            check(ok, f"offload_param: the {named} of the run without it (worst relative difference {worst:.2e})")
         check(host[STEPS]["loss"] < host[1]["loss"], f"offload_param: the loss falls ({host[1]['loss']:.3f} -> "
                                                        f"{host[STEPS]['loss']:.3f})")
         check(device_peak is not None and host_peak is not None and host_peak < device_peak,
@@ -98,14 +76,13 @@ def main():
         plugins = [cpu_plugin] if os.path.exists(cpu_plugin) else []
         both, _ = run(bin_dir, work, "z3-offload-both",
                       {"stage": 3, "offload_param": offload, "offload_optimizer": offload}, plugins)
-        for what in ("loss", "grad_norm"):
+        for what, named in (("loss", "losses"), ("grad_norm", "gradient norms")):
             worst, ok = close(both, device, what)
-            check(ok, f"offload_param with offload_optimizer: the {what}es of the run without either "
+            check(ok, f"offload_param with offload_optimizer: the {named} of the run without either "
                       f"(worst relative difference {worst:.2e})")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("FAILED" if failures else "PASSED")
-    return 1 if failures else 0
+    return exit_code()
 
 
 if __name__ == "__main__":

@@ -21,16 +21,12 @@
   python3 tests/oracles/parity_test.py --bin build/bin [--only numerics|training|optimizers|zero]
 """
 import argparse
-import glob
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -42,108 +38,8 @@ from safetensors.torch import load_file  # noqa: E402
 
 from make_tiny_model import make_config  # noqa: E402
 from token_file import read_token_file, sample, write_token_file  # noqa: E402
-
-failures = []
-
-
-def check(ok, what):
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-
-
-def exit_code():
-    """The script's exit status from the checks so far: 0 and PASSED, or 1 and how many failed."""
-    if failures:
-        print(f"FAILED: {len(failures)} checks")
-        return 1
-    print("PASSED")
-    return 0
-
-
-def step_lines(log):
-    """{step: {"loss": ..., "lr": ..., "grad_norm": ..., "tokens/s": ...}} from rank 0's step lines."""
-    out = {}
-    for line in log.splitlines():
-        if line.startswith("step ") and ": loss " in line:
-            words = line.split()
-            out[int(words[1].split("/")[0])] = dict(zip(words[2::2], map(float, words[3::2])))
-    return out
-
-
-def loom_run(bin_dir, spec, work, name, expect_failure=False):
-    """Runs a job spec with `loomctl run`; returns rank 0's log (with expect_failure, the job must
-    fail, and loomctl's output is returned)."""
-    spec_path = os.path.join(work, name + ".json")
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
-    state = os.path.join(work, name + "-state")
-    r = subprocess.run([os.path.join(bin_dir, "loomctl"), "run", spec_path, "--state-dir", state],
-                       capture_output=True, text=True, timeout=300)
-    logs = sorted(glob.glob(os.path.join(state, "jobs", "*", "attempt-1", "rank-0.log")))
-    log = open(logs[0]).read() if logs else ""
-    if expect_failure:
-        if r.returncode == 0:
-            raise SystemExit(f"loomctl run {name}: succeeded, and it should have failed")
-        return r.stdout + r.stderr + log
-    if r.returncode != 0:
-        print(r.stdout, r.stderr, log, sep="\n", file=sys.stderr)
-        raise SystemExit(f"loomctl run {name}: exit {r.returncode}")
-    return log
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ControlPlane:
-    """loomd --standalone with two slots, and loomctl against it. `worker`: the rank program loomd
-    starts (default: the build's loom-worker)."""
-
-    def __init__(self, bin_dir, work, worker=None):
-        self.bin_dir = bin_dir
-        self.server = f"127.0.0.1:{free_port()}"
-        self.log = open(os.path.join(work, "loomd.log"), "w")
-        self.loomd = subprocess.Popen([os.path.join(bin_dir, "loomd"), "--standalone", "--listen", self.server,
-                                       "--state-dir", os.path.join(work, "state"), "--slots", "2",
-                                       "--worker", worker or os.path.join(bin_dir, "loom-worker")],
-                                      stdout=self.log, stderr=subprocess.STDOUT)
-        self.work = work
-
-    def ctl(self, *args, timeout=180):
-        return subprocess.run([os.path.join(self.bin_dir, "loomctl"), "--server", self.server, *args],
-                              capture_output=True, text=True, timeout=timeout)
-
-    def ctl_popen(self, *args):
-        return subprocess.Popen([os.path.join(self.bin_dir, "loomctl"), "--server", self.server, *args],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def submit(self, spec):
-        path = os.path.join(self.work, spec["name"] + ".json")
-        with open(path, "w") as f:
-            json.dump(spec, f)
-        for _ in range(100):
-            r = self.ctl("submit", path)
-            if r.returncode == 0:
-                return r.stdout.strip()
-            time.sleep(0.1)  # loomd still starting
-        raise RuntimeError(f"submit {spec['name']}: {r.stderr}")
-
-    def status(self, job):
-        r = self.ctl("rollout", "status", job, "-o", "json", "--wait", "120")
-        if r.returncode != 0:
-            raise RuntimeError(f"rollout status: {r.stderr}")
-        return json.loads(r.stdout)
-
-    def close(self):
-        self.loomd.send_signal(signal.SIGTERM)
-        try:
-            self.loomd.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.loomd.kill()
-        self.log.close()
+# Re-exported: the other oracles take them from here.
+from loom_runs import ControlPlane, check, exit_code, failures, free_port, loom_run, step_lines  # noqa: E402,F401
 
 
 def refused_at_submit(bin_dir, work, name, spec, expected):

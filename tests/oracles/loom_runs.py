@@ -1,0 +1,114 @@
+"""Running Loom from the oracles: `loomctl run` of a spec, a `loomd --standalone` to submit to,
+rank 0's step lines, and the checks every oracle prints. Standard library only, so that the GPU
+machine's tests (tests/gpu/) use it without the references' packages.
+"""
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def exit_code():
+    """The script's exit status from the checks so far: 0 and PASSED, or 1 and how many failed."""
+    if failures:
+        print(f"FAILED: {len(failures)} checks")
+        return 1
+    print("PASSED")
+    return 0
+
+
+def step_lines(log):
+    """{step: {"loss": ..., "lr": ..., "grad_norm": ..., "tokens/s": ...}} from rank 0's step lines."""
+    out = {}
+    for line in log.splitlines():
+        if line.startswith("step ") and ": loss " in line:
+            words = line.split()
+            out[int(words[1].split("/")[0])] = dict(zip(words[2::2], map(float, words[3::2])))
+    return out
+
+
+def loom_run(bin_dir, spec, work, name, expect_failure=False, timeout=300):
+    """Runs a job spec with `loomctl run`; returns rank 0's log (with expect_failure, the job must
+    fail, and loomctl's output is returned)."""
+    spec_path = os.path.join(work, name + ".json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    state = os.path.join(work, name + "-state")
+    r = subprocess.run([os.path.join(bin_dir, "loomctl"), "run", spec_path, "--state-dir", state],
+                       capture_output=True, text=True, timeout=timeout)
+    logs = sorted(glob.glob(os.path.join(state, "jobs", "*", "attempt-1", "rank-0.log")))
+    log = open(logs[0]).read() if logs else ""
+    if expect_failure:
+        if r.returncode == 0:
+            raise SystemExit(f"loomctl run {name}: succeeded, and it should have failed")
+        return r.stdout + r.stderr + log
+    if r.returncode != 0:
+        print(r.stdout, r.stderr, log, sep="\n", file=sys.stderr)
+        raise SystemExit(f"loomctl run {name}: exit {r.returncode}")
+    return log
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ControlPlane:
+    """loomd --standalone with two slots, and loomctl against it. `worker`: the rank program loomd
+    starts (default: the build's loom-worker)."""
+
+    def __init__(self, bin_dir, work, worker=None):
+        self.bin_dir = bin_dir
+        self.server = f"127.0.0.1:{free_port()}"
+        self.log = open(os.path.join(work, "loomd.log"), "w")
+        self.loomd = subprocess.Popen([os.path.join(bin_dir, "loomd"), "--standalone", "--listen", self.server,
+                                       "--state-dir", os.path.join(work, "state"), "--slots", "2",
+                                       "--worker", worker or os.path.join(bin_dir, "loom-worker")],
+                                      stdout=self.log, stderr=subprocess.STDOUT)
+        self.work = work
+
+    def ctl(self, *args, timeout=180):
+        return subprocess.run([os.path.join(self.bin_dir, "loomctl"), "--server", self.server, *args],
+                              capture_output=True, text=True, timeout=timeout)
+
+    def ctl_popen(self, *args):
+        return subprocess.Popen([os.path.join(self.bin_dir, "loomctl"), "--server", self.server, *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def submit(self, spec):
+        path = os.path.join(self.work, spec["name"] + ".json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        for _ in range(100):
+            r = self.ctl("submit", path)
+            if r.returncode == 0:
+                return r.stdout.strip()
+            time.sleep(0.1)  # loomd still starting
+        raise RuntimeError(f"submit {spec['name']}: {r.stderr}")
+
+    def status(self, job):
+        r = self.ctl("rollout", "status", job, "-o", "json", "--wait", "120")
+        if r.returncode != 0:
+            raise RuntimeError(f"rollout status: {r.stderr}")
+        return json.loads(r.stdout)
+
+    def close(self):
+        self.loomd.send_signal(signal.SIGTERM)
+        try:
+            self.loomd.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.loomd.kill()
+        self.log.close()
