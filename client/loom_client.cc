@@ -92,6 +92,20 @@ StatusOr<v1::Plan> LoomClient::getJobPlan(const std::string& jobId) {
   return plan;
 }
 
+StatusOr<std::vector<v1::Metric>> LoomClient::listJobMetrics(v1::ListJobMetricsRequest request) {
+  std::vector<v1::Metric> all;
+  bool more = true;
+  while (more) {
+    grpc::ClientContext ctx;
+    v1::ListJobMetricsResponse page;
+    RETURN_IF_ERROR(fromGrpc(jobs_->ListJobMetrics(&ctx, request, &page)));
+    all.insert(all.end(), page.metrics().begin(), page.metrics().end());
+    request.set_page_token(page.next_page_token());
+    more = page.more();
+  }
+  return all;
+}
+
 StatusOr<v1::ListJobsResponse> LoomClient::listJobs(const v1::ListJobsRequest& request) {
   grpc::ClientContext ctx;
   v1::ListJobsResponse response;

@@ -34,6 +34,9 @@ class LoomClient {
   // A train or eval job's Plan (NOT_FOUND for a probe job).
   StatusOr<v1::Plan> getJobPlan(const std::string& jobId);
   StatusOr<v1::ListJobsResponse> listJobs(const v1::ListJobsRequest& request);
+  // Every stored metric of the job that matches the request's names and ranks, oldest first
+  // (all pages, from the request's page token on).
+  StatusOr<std::vector<v1::Metric>> listJobMetrics(v1::ListJobMetricsRequest request);
   StatusOr<v1::Job> cancelJob(const std::string& jobId, const std::string& reason = "");
   StatusOr<std::string> validateJob(const std::string& specJson);
   StatusOr<std::vector<v1::Node>> listNodes();

@@ -219,8 +219,23 @@ NodeRegistration Daemon::registration() {
   reg.hostname = host;
   loop_->runSync([&] {
     for (const auto& [key, r] : ranks_) reg.ranks.push_back(r.lastReport);
+    counters_.plannerConnected = true;
+    counters_.plannerRegistrations += 1;
   });
   return reg;
+}
+
+void Daemon::snapshot(std::function<void(NodeSnapshot)> done) {
+  loop_->post([this, done = std::move(done)] {
+    NodeSnapshot out = counters_;
+    out.nodeId = options_.nodeId;
+    out.slots = options_.slots;
+    for (const auto& [key, r] : ranks_) {
+      if (!r.exited && r.pid > 0)
+        out.liveRanks.push_back({.jobId = r.jobId, .attempt = r.attempt, .rank = r.rank, .pid = r.pid, .step = r.step});
+    }
+    done(std::move(out));
+  });
 }
 
 void Daemon::report(RankRecord& record, RankEvent event, const std::string& detail) {
@@ -234,6 +249,9 @@ void Daemon::report(RankRecord& record, RankEvent event, const std::string& deta
   record.lastReport = r;
   persist(record);
   link_->sendRankReport(r);
+  counters_.reportsRelayed += 1;
+  if (event == RankEvent::kStarted) counters_.launches += 1;
+  if (event == RankEvent::kLaunchFailed) counters_.exits["launch_failed"] += 1;
 }
 
 void Daemon::onLaunch(LaunchOrder order) {
@@ -333,6 +351,8 @@ void Daemon::onWorkerMessage(const WorkerMessage& m) {
     link_->sendRankReport(r.lastReport);
   }
   if (m.type == WorkerMessage::Type::kProgress) {
+    r.step = std::max(r.step, m.step);
+    counters_.reportsRelayed += 1;
     // Progress is passed on, not persisted: the record keeps the lifecycle report.
     link_->sendRankReport(RankReport{.jobId = r.jobId, .attempt = r.attempt, .rank = r.rank,
                                      .event = RankEvent::kProgress, .pid = r.pid, .exitCode = 0, .signal = 0,
@@ -348,6 +368,8 @@ void Daemon::markExited(RankRecord& r, int exitCode, int signal, const std::stri
   process::ExitInfo exit{.exitCode = exitCode, .signal = signal};
   spdlog::info("job {} attempt {}: rank {} (pid {}) ended: {}", r.jobId, r.attempt, r.rank, r.pid,
                process::describeExit(exit));
+  counters_.exits[exitCode == 0 && signal == 0 ? "succeeded" : process::isPreemption(exit) ? "preempted" : "failed"] +=
+      1;
   report(r, RankEvent::kExited, detail);
 }
 
@@ -440,6 +462,7 @@ void Daemon::onLogRequest(LogQuery query) { logs_->serve(query); }
 void Daemon::onLogCancel(int64_t requestId) { logs_->cancel(requestId); }
 
 void Daemon::onDisconnected() {
+  loop_->post([this] { counters_.plannerConnected = false; });
   if (logs_) logs_->cancelAll();
 }
 

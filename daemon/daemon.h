@@ -2,7 +2,9 @@
 
 #include <map>
 #include <memory>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/event_loop.h"
@@ -13,6 +15,25 @@
 #include "daemon/report_socket.h"
 
 namespace loom::daemon {
+
+// What loomd's /metrics shows (node_metrics.h), copied on the daemon's loop.
+struct NodeSnapshot {
+  struct Rank {
+    std::string jobId;
+    int attempt = 0;
+    int rank = 0;
+    int pid = 0;
+    int64_t step = 0;
+  };
+  std::string nodeId;
+  int slots = 0;
+  bool plannerConnected = false;
+  int64_t plannerRegistrations = 0;  // the link's (re)connections
+  int64_t launches = 0;
+  std::map<std::string, int64_t> exits;  // by outcome: succeeded, failed, preempted, launch_failed
+  int64_t reportsRelayed = 0;            // rank reports sent up the link
+  std::vector<Rank> liveRanks;
+};
 
 struct DaemonOptions {
   std::string stateDir;
@@ -44,6 +65,8 @@ class Daemon final : public PlannerOrders {
   // cordons the node and sends SIGTERM to every rank of the attempts here, wherever they run. Without
   // a planner to tell, the ranks here get SIGTERM directly. Then wait with awaitNoLiveRanks.
   void drain();
+  // The counters and live ranks, for /metrics.
+  void snapshot(std::function<void(NodeSnapshot)> done);
 
   // PlannerOrders
   NodeRegistration registration() override;
@@ -72,6 +95,7 @@ class Daemon final : public PlannerOrders {
   const Clock* clock_;
   std::string instanceId_;
   std::map<std::string, RankRecord> ranks_;  // by RankRecord::key()
+  NodeSnapshot counters_;                    // its counters and link state (liveRanks unused)
   std::unique_ptr<ReportSocket> reports_;
   std::unique_ptr<LogServer> logs_;
   std::unique_ptr<PlannerLink> link_;

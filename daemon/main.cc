@@ -10,7 +10,9 @@
 #include "common/files.h"
 #include "common/logging.h"
 #include "common/signals.h"
+#include "common/version.h"
 #include "daemon/daemon.h"
+#include "daemon/node_metrics.h"
 #include "planner/planner_server.h"
 
 namespace {
@@ -25,6 +27,7 @@ std::string hostName() {
 
 int main(int argc, char** argv) {
   CLI::App app{"loomd: Loom's node daemon"};
+  app.set_version_flag("--version", std::string("loomd ") + loom::kVersion, "print the version and exit");
   loom::daemon::DaemonOptions options;
   std::string plannerAddress, listenAddress = "127.0.0.1:7450", logLevel = "info";
   bool standalone = false;
@@ -38,6 +41,14 @@ int main(int argc, char** argv) {
   plannerOpt->excludes(standaloneOpt);
   app.add_option("--listen", listenAddress, "with --standalone: where the planner serves gRPC (port 0: any)")
       ->capture_default_str();
+  std::string httpListen = "127.0.0.1:7451";
+  auto* httpOpt = app.add_option("--http-listen", httpListen,
+                                 "with --standalone: address of /metrics, the JSON API and the web page (port 0: "
+                                 "any free one; \"none\": no HTTP)")
+                      ->capture_default_str();
+  std::string metricsListen;
+  app.add_option("--metrics-listen", metricsListen,
+                 "serve this node's Prometheus /metrics here (host:port; port 0: any free one)");
   app.add_option("--state-dir", options.stateDir, "directory for rank records, logs and (standalone) the job database")
       ->required();
   app.add_option("--slots", options.slots, "ranks this node runs at once")->capture_default_str();
@@ -72,6 +83,8 @@ int main(int argc, char** argv) {
     if (options.address.empty()) options.address = "127.0.0.1";
     loom::planner::PlannerServerOptions plannerOptions;
     plannerOptions.listenAddress = listenAddress;
+    plannerOptions.httpListenAddress = httpListen == "none" ? "" : httpListen;
+    plannerOptions.httpRequired = httpOpt->count() > 0;
     plannerOptions.planner.stateDir = options.stateDir + "/planner";
     plannerOptions.planner.nodeTimeoutMs = static_cast<int64_t>(nodeTimeoutS * 1000);
     plannerOptions.planner.nodeHeartbeatIntervalMs = std::min<int64_t>(1000, plannerOptions.planner.nodeTimeoutMs / 3);
@@ -85,6 +98,11 @@ int main(int argc, char** argv) {
     auto written = loom::files::writeFileAtomic(options.stateDir + "/planner.address", planner->boundAddress() + "\n");
     if (!written.isOk()) spdlog::warn("{}", written.toString());
     spdlog::info("standalone: planner serving on {}", planner->boundAddress());
+    if (const std::string http = planner->httpAddress(); !http.empty()) {
+      written = loom::files::writeFileAtomic(options.stateDir + "/http.address", http + "\n");
+      if (!written.isOk()) spdlog::warn("{}", written.toString());
+      spdlog::info("standalone: web page on http://{}/ (Prometheus: /metrics)", http);
+    }
   } else {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
@@ -99,6 +117,19 @@ int main(int argc, char** argv) {
     spdlog::error("{}", daemon.status().toString());
     return 1;
   }
+  std::unique_ptr<loom::daemon::NodeMetricsServer> metrics;
+  if (!metricsListen.empty()) {
+    auto served = loom::daemon::NodeMetricsServer::start(metricsListen, (*daemon).get());
+    if (!served.isOk()) {
+      spdlog::error("{}", served.status().toString());
+      (*daemon)->shutdown();
+      return 1;
+    }
+    metrics = std::move(served).value();
+    auto written = loom::files::writeFileAtomic(options.stateDir + "/metrics.address", metrics->boundAddress() + "\n");
+    if (!written.isOk()) spdlog::warn("{}", written.toString());
+    spdlog::info("node metrics on http://{}/metrics", metrics->boundAddress());
+  }
   const std::string signal = loom::awaitTerminationSignal(signals);
   if (drainOnSigterm && signal == "SIGTERM") {
     spdlog::info("received SIGTERM: preempting this node's ranks, then stopping (--drain-on-sigterm)");
@@ -108,6 +139,7 @@ int main(int argc, char** argv) {
   } else {
     spdlog::info("received {}: stopping (ranks keep running; a restarted loomd re-adopts them)", signal);
   }
+  metrics.reset();
   (*daemon)->shutdown();
   if (planner) planner->shutdown();
   return 0;

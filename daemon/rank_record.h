@@ -35,6 +35,7 @@ struct RankRecord {
   // Reaped (its wait status here), but not yet reported as exited: its last datagrams, sent
   // before it exited, are handled first (ReportSocket::afterQueued).
   std::optional<int> reapedStatus;
+  int64_t step = 0;              // the last step the rank reported (its progress)
 
   std::string key() const { return jobId + "." + std::to_string(attempt) + "." + std::to_string(rank); }
 };

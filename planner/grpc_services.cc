@@ -1,5 +1,7 @@
 #include "planner/grpc_services.h"
 
+#include <cstdlib>
+
 #include <spdlog/spdlog.h>
 
 #include "planner/job_plan.h"
@@ -39,8 +41,59 @@ void toProto(const JobRecord& job, v1::Job* out) {
     rank->set_detail(r.detail);
     rank->set_step(r.step);
     rank->set_service_address(r.serviceAddress);
+    for (const auto& [k, v] : r.metrics) (*rank->mutable_metrics())[k] = v;
   }
   for (const auto& [k, v] : job.metrics) (*out->mutable_metrics())[k] = v;
+}
+
+StatusOr<MetricQuery> metricQueryOf(const v1::ListJobMetricsRequest& request) {
+  MetricQuery query{.jobId = request.job_id(),
+                    .names = {request.names().begin(), request.names().end()},
+                    .ranks = {request.ranks().begin(), request.ranks().end()}};
+  if (request.page_size() < 0 || request.page_size() > kMaxMetricPage)
+    return invalidArgument("page_size: must be 0 to {}", kMaxMetricPage);
+  if (request.page_size() > 0) query.limit = request.page_size();
+  if (!request.page_token().empty()) {
+    char* end = nullptr;
+    query.afterRow = std::strtoll(request.page_token().c_str(), &end, 10);
+    if (*end != '\0' || query.afterRow < 0) return invalidArgument("page_token: not a token this server issued");
+  }
+  return query;
+}
+
+void toProto(const JobEvent& e, v1::JobEvent* out) {
+  out->set_seq(e.seq);
+  out->set_time_ms(e.timeMs);
+  out->set_state(toProto(e.state));
+  out->set_attempt(e.attempt);
+  out->set_reason(e.reason);
+}
+
+void toProto(const Metric& m, v1::Metric* out) {
+  out->set_attempt(m.attempt);
+  out->set_rank(m.rank);
+  out->set_step(m.step);
+  out->set_name(m.name);
+  out->set_value(m.value);
+  out->set_time_ms(m.timeMs);
+}
+
+void toProto(const JobUpdate& update, v1::JobUpdate* out) {
+  toProto(update.job, out->mutable_job());
+  for (const auto& e : update.events) toProto(e, out->add_events());
+  for (const auto& m : update.metrics) toProto(m, out->add_metrics());
+}
+
+void toProto(const NodeView& n, v1::Node* node) {
+  node->set_node_id(n.nodeId);
+  node->set_hostname(n.hostname);
+  node->set_address(n.address);
+  node->set_slots(n.slots);
+  node->set_used_slots(n.usedSlots);
+  node->set_connected(n.connected);
+  node->set_last_seen_ms(n.lastSeenMs);
+  node->set_cordoned(n.cordoned);
+  node->set_cordon_reason(n.cordonReason);
 }
 
 // ---- unary calls ------------------------------------------------------------------------------
@@ -103,6 +156,26 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   return reactor;
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::ListJobMetrics(grpc::CallbackServerContext* ctx,
+                                                         const v1::ListJobMetricsRequest* request,
+                                                         v1::ListJobMetricsResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  auto query = metricQueryOf(*request);
+  if (!query.isOk()) {
+    reactor->Finish(toGrpc(query.status()));
+    return reactor;
+  }
+  core_->listJobMetrics(std::move(query).value(), [reactor, response](const StatusOr<MetricPage>& page) {
+    if (page.isOk()) {
+      for (const auto& m : page->metrics) toProto(m, response->add_metrics());
+      response->set_next_page_token(std::to_string(page->lastRow));
+      response->set_more(page->more);
+    }
+    reactor->Finish(toGrpc(page.status()));
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
                                                     const v1::CancelJobRequest* request, v1::Job* response) {
   auto* reactor = ctx->DefaultReactor();
@@ -140,24 +213,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobUpdate> {
     std::shared_ptr<Queue> queue;
     bool onUpdate(const JobUpdate& update) override {
       v1::JobUpdate out;
-      toProto(update.job, out.mutable_job());
-      for (const auto& e : update.events) {
-        auto* event = out.add_events();
-        event->set_seq(e.seq);
-        event->set_time_ms(e.timeMs);
-        event->set_state(toProto(e.state));
-        event->set_attempt(e.attempt);
-        event->set_reason(e.reason);
-      }
-      for (const auto& m : update.metrics) {
-        auto* metric = out.add_metrics();
-        metric->set_attempt(m.attempt);
-        metric->set_rank(m.rank);
-        metric->set_step(m.step);
-        metric->set_name(m.name);
-        metric->set_value(m.value);
-        metric->set_time_ms(m.timeMs);
-      }
+      toProto(update, &out);
       return queue->push(std::move(out));
     }
     void onEnd(const Status& status) override { queue->finish(toGrpc(status)); }
@@ -358,18 +414,6 @@ class AttachReactor final : public AttachBase {
   std::shared_ptr<GrpcNodeLink> link_;
   bool registered_ = false;
 };
-
-void toProto(const NodeView& n, v1::Node* node) {
-  node->set_node_id(n.nodeId);
-  node->set_hostname(n.hostname);
-  node->set_address(n.address);
-  node->set_slots(n.slots);
-  node->set_used_slots(n.usedSlots);
-  node->set_connected(n.connected);
-  node->set_last_seen_ms(n.lastSeenMs);
-  node->set_cordoned(n.cordoned);
-  node->set_cordon_reason(n.cordonReason);
-}
 
 }  // namespace
 

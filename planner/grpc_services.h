@@ -25,6 +25,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                       v1::Job* response) override;
   grpc::ServerUnaryReactor* GetJobPlan(grpc::CallbackServerContext* ctx, const v1::GetJobPlanRequest* request,
                                        v1::Plan* response) override;
+  grpc::ServerUnaryReactor* ListJobMetrics(grpc::CallbackServerContext* ctx, const v1::ListJobMetricsRequest* request,
+                                           v1::ListJobMetricsResponse* response) override;
   grpc::ServerUnaryReactor* ValidateJob(grpc::CallbackServerContext* ctx, const v1::ValidateJobRequest* request,
                                         v1::ValidateJobResponse* response) override;
   grpc::ServerWriteReactor<v1::JobUpdate>* WatchJob(grpc::CallbackServerContext* ctx,
@@ -55,6 +57,14 @@ class NodeServiceImpl final : public v1::NodeService::CallbackService {
 
 using convert::toGrpc;
 void toProto(const JobRecord& job, v1::Job* out);
+void toProto(const JobEvent& event, v1::JobEvent* out);
+void toProto(const Metric& metric, v1::Metric* out);
+void toProto(const JobUpdate& update, v1::JobUpdate* out);
+void toProto(const NodeView& node, v1::Node* out);
+
+// ListJobMetrics' request checked (page size, the token): INVALID_ARGUMENT naming the field.
+inline constexpr int kMaxMetricPage = 100'000;
+StatusOr<MetricQuery> metricQueryOf(const v1::ListJobMetricsRequest& request);
 v1::JobState toProto(JobState state);
 JobState fromProto(v1::JobState state);
 

@@ -32,6 +32,7 @@ struct RankStatus {
   std::string detail;
   int64_t step = 0;
   std::string serviceAddress;  // a served rollout's rank 0: where the planner routes RolloutService calls
+  std::map<std::string, double> metrics;  // the latest value of each metric this rank reported (not stored)
 
   // Ended by a preemption (process::isPreemption of its exit), not by a failure.
   bool preempted() const;
@@ -52,6 +53,21 @@ struct Metric {
   std::string name;
   double value = 0;
   int64_t timeMs = 0;
+};
+
+// Which stored metrics of a job to read, from where (a page's position is the store's row id).
+struct MetricQuery {
+  std::string jobId;
+  std::vector<std::string> names;  // empty: all
+  std::vector<int> ranks;          // empty: all
+  int64_t afterRow = 0;
+  int limit = 10'000;
+};
+
+struct MetricPage {
+  std::vector<Metric> metrics;
+  int64_t lastRow = 0;
+  bool more = false;  // rows after lastRow are stored already
 };
 
 struct JobRecord {

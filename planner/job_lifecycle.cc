@@ -95,6 +95,7 @@ LifecycleEffects JobLifecycle::applyRankReport(JobRecord& job, const RankReport&
       rank.step = std::max(rank.step, report.step);
       // A rank's notice (ReportClient::notice): an event in the job's history, in its state.
       if (!report.detail.empty()) record(job, fmt::format("rank {}: {}", report.rank, report.detail), nowMs, out);
+      for (const auto& [name, value] : report.metrics) rank.metrics[name] = value;
       // Rank 0's metrics are the job's (the others report the same quantities).
       if (report.rank == 0) {
         for (const auto& [name, value] : report.metrics) job.metrics[name] = value;

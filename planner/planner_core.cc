@@ -242,6 +242,13 @@ void PlannerCore::listJobs(ListQuery query, std::function<void(const StatusOr<Jo
   });
 }
 
+void PlannerCore::listJobMetrics(MetricQuery query, std::function<void(const StatusOr<MetricPage>&)> done) {
+  loop_->post([this, query = std::move(query), done = std::move(done)] {
+    if (!findJob(query.jobId)) return done(notFound("job {} does not exist", query.jobId));
+    done(store_->loadMetricPage(query));
+  });
+}
+
 void PlannerCore::cancelJob(const std::string& jobId, std::string reason, JobCallback done) {
   loop_->post([this, jobId, reason = std::move(reason), done = std::move(done)] {
     JobRecord* job = findJob(jobId);
@@ -349,7 +356,11 @@ std::vector<NodeCapacity> PlannerCore::nodeCapacity() const {
 void PlannerCore::schedule() {
   for (const auto& id : jobOrder_) {
     JobRecord& job = jobs_.at(id);
-    if (job.state != JobState::kPending) continue;
+    if (job.state != JobState::kPending) {
+      waitingSinceMs_.erase(id);
+      continue;
+    }
+    waitingSinceMs_.try_emplace(id, clock_->nowMs());
     const std::vector<NodeCapacity> capacity = nodeCapacity();
     auto placement = placeGang(job.spec.ranks, capacity, nodeLocalGroup(job.spec.deepspeed));
     if (!placement.isOk()) {
@@ -367,6 +378,10 @@ void PlannerCore::schedule() {
 }
 
 void PlannerCore::launch(JobRecord& job, const Placement& placement) {
+  if (auto waiting = waitingSinceMs_.find(job.id); waiting != waitingSinceMs_.end()) {
+    if (placementObserver_) placementObserver_(static_cast<double>(clock_->nowMs() - waiting->second) / 1000);
+    waitingSinceMs_.erase(waiting);
+  }
   auto effects = JobLifecycle::markPlaced(job, placement, clock_->nowMs());
   PendingLaunch pending{.attempt = job.attempt, .orders = {}};
   // The ranks execute the Plan compiled on submit; they never compile it again.

@@ -64,6 +64,15 @@ struct JobPage {
   std::string nextPageToken;
 };
 
+// What /metrics shows of the planner's state, copied on its loop.
+struct ClusterSnapshot {
+  std::map<JobState, int> jobsByState;
+  int64_t restarts = 0;     // over every job: relaunches after a failed attempt
+  int64_t preemptions = 0;  // and after a preemption
+  std::vector<JobRecord> liveJobs;  // jobs whose attempt may have ranks alive
+  std::vector<NodeView> nodes;
+};
+
 struct PlannerOptions {
   std::string stateDir;
   int64_t nodeTimeoutMs = 15'000;        // a node silent this long has lost its ranks
@@ -88,11 +97,16 @@ class PlannerCore {
   // The Plan stored with a train or eval job (NOT_FOUND for a probe job).
   void getJobPlan(const std::string& jobId, std::function<void(const StatusOr<Plan>&)> done);
   void listJobs(ListQuery query, std::function<void(const StatusOr<JobPage>&)> done);
+  // A page of a job's stored metrics (NOT_FOUND for an unknown job).
+  void listJobMetrics(MetricQuery query, std::function<void(const StatusOr<MetricPage>&)> done);
   void cancelJob(const std::string& jobId, std::string reason, JobCallback done);
   void watchJob(const std::string& jobId, std::shared_ptr<JobWatcher> watcher);
   void streamLogs(LogQuery query, std::shared_ptr<LogSink> sink);
   void stopLogs(const std::shared_ptr<LogSink>& sink);
   void listNodes(std::function<void(std::vector<NodeView>)> done);
+  void snapshot(std::function<void(ClusterSnapshot)> done);
+  // Called on the loop with the seconds each job waited to be placed (from PENDING or RESTARTING).
+  void setPlacementObserver(std::function<void(double)> observer);
   // `loomctl drain`: the node is cordoned (stored: it outlives a planner restart) and every
   // attempt with a rank on it is preempted (JobLifecycle::preempt). NOT_FOUND for a node that
   // never attached.
@@ -171,6 +185,8 @@ class PlannerCore {
   const Clock* clock_;
   std::unique_ptr<StateStore> store_;
   std::map<std::string, JobRecord> jobs_;
+  std::map<std::string, int64_t> waitingSinceMs_;  // jobs waiting for placement: since when
+  std::function<void(double)> placementObserver_;
   std::vector<std::string> jobOrder_;  // creation order, for listing and FIFO placement
   std::map<std::string, std::string> jobByRequestId_;
   std::map<std::string, Node> nodes_;

@@ -153,6 +153,27 @@ void PlannerCore::listNodes(std::function<void(std::vector<NodeView>)> done) {
   });
 }
 
+void PlannerCore::snapshot(std::function<void(ClusterSnapshot)> done) {
+  loop_->post([this, done = std::move(done)] {
+    ClusterSnapshot out;
+    for (const auto& [id, job] : jobs_) {
+      out.jobsByState[job.state] += 1;
+      out.restarts += job.restarts;
+      out.preemptions += job.preemptions;
+      if (hasLiveAttempt(job.state)) out.liveJobs.push_back(job);
+    }
+    for (const auto& [id, node] : nodes_) {
+      if (node.view.slots == 0 && !node.link) continue;  // known only from a recovered job
+      out.nodes.push_back(viewOf(id));
+    }
+    done(std::move(out));
+  });
+}
+
+void PlannerCore::setPlacementObserver(std::function<void(double)> observer) {
+  loop_->post([this, observer = std::move(observer)]() mutable { placementObserver_ = std::move(observer); });
+}
+
 NodeView PlannerCore::viewOf(const std::string& nodeId) const {
   NodeView view = nodes_.at(nodeId).view;
   if (auto c = cordons_.find(nodeId); c != cordons_.end()) {

@@ -13,16 +13,23 @@ namespace loom::planner {
 
 class JobServiceImpl;
 class NodeServiceImpl;
+class PlannerMetrics;
 class RolloutRouter;
+class WebServer;
 
 struct PlannerServerOptions {
   std::string listenAddress = "127.0.0.1:7450";  // port 0 picks a free one; see boundAddress()
+  // Where /metrics, the JSON API and the web page are served (web_server.h); empty: nowhere.
+  std::string httpListenAddress;
+  // When the HTTP address cannot be bound: fail to start (an address the user chose), or log
+  // a warning and serve gRPC alone (the default address, which another planner may hold).
+  bool httpRequired = true;
   PlannerOptions planner;
 };
 
 // The planner service: the core plus its gRPC server (JobService, NodeService, RolloutService
 // relayed to served rollouts (rollout_router.h), grpc.health.v1
-// and server reflection). Used by loom-planner and, in process, by `loomd --standalone`.
+// and server reflection) and its web server (/metrics, the JSON API, the web page). Used by loom-planner and, in process, by `loomd --standalone`.
 class PlannerServer {
  public:
   static StatusOr<std::unique_ptr<PlannerServer>> start(const PlannerServerOptions& options, const Clock* clock);
@@ -30,6 +37,8 @@ class PlannerServer {
 
   // "host:port" with the port actually bound.
   const std::string& boundAddress() const { return boundAddress_; }
+  // The web server's "host:port"; empty when it serves none.
+  std::string httpAddress() const;
   // A channel to this server that skips the network (standalone mode's own daemon uses it).
   std::shared_ptr<grpc::Channel> inProcessChannel();
   void shutdown();
@@ -38,10 +47,12 @@ class PlannerServer {
   PlannerServer() = default;
 
   std::unique_ptr<PlannerCore> core_;
+  std::unique_ptr<PlannerMetrics> metrics_;
   std::unique_ptr<JobServiceImpl> jobService_;
   std::unique_ptr<NodeServiceImpl> nodeService_;
   std::unique_ptr<RolloutRouter> rolloutRouter_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<WebServer> web_;
   std::string boundAddress_;
 };
 

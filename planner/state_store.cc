@@ -100,6 +100,13 @@ Status sqliteError(sqlite3* db, const std::string& what) {
   return {sc, what + ": " + sqlite3_errmsg(db)};
 }
 
+// "?,?,?" for an IN list of n values.
+std::string placeholders(size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += i ? ",?" : "?";
+  return out;
+}
+
 json ranksToJson(const std::vector<RankStatus>& ranks) {
   json out = json::array();
   for (const auto& r : ranks) {
@@ -386,6 +393,37 @@ StatusOr<std::vector<Metric>> StateStore::loadMetrics(const std::string& jobId, 
   }
   if (rc != SQLITE_DONE) return sqliteError(db_, "load metrics of " + jobId);
   return metrics;
+}
+
+StatusOr<MetricPage> StateStore::loadMetricPage(const MetricQuery& query) {
+  // One row past the page says whether more are stored.
+  std::string sql =
+      "SELECT rowid, attempt, rank, step, name, value, time_ms FROM metrics WHERE job_id=? AND rowid>?";
+  if (!query.names.empty()) sql += " AND name IN (" + placeholders(query.names.size()) + ")";
+  if (!query.ranks.empty()) sql += " AND rank IN (" + placeholders(query.ranks.size()) + ")";
+  sql += " ORDER BY rowid LIMIT ?";
+  Statement st(db_, sql.c_str());
+  if (!st.prepared()) return sqliteError(db_, "prepare");
+  int i = 1;
+  st.bind(i++, query.jobId);
+  st.bind(i++, query.afterRow);
+  for (const auto& name : query.names) st.bind(i++, name);
+  for (int rank : query.ranks) st.bind(i++, static_cast<int64_t>(rank));
+  st.bind(i++, static_cast<int64_t>(query.limit) + 1);
+  MetricPage page{.lastRow = query.afterRow};
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    if (static_cast<int>(page.metrics.size()) == query.limit) {
+      page.more = true;
+      break;
+    }
+    page.lastRow = st.int64(0);
+    page.metrics.push_back(Metric{.attempt = static_cast<int>(st.int64(1)), .rank = static_cast<int>(st.int64(2)),
+                                  .step = st.int64(3), .name = st.text(4), .value = st.real(5),
+                                  .timeMs = st.int64(6)});
+  }
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return sqliteError(db_, "load metrics of " + query.jobId);
+  return page;
 }
 
 Status StateStore::putCordon(const std::string& nodeId, const std::string& reason, int64_t timeMs) {

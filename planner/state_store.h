@@ -39,6 +39,9 @@ class StateStore {
   StatusOr<std::string> loadPlanBytes(const std::string& jobId);
   // The last `limit` metrics of a job, oldest first.
   StatusOr<std::vector<Metric>> loadMetrics(const std::string& jobId, int limit);
+  // Up to query.limit metrics stored after row query.afterRow, oldest first, with the row of the
+  // last one (query.afterRow when none).
+  StatusOr<MetricPage> loadMetricPage(const MetricQuery& query);
 
   // Cordoned nodes (`loomctl drain`): no new ranks are placed on them until uncordoned. A node
   // id maps to the reason given.

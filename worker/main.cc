@@ -8,6 +8,7 @@
 
 #include "common/files.h"
 #include "common/process.h"
+#include "common/version.h"
 #include "planner/job_spec.h"
 #include "worker/job_runners.h"
 #include "worker/plan_file.h"
@@ -18,8 +19,6 @@
 
 namespace {
 
-constexpr const char* kVersion = "0.1.0";
-
 int finish(const loom::worker::RankContext& context, int code) {
   (void)loom::files::writeFileAtomic(context.rankDir + "/exit_status", std::to_string(code) + "\n");
   return code;
@@ -29,10 +28,10 @@ int finish(const loom::worker::RankContext& context, int code) {
 int printVersion() {
   auto torch = loom::worker::loadTorchRuntime();
   if (!torch.isOk()) {
-    std::fprintf(stderr, "loom-worker %s: %s\n", kVersion, torch.status().message().c_str());
+    std::fprintf(stderr, "loom-worker %s: %s\n", loom::kVersion, torch.status().message().c_str());
     return 1;
   }
-  std::printf("loom-worker %s, %s\n", kVersion, (*torch)->describe().c_str());
+  std::printf("loom-worker %s, %s\n", loom::kVersion, (*torch)->describe().c_str());
   return 0;
 }
 

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <map>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -100,8 +101,8 @@ int followJob(const GlobalOptions& g, client::LoomClient& client, const std::str
   v1::Job last;
   Status s = client.watchJob(jobId, [&](const v1::JobUpdate& update) {
     last = update.job();
-    if (g.format == OutputFormat::kJson) {
-      std::fputs((toJson(update) + "\n").c_str(), stdout);
+    if (g.format == OutputFormat::kJson) {  // JSON Lines: one update per line
+      std::fputs((toJsonLine(update) + "\n").c_str(), stdout);
       std::fflush(stdout);
     } else {
       printer.onUpdate(update);
@@ -184,27 +185,38 @@ int logsCommand(const GlobalOptions& g, const std::string& jobId, const std::vec
   request.set_follow(follow);
   request.set_tail_lines(tail);
   request.set_attempt(attempt);
-  // With several ranks, each line is prefixed with its rank; partial lines wait for their end.
+  // Whole lines only: a partial line waits for its end. With several ranks each line names its
+  // rank ("[rank 1] ..."); -o json prints JSON Lines ({"rank", "attempt", "line"}).
+  const bool json = g.format == OutputFormat::kJson;
   const bool prefix = ranks.size() != 1;
-  std::map<int, std::string> partial;
-  Status s = client.streamLogs(request, [&](const v1::LogChunk& chunk) {
-    if (!prefix) {
-      std::fwrite(chunk.data().data(), 1, chunk.data().size(), stdout);
+  auto printLine = [&](int rank, int attempt, std::string_view line) {
+    if (json) {
+      std::puts(nlohmann::json{{"rank", rank}, {"attempt", attempt}, {"line", line}}
+                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                    .c_str());
+    } else if (prefix) {
+      std::fprintf(stdout, "[rank %d] %.*s\n", rank, static_cast<int>(line.size()), line.data());
     } else {
-      std::string& buf = partial[chunk.rank()];
-      buf += chunk.data();
-      size_t start = 0, nl;
-      while ((nl = buf.find('\n', start)) != std::string::npos) {
-        std::fprintf(stdout, "[rank %d] %.*s\n", chunk.rank(), static_cast<int>(nl - start), buf.data() + start);
-        start = nl + 1;
-      }
-      buf.erase(0, start);
+      std::fwrite(line.data(), 1, line.size(), stdout);
+      std::fputc('\n', stdout);
     }
+  };
+  std::map<int, std::pair<int, std::string>> partial;  // rank -> (attempt, the unfinished line)
+  Status s = client.streamLogs(request, [&](const v1::LogChunk& chunk) {
+    auto& [chunkAttempt, buf] = partial[chunk.rank()];
+    chunkAttempt = chunk.attempt();
+    buf += chunk.data();
+    size_t start = 0, nl;
+    while ((nl = buf.find('\n', start)) != std::string::npos) {
+      printLine(chunk.rank(), chunk.attempt(), std::string_view(buf).substr(start, nl - start));
+      start = nl + 1;
+    }
+    buf.erase(0, start);
     std::fflush(stdout);
     return true;
   });
   for (const auto& [rank, rest] : partial) {
-    if (!rest.empty()) std::fprintf(stdout, "[rank %d] %s\n", rank, rest.c_str());
+    if (!rest.second.empty()) printLine(rank, rest.first, rest.second);
   }
   if (!s.isOk()) return reportError(s);
   return 0;

@@ -82,6 +82,15 @@ int rolloutControlCommand(const GlobalOptions& g, const std::string& action, con
 // score, a train job on them and the new weights loaded into the rollout job (rl_command.cc).
 int rlCommand(const GlobalOptions& g, const std::string& loopFile);
 
+// `loomctl plot`: a job's stored metrics as line charts over steps, one panel per metric.
+struct PlotOptions {
+  std::string jobId;
+  std::vector<std::string> metrics{"loss", "eval_loss"};
+  int rank = 0;
+  std::string file;  // *.png or *.svg
+};
+int plotCommand(const GlobalOptions& g, const PlotOptions& options);
+
 // Tokenizes text or jsonl files into one token file (worker/data/prepare.h) and prints what it
 // wrote. Local: no server is contacted.
 int dataPrepareCommand(const GlobalOptions& g, const data::PrepareOptions& options);

@@ -6,10 +6,12 @@
 #include <CLI/CLI.hpp>
 
 #include "client/loomctl/commands.h"
+#include "common/version.h"
 
 int main(int argc, char** argv) {
   using namespace loom::loomctl;
   CLI::App app{"loomctl: run and manage Loom jobs"};
+  app.set_version_flag("--version", std::string("loomctl ") + loom::kVersion, "print the version and exit");
   app.require_subcommand(1);
   app.fallthrough();  // global options (-o json, --server) may also follow the command
   GlobalOptions g;
@@ -152,6 +154,15 @@ int main(int argc, char** argv) {
   statusCmd->add_option("--wait", statusWaitS, "seconds to retry while the job does not serve yet")
       ->check(CLI::NonNegativeNumber);
 
+  PlotOptions plotOptions;
+  auto* plotCmd = app.add_subcommand("plot", "draw a job's curves (every stored point) into a PNG or SVG file");
+  plotCmd->add_option("id", plotOptions.jobId, "job id")->required();
+  plotCmd->add_option("--metric", plotOptions.metrics, "metrics to draw, one panel each")
+      ->delimiter(',')
+      ->capture_default_str();
+  plotCmd->add_option("--rank", plotOptions.rank, "whose reports")->capture_default_str()->check(CLI::NonNegativeNumber);
+  plotCmd->add_option("-o,--file", plotOptions.file, "the picture: FILE.png or FILE.svg")->required();
+
   std::string loopFile;
   auto* rlCmd = app.add_subcommand("rl", "RL post-training: rollout, score, train and update weights, N times");
   rlCmd->add_option("loop", loopFile, "the loop file (docs/post-training.md)")->required()->check(CLI::ExistingFile);
@@ -192,5 +203,6 @@ int main(int argc, char** argv) {
   if (resumeCmd->parsed()) return rolloutControlCommand(g, "resume", rolloutJob, 0);
   if (statusCmd->parsed()) return rolloutControlCommand(g, "status", rolloutJob, statusWaitS);
   if (rlCmd->parsed()) return rlCommand(g, loopFile);
+  if (plotCmd->parsed()) return plotCommand(g, plotOptions);
   return 2;
 }

@@ -52,6 +52,7 @@ int runCommand(const GlobalOptions& g, const RunOptions& options) {
   SystemClock clock;
   planner::PlannerServerOptions plannerOptions;
   plannerOptions.listenAddress = "127.0.0.1:0";
+  plannerOptions.httpListenAddress = "127.0.0.1:0";  // the job's web page, for as long as it runs
   plannerOptions.planner.stateDir = stateDir + "/planner";
   auto server = planner::PlannerServer::start(plannerOptions, &clock);
   if (!server.isOk()) return reportError(server.status());
@@ -68,6 +69,8 @@ int runCommand(const GlobalOptions& g, const RunOptions& options) {
   const std::string jobId = created->job().id();
   std::fprintf(stderr, "job %s: %d rank%s on this machine (state and logs in %s)\n", jobId.c_str(), spec->ranks,
                spec->ranks == 1 ? "" : "s", stateDir.c_str());
+  if (const std::string http = (*server)->httpAddress(); !http.empty())
+    std::fprintf(stderr, "web page: http://%s/#/jobs/%s\n", http.c_str(), jobId.c_str());
 
   std::thread canceller([&] {
     int sig = 0;
@@ -82,8 +85,8 @@ int runCommand(const GlobalOptions& g, const RunOptions& options) {
   v1::Job last;
   Status watched = client.watchJob(jobId, [&](const v1::JobUpdate& update) {
     last = update.job();
-    if (g.format == OutputFormat::kJson) {
-      std::puts(toJson(update).c_str());
+    if (g.format == OutputFormat::kJson) {  // JSON Lines: one update per line
+      std::puts(toJsonLine(update).c_str());
       std::fflush(stdout);
     } else {
       printer.onUpdate(update);

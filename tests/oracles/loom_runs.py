@@ -68,17 +68,30 @@ def free_port():
 
 class ControlPlane:
     """loomd --standalone with two slots, and loomctl against it. `worker`: the rank program loomd
-    starts (default: the build's loom-worker)."""
+    starts (default: the build's loom-worker). Its web server and the node's /metrics listen on
+    free ports too (http_address())."""
 
     def __init__(self, bin_dir, work, worker=None):
         self.bin_dir = bin_dir
         self.server = f"127.0.0.1:{free_port()}"
         self.log = open(os.path.join(work, "loomd.log"), "w")
         self.loomd = subprocess.Popen([os.path.join(bin_dir, "loomd"), "--standalone", "--listen", self.server,
+                                       "--http-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
                                        "--state-dir", os.path.join(work, "state"), "--slots", "2",
                                        "--worker", worker or os.path.join(bin_dir, "loom-worker")],
                                       stdout=self.log, stderr=subprocess.STDOUT)
         self.work = work
+
+    def http_address(self, timeout=30, name="http.address"):
+        """host:port of the planner's /metrics, JSON API and web page (once loomd has written it);
+        name="metrics.address": of the node's /metrics."""
+        path = os.path.join(self.work, "state", name)
+        deadline = time.time() + timeout
+        while not os.path.exists(path):
+            if time.time() > deadline or self.loomd.poll() is not None:
+                raise RuntimeError(f"loomd wrote no {path}")
+            time.sleep(0.05)
+        return open(path).read().strip()
 
     def ctl(self, *args, timeout=180):
         return subprocess.run([os.path.join(self.bin_dir, "loomctl"), "--server", self.server, *args],
@@ -112,3 +125,24 @@ class ControlPlane:
         except subprocess.TimeoutExpired:
             self.loomd.kill()
         self.log.close()
+
+
+def small_llama(bin_dir, work, steps, name="small", **deepspeed):
+    """A train job spec of 2 CPU ranks: a small random Llama (config only, seeded init) on the GPL's
+    text, reporting every step."""
+    data = os.path.join(work, "gpl.tokens")
+    if not os.path.exists(data):
+        subprocess.run([os.path.join(bin_dir, "loomctl"), "data", "prepare", "/usr/share/common-licenses/GPL-3",
+                        "--output", data], check=True, capture_output=True)
+    config = os.path.join(work, "small-llama.json")
+    with open(config, "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 260,
+                   "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                   "num_key_value_heads": 2, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+                   "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": True}, f)
+    return {"name": name, "kind": "train", "resources": {"ranks": 2, "device": "cpu"},
+            "model": {"config": config, "init_seed": 1},
+            "data": {"train": data, "eval": data, "seq_len": 32, "seed": 1},
+            "train": {"steps": steps, "eval_every": 10, "eval_batches": 2},
+            "deepspeed": {"train_batch_size": 4, "steps_per_print": 1, "gradient_clipping": 1.0,
+                          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, **deepspeed}}

@@ -204,3 +204,54 @@ TEST_CASE("a database of the first schema gains the plan column when opened", "[
     CHECK((*store)->loadPlan("old").status().code() == StatusCode::kNotFound);
   }
 }
+
+TEST_CASE("metric pages - every row in order, filtered by name and rank, resumed after a page's last row",
+          "[planner]") {
+  loom::testing::TempDir dir;
+  auto store = StateStore::open(dir.path() + "/planner.db");
+  REQUIRE(store.isOk());
+  REQUIRE((*store)->insertJob(sampleJob("a", "ra"), {}).isOk());
+  std::vector<Metric> rows;
+  for (int step = 1; step <= 300; ++step) {
+    for (int rank = 0; rank < 2; ++rank) {
+      rows.push_back({.attempt = 1, .rank = rank, .step = step, .name = "loss", .value = step + rank / 10.0});
+      rows.push_back({.attempt = 1, .rank = rank, .step = step, .name = "lr", .value = 1e-3});
+    }
+  }
+  REQUIRE((*store)->appendMetrics("a", rows).isOk());
+
+  auto all = (*store)->loadMetricPage({.jobId = "a"});
+  REQUIRE(all.isOk());
+  CHECK(all->metrics.size() == 1200);  // beyond WatchJob's backlog of 200
+  CHECK_FALSE(all->more);
+
+  // Rank 0's losses, 128 at a time: 300 rows in 3 pages, in step order.
+  std::vector<double> steps;
+  MetricQuery query{.jobId = "a", .names = {"loss"}, .ranks = {0}, .afterRow = 0, .limit = 128};
+  int pages = 0;
+  for (bool more = true; more; ++pages) {
+    auto page = (*store)->loadMetricPage(query);
+    REQUIRE(page.isOk());
+    for (const auto& m : page->metrics) {
+      CHECK(m.name == "loss");
+      CHECK(m.rank == 0);
+      steps.push_back(static_cast<double>(m.step));
+    }
+    query.afterRow = page->lastRow;
+    more = page->more;
+  }
+  CHECK(pages == 3);
+  REQUIRE(steps.size() == 300);
+  CHECK(std::is_sorted(steps.begin(), steps.end()));
+
+  // Polling after the last row: nothing, the same position; then the new row alone.
+  auto empty = (*store)->loadMetricPage(query);
+  REQUIRE(empty.isOk());
+  CHECK(empty->metrics.empty());
+  CHECK(empty->lastRow == query.afterRow);
+  REQUIRE((*store)->appendMetrics("a", {{.attempt = 1, .rank = 0, .step = 301, .name = "loss", .value = 9}}).isOk());
+  auto next = (*store)->loadMetricPage(query);
+  REQUIRE(next.isOk());
+  REQUIRE(next->metrics.size() == 1);
+  CHECK(next->metrics[0].step == 301);
+}
