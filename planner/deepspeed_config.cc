@@ -1,5 +1,7 @@
 #include "planner/deepspeed_config.h"
 
+#include <filesystem>
+
 #include <algorithm>
 #include <map>
 
@@ -327,6 +329,17 @@ Status parseCommsLogger(const json& object, CommsLoggerSpec* spec) {
   return l.rejectUnknown();
 }
 
+Status parseMonitor(const json& object, const std::string& key, MonitorConfig* spec) {
+  ObjectReader m(object, "deepspeed." + key);
+  RETURN_IF_ERROR(m.readBool("enabled", &spec->enabled));
+  RETURN_IF_ERROR(m.readString("output_path", &spec->outputPath, false));
+  RETURN_IF_ERROR(m.readString("job_name", &spec->jobName, false));
+  if (spec->enabled && spec->jobName.find('/') != std::string::npos)
+    return invalidArgument("deepspeed.{}.job_name: \"{}\" names a directory inside output_path: no '/' in it", key,
+                           spec->jobName);
+  return m.rejectUnknown();
+}
+
 Status parseActivationCheckpointing(const json& object, ActivationCheckpointingConfig* c) {
   ObjectReader a(object, "deepspeed.activation_checkpointing");
   c->enabled = true;
@@ -442,6 +455,10 @@ StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world
   if (zero) RETURN_IF_ERROR(parseZero(*zero, &c));
   ASSIGN_OR_RETURN(const json* logger, r.readObject("comms_logger"));
   if (logger) RETURN_IF_ERROR(parseCommsLogger(*logger, &c.commsLogger));
+  for (auto [key, monitor] : {std::pair{"tensorboard", &c.tensorboard}, std::pair{"csv_monitor", &c.csvMonitor}}) {
+    ASSIGN_OR_RETURN(const json* section, r.readObject(key));
+    if (section) RETURN_IF_ERROR(parseMonitor(*section, key, monitor));
+  }
   ASSIGN_OR_RETURN(const json* checkpointing, r.readObject("activation_checkpointing"));
   if (checkpointing) RETURN_IF_ERROR(parseActivationCheckpointing(*checkpointing, &c.activationCheckpointing));
   for (auto it = object.begin(); it != object.end(); ++it) {
@@ -449,16 +466,32 @@ StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world
         "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
         "scheduler", "fp16", "bf16", "bfloat16", "gradient_clipping", "steps_per_print", "zero_optimization",
         "comms_logger", "tensor_parallel", "expert_parallel", "sequence_parallel_size",
-        "seq_parallel_communication_data_type", "activation_checkpointing"};
+        "seq_parallel_communication_data_type", "activation_checkpointing", "tensorboard", "csv_monitor"};
     if (!kKnown.count(it.key()))
       return invalidArgument("deepspeed.{}: not supported by this version (supported: {})", it.key(),
                              "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, "
                              "optimizer, scheduler, fp16, bf16, gradient_clipping, steps_per_print, "
                              "zero_optimization, comms_logger, tensor_parallel, expert_parallel, "
                              "sequence_parallel_size, seq_parallel_communication_data_type, "
-                             "activation_checkpointing");
+                             "activation_checkpointing, tensorboard, csv_monitor");
   }
   return c;
+}
+
+std::string MonitorConfig::directory() const {
+  return (std::filesystem::path(outputPath) / jobName).lexically_normal().string();
+}
+
+void resolveMonitorPaths(json& deepspeed, const std::string& baseDir) {
+  if (!deepspeed.is_object() || baseDir.empty()) return;
+  for (const char* key : {"tensorboard", "csv_monitor"}) {
+    auto section = deepspeed.find(key);
+    if (section == deepspeed.end() || !section->is_object()) continue;
+    auto path = section->find("output_path");
+    if (path != section->end() && !path->is_string()) continue;  // the parser names the wrong type
+    const std::string p = path == section->end() ? std::string() : path->get<std::string>();
+    if (p.empty() || p[0] != '/') (*section)["output_path"] = (std::filesystem::path(baseDir) / p).lexically_normal().string();
+  }
 }
 
 bool DeepSpeedConfig::skipsNonFiniteSteps() const {
@@ -530,6 +563,10 @@ json DeepSpeedConfig::toJson() const {
         {"verbose", commsLogger.verbose},
         {"prof_all", commsLogger.profAll},
         {"prof_ops", commsLogger.profOps}}},
+      {"tensorboard",
+       {{"enabled", tensorboard.enabled}, {"output_path", tensorboard.outputPath}, {"job_name", tensorboard.jobName}}},
+      {"csv_monitor",
+       {{"enabled", csvMonitor.enabled}, {"output_path", csvMonitor.outputPath}, {"job_name", csvMonitor.jobName}}},
   };
   if (scheduler.type != SchedulerType::kConstant) {
     const auto& s = scheduler;

@@ -24,6 +24,17 @@ struct CommsLoggerSpec {
   std::vector<std::string> profOps;
 };
 
+// DeepSpeed's tensorboard and csv_monitor sections (its monitor/config.py), same keys and
+// defaults: rank 0 writes DeepSpeed's events into output_path/job_name.
+struct MonitorConfig {
+  bool enabled = false;
+  std::string outputPath;  // relative: to the spec file's (or the ds_config file's) directory
+  std::string jobName = "DeepSpeedJobName";
+
+  // output_path/job_name, as DeepSpeed joins them.
+  std::string directory() const;
+};
+
 enum class OptimizerType { kAdamW, kAdam, kLion, kAdagrad, kMuon };
 const char* optimizerTypeName(OptimizerType type);
 
@@ -179,6 +190,8 @@ struct DeepSpeedConfig {
   int64_t stepsPerPrint = 10;
   ZeroConfig zero;
   CommsLoggerSpec commsLogger;
+  MonitorConfig tensorboard;
+  MonitorConfig csvMonitor;
   ActivationCheckpointingConfig activationCheckpointing;
   // The parallel layout: world = dp x sp x tp, experts split over ep ranks of dp x sp.
   TensorParallelConfig tensorParallel;  // tensor_parallel
@@ -200,5 +213,9 @@ struct DeepSpeedConfig {
 // triple is world / (tp x sp) (the mesh's, planner/mesh.h). `training` says whether the batch
 // triple is required (train jobs) or optional (eval and probe jobs).
 StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const nlohmann::json& object, int64_t world, bool training);
+
+// The monitors' output_path (tensorboard, csv_monitor) of a `deepspeed` object made absolute
+// under `baseDir`, "" included (DeepSpeed's default, its launch directory, becomes baseDir).
+void resolveMonitorPaths(nlohmann::json& deepspeed, const std::string& baseDir);
 
 }  // namespace loom::planner

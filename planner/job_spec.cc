@@ -598,6 +598,7 @@ std::string resolveSpecPaths(const std::string& specJson, const std::string& bas
     if (json* v = at(keys)) resolve(*v);
   if (json* plugins = at({"kernels", "plugins"}); plugins && plugins->is_array())
     for (json& v : *plugins) resolve(v);
+  if (json* deepspeed = at({"deepspeed"})) resolveMonitorPaths(*deepspeed, baseDir);
   return root.dump(2);
 }
 

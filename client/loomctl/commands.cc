@@ -10,6 +10,7 @@
 #include "client/loom_client.h"
 #include "client/loomctl/progress.h"
 #include "common/files.h"
+#include "planner/deepspeed_config.h"
 #include "planner/job_plan.h"
 #include "planner/job_spec.h"
 #include "planner/plan_compiler.h"
@@ -30,6 +31,8 @@ StatusOr<std::string> inlineDeepSpeedFile(const std::string& specText) {
   if (config.is_discarded())
     return invalidArgument("deepspeed: {} is not valid JSON (a DeepSpeed config file is a JSON object)", path);
   if (!config.is_object()) return invalidArgument("deepspeed: {} holds a JSON {}, not an object", path, config.type_name());
+  // The monitors' output_path is relative to the config file, as the spec's paths are to the spec.
+  planner::resolveMonitorPaths(config, std::filesystem::absolute(path).parent_path().string());
   root["deepspeed"] = std::move(config);
   return root.dump(2);
 }

@@ -26,6 +26,7 @@
 #include "worker/optim/loss_scaler.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/data/sample_order.h"
+#include "worker/monitor/monitors.h"
 
 namespace loom::worker {
 
@@ -80,6 +81,7 @@ class Trainer final : public JobRunner {
   backends::Communicator& sp() { return *rank_.mesh.sequence; }
   int tp() const { return rank_.mesh.tensor->size(); }
   std::map<std::string, double> memoryMetrics() const;
+  std::vector<MonitorEvent> monitorEvents(double loss) const;
   // Whether each rank's file holds its optimizer state: under ZeRO (its partition) and under
   // tensor parallelism (its pieces); else rank 0 saves the one whole state.
   // Under expert parallelism each rank holds its own experts' state, at every stage.
@@ -100,6 +102,7 @@ class Trainer final : public JobRunner {
   std::optional<TokenSamples> train_, eval_;
   std::unique_ptr<ResponseTraining> responses_;  // data.format rollout, in place of train_
   std::unique_ptr<train::SampleOrder> order_;
+  std::unique_ptr<Monitors> monitors_;  // rank 0's tensorboard and csv_monitor files, when enabled
 
   int64_t step_ = 0;          // optimizer steps taken (global_steps)
   int64_t appliedSteps_ = 0;  // ... of which not skipped for an fp16 overflow; the schedule's clock
@@ -117,6 +120,9 @@ std::map<std::string, double> Trainer::memoryMetrics() const {
 }
 
 Status Trainer::setUp() {
+  if (ctx_.rank == 0) {
+    ASSIGN_OR_RETURN(monitors_, Monitors::open(ds_));
+  }
   ASSIGN_OR_RETURN(built_, buildModel(spec_, rank_.local, rank_.device, rank_.mesh));
   const auto& config = built_.model->config();
   int64_t numSamples = 0;
@@ -318,6 +324,7 @@ Status Trainer::trainStep() {
   }  // an overflowed step has no norm (and JSON has no NaN)
   if (ds_.precision == planner::Precision::kFp16) metrics["loss_scale"] = scaler_.scale();
   progress_(step_, metrics);
+  if (monitors_) RETURN_IF_ERROR(monitors_->write(monitorEvents(loss)));
   if (ctx_.rank == 0 && (step_ % ds_.stepsPerPrint == 0 || step_ == 1 || step_ == spec_.train.steps)) {
     std::printf("step %lld/%lld: loss %.6f lr %.6g grad_norm %.6g tokens/s %.0f%s\n", static_cast<long long>(step_),
                 static_cast<long long>(spec_.train.steps), loss, lr, gradNorm, tokens / seconds,
@@ -327,6 +334,18 @@ Status Trainer::trainStep() {
     std::fflush(stdout);
   }
   return Status::ok();
+}
+
+// What DeepSpeed's engine writes after an optimizer step, at its global_samples: the lr its
+// optimizer now holds (the scheduler has moved it on for the next step) and, under fp16, the loss
+// scale; and the step's loss under the tag DeepSpeed's pipeline engine gives it.
+std::vector<MonitorEvent> Trainer::monitorEvents(double loss) const {
+  const int64_t samples = step_ * ds_.trainBatchSize;
+  std::vector<MonitorEvent> events{
+      {"Train/Samples/train_loss", loss, samples},
+      {"Train/Samples/lr", train::learningRates(ds_.scheduler, ds_.optimizer, appliedSteps_).lr, samples}};
+  if (ds_.precision == planner::Precision::kFp16) events.push_back({"Train/Samples/loss_scale", scaler_.scale(), samples});
+  return events;
 }
 
 std::vector<int64_t> Trainer::microBatchSamples(int64_t m) {
@@ -466,6 +485,7 @@ Status Trainer::evaluateNow() {
                                            .packDocuments = spec_.data.packDocuments},
                                           rank_.mesh));
   progress_(step_, {{"eval_loss", r.meanLoss}});
+  if (monitors_) RETURN_IF_ERROR(monitors_->write({{"Train/Samples/eval_loss", r.meanLoss, step_ * ds_.trainBatchSize}}));
   if (ctx_.rank == 0) {
     std::printf("step %lld: eval_loss %.4f over %lld samples\n", static_cast<long long>(step_), r.meanLoss,
                 static_cast<long long>(r.samples));

@@ -1,0 +1,116 @@
+"""DeepSpeed's monitors: the same DeepSpeed config (tensorboard and csv_monitor enabled, a warm-up
+schedule so that the lr moves every step) given to DeepSpeed 0.19.8's engine on CPU and to a Loom
+train job of 2 ranks.
+
+1. csv_monitor: every file DeepSpeed writes (output_path/job_name/Train_Samples_lr.csv), Loom
+   writes too, with the same header and the same rows (samples, lr) in the same text.
+2. tensorboard: the `tensorboard` package's EventAccumulator reads Loom's event file: the lr
+   scalars equal DeepSpeed's event file's, the loss scalars Loom's step lines; eval_loss at the
+   evaluation steps.
+3. A relative output_path lies under the spec's directory; a job_name with '/' is refused, naming
+   the key.
+
+  python3 tests/oracles/monitors_test.py --bin build/bin
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from loom_runs import check, exit_code, loom_run, step_lines  # noqa: E402
+from parity_test import licence_tokens_and_model  # noqa: E402
+
+STEPS, SEQ = 6, 32
+
+
+def ds_config(output_path):
+    return {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
+            "steps_per_print": 1,
+            "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.01, "torch_adam": True}},
+            "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 2e-3,
+                                                         "warmup_num_steps": 4, "warmup_type": "linear"}},
+            "tensorboard": {"enabled": True, "output_path": output_path, "job_name": "monitors"},
+            "csv_monitor": {"enabled": True, "output_path": output_path, "job_name": "monitors"}}
+
+
+def scalars(directory):
+    files = glob.glob(os.path.join(directory, "events.out.tfevents.*"))
+    check(len(files) == 1, f"one TensorBoard event file in {directory} ({len(files)})")
+    acc = EventAccumulator(directory)
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    args = parser.parse_args()
+    bin_dir = os.path.abspath(args.bin)
+    with tempfile.TemporaryDirectory() as work:
+        data, model_dir = licence_tokens_and_model(bin_dir, work, "monitors", seed=4)
+
+        ds_out = os.path.join(work, "deepspeed-monitors")
+        ds_path = os.path.join(work, "ds.json")
+        with open(ds_path, "w") as f:
+            json.dump(ds_config(ds_out), f)
+        subprocess.run([sys.executable, os.path.join(HERE, "deepspeed_train.py"), "--model", model_dir, "--data", data,
+                        "--seq-len", str(SEQ), "--data-seed", "5", "--steps", str(STEPS), "--ds-config", ds_path,
+                        "--world", "1", "--out", os.path.join(work, "deepspeed.jsonl")],
+                       check=True, capture_output=True, timeout=300)
+
+        # The spec's relative output_path: under the spec's directory (work/specs/).
+        specs = os.path.join(work, "specs")
+        os.makedirs(specs)
+        spec = {"name": "monitors", "kind": "train", "resources": {"ranks": 2},
+                "model": {"config": model_dir + "/config.json", "weights": model_dir},
+                "data": {"train": data, "eval": data, "seq_len": SEQ, "seed": 5},
+                "train": {"steps": STEPS, "eval_every": 3, "eval_batches": 2},
+                "deepspeed": ds_config("loom-monitors")}
+        log = loom_run(bin_dir, spec, specs, "monitors")
+        loom_out = os.path.join(specs, "loom-monitors")
+
+        # 1. csv_monitor, file by file.
+        ds_files = sorted(os.listdir(os.path.join(ds_out, "monitors")))
+        ds_csv = [f for f in ds_files if f.endswith(".csv")]
+        loom_csv = sorted(f for f in os.listdir(os.path.join(loom_out, "monitors")) if f.endswith(".csv"))
+        check(ds_csv and set(ds_csv) <= set(loom_csv), f"Loom writes every CSV DeepSpeed writes ({ds_csv} in {loom_csv})")
+        for name in ds_csv:
+            theirs = open(os.path.join(ds_out, "monitors", name), "rb").read()
+            ours = open(os.path.join(loom_out, "monitors", name), "rb").read()
+            check(ours == theirs, f"{name}: byte for byte DeepSpeed's\n  DeepSpeed: {theirs!r}\n  Loom:      {ours!r}")
+        loss_csv = open(os.path.join(loom_out, "monitors", "Train_Samples_train_loss.csv"), newline="").read()
+        check(loss_csv.startswith("step,train_loss\r\n"), "Train_Samples_train_loss.csv's header")
+
+        # 2. tensorboard, through the tensorboard package.
+        ds_scalars = scalars(os.path.join(ds_out, "monitors"))
+        loom_scalars = scalars(os.path.join(loom_out, "monitors"))
+        check(loom_scalars.get("Train/Samples/lr") == ds_scalars.get("Train/Samples/lr"),
+              f"TensorBoard lr scalars equal DeepSpeed's ({loom_scalars.get('Train/Samples/lr')} vs "
+              f"{ds_scalars.get('Train/Samples/lr')})")
+        lines = step_lines(log)
+        losses = loom_scalars.get("Train/Samples/train_loss", [])
+        check([s for s, _ in losses] == [8 * step for step in range(1, STEPS + 1)],
+              f"train_loss at every step's samples ({[s for s, _ in losses]})")
+        check(all(abs(v - lines[s // 8]["loss"]) <= 1e-6 * abs(lines[s // 8]["loss"]) for s, v in losses),
+              "train_loss scalars equal the step lines' losses (as float32)")
+        evals = loom_scalars.get("Train/Samples/eval_loss", [])
+        check([s for s, _ in evals] == [24, 48], f"eval_loss at the evaluations' samples ({[s for s, _ in evals]})")
+
+        # 3. A job_name naming a directory inside output_path is refused.
+        bad = dict(spec, name="bad-monitor")
+        bad["deepspeed"] = dict(spec["deepspeed"], csv_monitor={"enabled": True, "job_name": "a/b"})
+        out = loom_run(bin_dir, bad, specs, "bad-monitor", expect_failure=True)
+        check("deepspeed.csv_monitor.job_name" in out, f"job_name with '/' refused, naming the key ({out.strip()[-200:]})")
+    return exit_code()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
