@@ -46,6 +46,17 @@ void toProto(const JobRecord& job, v1::Job* out) {
   for (const auto& [k, v] : job.metrics) (*out->mutable_metrics())[k] = v;
 }
 
+namespace {
+
+// A request's spec text, resolved against its base_dir when it names one.
+StatusOr<std::string> specText(const std::string& specJson, const std::string& baseDir) {
+  if (baseDir.empty()) return specJson;
+  if (baseDir[0] != '/') return invalidArgument("base_dir: \"{}\" is not an absolute path", baseDir);
+  return resolveSpecFile(specJson, baseDir);
+}
+
+}  // namespace
+
 StatusOr<MetricQuery> metricQueryOf(const v1::ListJobMetricsRequest& request) {
   MetricQuery query{.jobId = request.job_id(),
                     .names = {request.names().begin(), request.names().end()},
@@ -102,7 +113,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
                                                     const v1::CreateJobRequest* request,
                                                     v1::CreateJobResponse* response) {
   auto* reactor = ctx->DefaultReactor();
-  core_->createJob(request->spec_json(), request->request_id(),
+  auto text = specText(request->spec_json(), request->base_dir());
+  if (!text.isOk()) {
+    reactor->Finish(toGrpc(text.status()));
+    return reactor;
+  }
+  core_->createJob(std::move(text).value(), request->request_id(),
                    [reactor, response](const StatusOr<JobRecord>& job, bool created) {
                      if (job.isOk()) {
                        toProto(*job, response->mutable_job());
@@ -190,8 +206,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::ValidateJob(grpc::CallbackServerContex
                                                       const v1::ValidateJobRequest* request,
                                                       v1::ValidateJobResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  auto text = specText(request->spec_json(), request->base_dir());
+  if (!text.isOk()) {
+    reactor->Finish(toGrpc(text.status()));
+    return reactor;
+  }
   // What CreateJob would refuse: the spec, and a train or eval job's plan.
-  auto spec = parseJobSpec(request->spec_json());
+  auto spec = parseJobSpec(*text);
   Status status = spec.status();
   if (spec.isOk() && checkHasPlan(*spec).isOk()) status = compileJobPlan(*spec).status();
   if (status.isOk()) response->set_normalized_spec_json(spec->toJson().dump(2));

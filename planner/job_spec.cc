@@ -1,5 +1,6 @@
 #include "planner/job_spec.h"
 
+#include "common/files.h"
 #include "planner/deepspeed_auto.h"
 #include "planner/deepspeed_keys.h"
 #include "planner/json_reader.h"
@@ -600,6 +601,28 @@ std::string resolveSpecPaths(const std::string& specJson, const std::string& bas
     for (json& v : *plugins) resolve(v);
   if (json* deepspeed = at({"deepspeed"})) resolveMonitorPaths(*deepspeed, baseDir);
   return root.dump(2);
+}
+
+// "deepspeed": "ds_config.json" (a DeepSpeed user's config file, kept as it is): the file's
+// object in its place, so that what is submitted is whole. Errors name the file.
+StatusOr<std::string> inlineDeepSpeedFile(const std::string& specText) {
+  json root = json::parse(specText, nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object() || !root.contains("deepspeed") || !root["deepspeed"].is_string()) return specText;
+  const std::string path = root["deepspeed"].get<std::string>();
+  auto text = files::readFile(path);
+  if (!text.isOk()) return invalidArgument("deepspeed: {}", text.status().message());
+  json config = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded())
+    return invalidArgument("deepspeed: {} is not valid JSON (a DeepSpeed config file is a JSON object)", path);
+  if (!config.is_object()) return invalidArgument("deepspeed: {} holds a JSON {}, not an object", path, config.type_name());
+  // The monitors' output_path is relative to the config file, as the spec's paths are to the spec.
+  resolveMonitorPaths(config, std::filesystem::absolute(path).parent_path().string());
+  root["deepspeed"] = std::move(config);
+  return root.dump(2);
+}
+
+StatusOr<std::string> resolveSpecFile(const std::string& specText, const std::string& baseDir) {
+  return inlineDeepSpeedFile(resolveSpecPaths(specText, baseDir));
 }
 
 }  // namespace loom::planner

@@ -222,4 +222,14 @@ Status checkRunnable(const JobSpec& spec);
 // Leaves the text alone when it is not a JSON object (parseJobSpec reports that).
 std::string resolveSpecPaths(const std::string& specJson, const std::string& baseDir);
 
+// "deepspeed": "ds_config.json" (a DeepSpeed user's config file, kept as it is): the file's
+// object in its place, its monitors' output_path made absolute against the file's directory, so
+// that what is submitted is whole. Errors name the file. Other text is returned as it is.
+StatusOr<std::string> inlineDeepSpeedFile(const std::string& specText);
+
+// A spec file's text as it is submitted: resolveSpecPaths against `baseDir`, then
+// inlineDeepSpeedFile. What loomctl does with a spec file, and what the planner does with a
+// CreateJob or ValidateJob request that names its base_dir (the Python client's submit(path)).
+StatusOr<std::string> resolveSpecFile(const std::string& specText, const std::string& baseDir);
+
 }  // namespace loom::planner

@@ -17,28 +17,6 @@
 
 namespace loom::loomctl {
 
-namespace {
-
-// "deepspeed": "ds_config.json" (a DeepSpeed user's config file, kept as it is): the file's
-// object in its place, so that what is submitted is whole. Errors name the file.
-StatusOr<std::string> inlineDeepSpeedFile(const std::string& specText) {
-  nlohmann::json root = nlohmann::json::parse(specText, nullptr, /*allow_exceptions=*/false);
-  if (!root.is_object() || !root.contains("deepspeed") || !root["deepspeed"].is_string()) return specText;
-  const std::string path = root["deepspeed"].get<std::string>();
-  auto text = files::readFile(path);
-  if (!text.isOk()) return invalidArgument("deepspeed: {}", text.status().message());
-  nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded())
-    return invalidArgument("deepspeed: {} is not valid JSON (a DeepSpeed config file is a JSON object)", path);
-  if (!config.is_object()) return invalidArgument("deepspeed: {} holds a JSON {}, not an object", path, config.type_name());
-  // The monitors' output_path is relative to the config file, as the spec's paths are to the spec.
-  planner::resolveMonitorPaths(config, std::filesystem::absolute(path).parent_path().string());
-  root["deepspeed"] = std::move(config);
-  return root.dump(2);
-}
-
-}  // namespace
-
 // PATH=VALUE into `root`: objects along the path are created; VALUE is JSON when it parses (1e-4,
 // true, [0.9, 0.95], {"device": "cpu"}), else the string itself (AdamW).
 Status applySet(nlohmann::json& root, const std::string& assignment) {
@@ -80,12 +58,12 @@ StatusOr<std::string> readSpecFile(const std::string& path, const SpecOverrides&
     dir = std::filesystem::absolute(path).parent_path().string();
   }
   text = planner::resolveSpecPaths(text, dir);
-  if (overrides.deepspeedFile.empty() && overrides.sets.empty()) return inlineDeepSpeedFile(text);
+  if (overrides.deepspeedFile.empty() && overrides.sets.empty()) return planner::inlineDeepSpeedFile(text);
   nlohmann::json root = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!root.is_object()) return inlineDeepSpeedFile(text);  // the parser says what is wrong with it
+  if (!root.is_object()) return planner::inlineDeepSpeedFile(text);  // the parser says what is wrong with it
   // A file named on the command line is relative to where loomctl runs.
   if (!overrides.deepspeedFile.empty()) root["deepspeed"] = std::filesystem::absolute(overrides.deepspeedFile).string();
-  ASSIGN_OR_RETURN(std::string inlined, inlineDeepSpeedFile(root.dump()));
+  ASSIGN_OR_RETURN(std::string inlined, planner::inlineDeepSpeedFile(root.dump()));
   root = nlohmann::json::parse(inlined);
   for (const std::string& set : overrides.sets) RETURN_IF_ERROR(applySet(root, set));
   return root.dump(2);
