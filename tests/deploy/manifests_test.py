@@ -1,0 +1,96 @@
+"""deploy/ rendered and validated as a cluster would take it:
+
+1. `kubectl kustomize` of deploy/kubernetes/base and of the gpu overlay, and `helm template` of
+   deploy/helm/loom (as it is, and with loomd.gpus): every object passes `kubernetes-validate
+   --strict` (unknown fields refused) against Kubernetes 1.37.
+2. GPU nodes request nvidia.com/gpu and run one rank per GPU; the planner serves HTTP and both
+   daemons' /metrics are announced to Prometheus.
+3. A broken manifest (a misspelt field, a wrong type) fails validation, naming what is wrong.
+
+  python3 tests/deploy/manifests_test.py
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "oracles"))
+
+from loom_runs import check, exit_code  # noqa: E402
+
+KUBERNETES = "1.37.0"
+VENV_BIN = os.path.dirname(sys.executable)
+
+
+def tool(name):
+    path = os.path.join(VENV_BIN, name) if os.path.exists(os.path.join(VENV_BIN, name)) else shutil.which(name)
+    if not path:
+        raise SystemExit(f"{name} is missing: scripts/setup installs it")
+    return path
+
+
+def run(*args):
+    return subprocess.run(args, capture_output=True, text=True, timeout=120)
+
+
+def validate(name, text, work):
+    path = os.path.join(work, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    r = run(tool("kubernetes-validate"), "--strict", "--kubernetes-version", KUBERNETES, path)
+    return r.returncode, r.stdout + r.stderr
+
+
+def rendered(what, *command):
+    r = run(*command)
+    check(r.returncode == 0, f"{what} renders ({r.stderr.strip()[-300:]})")
+    return r.stdout
+
+
+def main():
+    with tempfile.TemporaryDirectory() as work:
+        renders = {
+            "kustomize base": rendered("kubectl kustomize base", tool("kubectl"), "kustomize",
+                                       os.path.join(REPO, "deploy", "kubernetes", "base")),
+            "kustomize gpu": rendered("kubectl kustomize gpu", tool("kubectl"), "kustomize",
+                                      os.path.join(REPO, "deploy", "kubernetes", "gpu")),
+            "helm": rendered("helm template", tool("helm"), "template", "loom", os.path.join(REPO, "deploy", "helm", "loom")),
+            "helm gpus": rendered("helm template --set loomd.gpus=4", tool("helm"), "template", "loom",
+                                  os.path.join(REPO, "deploy", "helm", "loom"), "--set", "loomd.gpus=4",
+                                  "--set-string", "loomd.nodeSelector.nvidia\\.com/gpu\\.present=true"),
+        }
+        for name, text in renders.items():
+            code, out = validate(name.replace(" ", "-"), text, work)
+            objects = out.count("passed for resource")
+            check(code == 0 and objects >= 4,
+                  f"{name}: {objects} objects pass kubernetes-validate --strict against {KUBERNETES}" +
+                  ("" if code == 0 else "\n" + out[-1500:]))
+
+        for name in ("kustomize gpu", "helm gpus"):
+            text = renders[name]
+            check("nvidia.com/gpu:" in text, f"{name}: loomd requests nvidia.com/gpu")
+        check("--slots=8" in renders["kustomize gpu"] and "nvidia.com/gpu: 8" in renders["kustomize gpu"],
+              "the gpu overlay runs one rank per GPU requested (8)")
+        check("--slots=4" in renders["helm gpus"] and "nvidia.com/gpu: 4" in renders["helm gpus"],
+              "the chart's loomd.gpus sets both --slots and the GPU limit")
+        for name, text in renders.items():
+            check("--http-listen=0.0.0.0:7451" in text and "--metrics-listen=0.0.0.0:7452" in text
+                  and text.count('prometheus.io/scrape: "true"') == 2,
+                  f"{name}: the planner serves HTTP, loomd its node's /metrics, both announced to Prometheus")
+
+        # A misspelt field and a wrong type: each refused, named.
+        base = renders["kustomize base"]
+        for what, broken, named in [
+                ("a misspelt field", base.replace("imagePullPolicy:", "imagePullPolcy:", 1), "imagePullPolcy"),
+                ("replicas as text", base.replace("replicas: 1", "replicas: one", 1), "replicas")]:
+            check(broken != base, f"{what}: the manifest was changed")
+            code, out = validate("broken", broken, work)
+            check(code != 0 and named in out, f"{what}: kubernetes-validate fails, naming it ({out.strip()[-200:]})")
+    return exit_code()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
