@@ -451,6 +451,7 @@ StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world
   }
   RETURN_IF_ERROR(r.readDouble("gradient_clipping", &c.gradientClipping, false, 0, 1e30));
   RETURN_IF_ERROR(r.readWholeNumber("steps_per_print", &c.stepsPerPrint, false, 1, kMaxBatch));
+  RETURN_IF_ERROR(r.readBool("wall_clock_breakdown", &c.wallClockBreakdown));
   ASSIGN_OR_RETURN(const json* zero, r.readObject("zero_optimization"));
   if (zero) RETURN_IF_ERROR(parseZero(*zero, &c));
   ASSIGN_OR_RETURN(const json* logger, r.readObject("comms_logger"));
@@ -466,14 +467,14 @@ StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world
         "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
         "scheduler", "fp16", "bf16", "bfloat16", "gradient_clipping", "steps_per_print", "zero_optimization",
         "comms_logger", "tensor_parallel", "expert_parallel", "sequence_parallel_size",
-        "seq_parallel_communication_data_type", "activation_checkpointing", "tensorboard", "csv_monitor"};
+        "seq_parallel_communication_data_type", "activation_checkpointing", "tensorboard", "csv_monitor", "wall_clock_breakdown"};
     if (!kKnown.count(it.key()))
       return invalidArgument("deepspeed.{}: not supported by this version (supported: {})", it.key(),
                              "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, "
                              "optimizer, scheduler, fp16, bf16, gradient_clipping, steps_per_print, "
                              "zero_optimization, comms_logger, tensor_parallel, expert_parallel, "
                              "sequence_parallel_size, seq_parallel_communication_data_type, "
-                             "activation_checkpointing, tensorboard, csv_monitor");
+                             "activation_checkpointing, tensorboard, csv_monitor, wall_clock_breakdown");
   }
   return c;
 }
@@ -531,6 +532,7 @@ json DeepSpeedConfig::toJson() const {
       {"optimizer", {{"type", optimizerTypeName(o.type)}, {"params", optimizerParams}}},
       {"gradient_clipping", gradientClipping},
       {"steps_per_print", stepsPerPrint},
+      {"wall_clock_breakdown", wallClockBreakdown},
       {"zero_optimization",
        {{"stage", zero.stage},
         {"contiguous_gradients", zero.contiguousGradients},

@@ -188,6 +188,7 @@ struct DeepSpeedConfig {
   LossScaleConfig lossScale;
   double gradientClipping = 1.0;  // 0 disables
   int64_t stepsPerPrint = 10;
+  bool wallClockBreakdown = false;  // rank 0 prints DeepSpeed's timer lines every step
   ZeroConfig zero;
   CommsLoggerSpec commsLogger;
   MonitorConfig tensorboard;

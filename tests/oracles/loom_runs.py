@@ -60,6 +60,20 @@ def loom_run(bin_dir, spec, work, name, expect_failure=False, timeout=300):
     return log
 
 
+def bin_and_artifacts(description):
+    """(bin_dir, artifacts_dir) from --bin and --artifacts (default <bin>/../test-artifacts, made):
+    where a test keeps what a person may want to look at (screenshots, pictures)."""
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    parser.add_argument("--artifacts", help=f"where {description} is kept (default: <bin>/../test-artifacts)")
+    args = parser.parse_args()
+    bin_dir = os.path.abspath(args.bin)
+    artifacts = os.path.abspath(args.artifacts or os.path.join(bin_dir, "..", "test-artifacts"))
+    os.makedirs(artifacts, exist_ok=True)
+    return bin_dir, artifacts
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -12,7 +12,6 @@
 
   python3 tests/oracles/metrics_test.py --bin build/bin
 """
-import argparse
 import json
 import os
 import shutil
@@ -32,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from loom_runs import ControlPlane, check, exit_code, small_llama  # noqa: E402
+from loom_runs import ControlPlane, bin_and_artifacts, check, exit_code, small_llama  # noqa: E402
 
 CURVE = (47, 111, 219)  # client/plot/chart.cc's kCurve
 
@@ -133,7 +132,7 @@ def scrape_during_run(plane):
         peak = r["metrics"]["memory.peak_rss_bytes"]
         check(0 < rss <= peak * 1.5, f"loomd reads rank {rank}'s resident memory from /proc ({rss:.0f} bytes; "
               f"the rank's own peak {peak:.0f})")
-        check(n.get(("loom_rank_cpu_seconds_total", labels), 0) > 0, f"and its CPU time")
+        check(n.get(("loom_rank_cpu_seconds_total", labels), 0) > 0, "and its CPU time")
     r = plane.ctl("cancel", job)
     check(r.returncode == 0, "the running job is cancelled")
     node_address = plane.http_address(name="metrics.address")
@@ -243,13 +242,7 @@ def api_errors(plane, address, job):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    parser.add_argument("--artifacts", help="where loomctl plot's PNG is kept (default: <bin>/../test-artifacts)")
-    args = parser.parse_args()
-    bin_dir = os.path.abspath(args.bin)
-    artifacts = os.path.abspath(args.artifacts or os.path.join(bin_dir, "..", "test-artifacts"))
-    os.makedirs(artifacts, exist_ok=True)
+    bin_dir, artifacts = bin_and_artifacts("loomctl plot's PNG")
     with tempfile.TemporaryDirectory() as work:
         plane = ControlPlane(bin_dir, work)
         try:

@@ -1,13 +1,16 @@
-"""DeepSpeed's monitors: the same DeepSpeed config (tensorboard and csv_monitor enabled, a warm-up
-schedule so that the lr moves every step) given to DeepSpeed 0.19.8's engine on CPU and to a Loom
-train job of 2 ranks.
+"""DeepSpeed's monitors and wall_clock_breakdown: the same DeepSpeed config (tensorboard and
+csv_monitor enabled, wall_clock_breakdown on, a warm-up schedule so that the lr moves every step)
+given to DeepSpeed 0.19.8's engine on CPU and to a Loom train job of 2 ranks.
 
-1. csv_monitor: every file DeepSpeed writes (output_path/job_name/Train_Samples_lr.csv), Loom
-   writes too, with the same header and the same rows (samples, lr) in the same text.
+1. csv_monitor: every file DeepSpeed writes (output_path/job_name/Train_Samples_lr.csv and the
+   timers' Train_Samples_elapsed_time_ms_*.csv), Loom writes too, with the same header and the
+   same samples; the lr's rows in the same text.
 2. tensorboard: the `tensorboard` package's EventAccumulator reads Loom's event file: the lr
    scalars equal DeepSpeed's event file's, the loss scalars Loom's step lines; eval_loss at the
    evaluation steps.
-3. A relative output_path lies under the spec's directory; a job_name with '/' is refused, naming
+3. wall_clock_breakdown: rank 0's log has DeepSpeed's timer lines, the same names in the same
+   order, one per micro-batch and one per step.
+4. A relative output_path lies under the spec's directory; a job_name with '/' is refused, naming
    the key.
 
   python3 tests/oracles/monitors_test.py --bin build/bin
@@ -33,7 +36,7 @@ STEPS, SEQ = 6, 32
 
 def ds_config(output_path):
     return {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
-            "steps_per_print": 1,
+            "steps_per_print": 1, "wall_clock_breakdown": True,
             "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.01, "torch_adam": True}},
             "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 2e-3,
                                                          "warmup_num_steps": 4, "warmup_type": "linear"}},
@@ -61,10 +64,10 @@ def main():
         ds_path = os.path.join(work, "ds.json")
         with open(ds_path, "w") as f:
             json.dump(ds_config(ds_out), f)
-        subprocess.run([sys.executable, os.path.join(HERE, "deepspeed_train.py"), "--model", model_dir, "--data", data,
-                        "--seq-len", str(SEQ), "--data-seed", "5", "--steps", str(STEPS), "--ds-config", ds_path,
-                        "--world", "1", "--out", os.path.join(work, "deepspeed.jsonl")],
-                       check=True, capture_output=True, timeout=300)
+        ds_run = subprocess.run([sys.executable, os.path.join(HERE, "deepspeed_train.py"), "--model", model_dir,
+                                 "--data", data, "--seq-len", str(SEQ), "--data-seed", "5", "--steps", str(STEPS),
+                                 "--ds-config", ds_path, "--world", "1", "--out", os.path.join(work, "deepspeed.jsonl")],
+                                check=True, capture_output=True, text=True, timeout=300)
 
         # The spec's relative output_path: under the spec's directory (work/specs/).
         specs = os.path.join(work, "specs")
@@ -82,10 +85,16 @@ def main():
         ds_csv = [f for f in ds_files if f.endswith(".csv")]
         loom_csv = sorted(f for f in os.listdir(os.path.join(loom_out, "monitors")) if f.endswith(".csv"))
         check(ds_csv and set(ds_csv) <= set(loom_csv), f"Loom writes every CSV DeepSpeed writes ({ds_csv} in {loom_csv})")
+        check("Train_Samples_elapsed_time_ms_step.csv" in ds_csv, "DeepSpeed wrote its timers' files too")
         for name in ds_csv:
             theirs = open(os.path.join(ds_out, "monitors", name), "rb").read()
             ours = open(os.path.join(loom_out, "monitors", name), "rb").read()
-            check(ours == theirs, f"{name}: byte for byte DeepSpeed's\n  DeepSpeed: {theirs!r}\n  Loom:      {ours!r}")
+            if "elapsed_time" in name:  # times differ; the header and the samples column do not
+                column = lambda text: [row.split(b",")[0] for row in text.split(b"\r\n")]  # noqa: E731
+                check(column(ours) == column(theirs) and ours.split(b"\r\n")[0] == theirs.split(b"\r\n")[0],
+                      f"{name}: DeepSpeed's header and samples ({ours[:60]!r} vs {theirs[:60]!r})")
+            else:
+                check(ours == theirs, f"{name}: byte for byte DeepSpeed's\n  DeepSpeed: {theirs!r}\n  Loom:      {ours!r}")
         loss_csv = open(os.path.join(loom_out, "monitors", "Train_Samples_train_loss.csv"), newline="").read()
         check(loss_csv.startswith("step,train_loss\r\n"), "Train_Samples_train_loss.csv's header")
 
@@ -104,7 +113,26 @@ def main():
         evals = loom_scalars.get("Train/Samples/eval_loss", [])
         check([s for s, _ in evals] == [24, 48], f"eval_loss at the evaluations' samples ({[s for s, _ in evals]})")
 
-        # 3. A job_name naming a directory inside output_path is refused.
+        # 3. The timer lines: DeepSpeed's names in its order, per micro-batch and per step.
+        def timer_lines(text):
+            return [line for line in text.splitlines() if line.startswith("[Rank 0] time (ms) |")]
+
+        def names(line):
+            return [part.split(":")[0].strip() for part in line.split("|")[1:]]
+
+        ds_lines, loom_lines = timer_lines(ds_run.stdout), timer_lines(log)
+        ds_micro = [l for l in ds_lines if "fwd_microstep" in l]
+        loom_micro = [l for l in loom_lines if "fwd_microstep" in l]
+        check(ds_micro and [names(l) for l in loom_micro[:1]] == [names(l) for l in ds_micro[:1]],
+              f"micro-batch lines with DeepSpeed's names ({loom_micro[:1]} vs {ds_micro[:1]})")
+        check(len(ds_lines) - len(ds_micro) == STEPS and len(loom_lines) - len(loom_micro) == STEPS
+              and names(next(l for l in loom_lines if "fwd:" in l)) == names(next(l for l in ds_lines if "fwd:" in l)),
+              f"a step line per step, with DeepSpeed's names ({next((l for l in loom_lines if 'fwd:' in l), None)})")
+        # 8 samples per step: 4 micro-batches of 2 for DeepSpeed's one rank, 2 per rank for Loom's two.
+        check(len(ds_micro) == 4 * STEPS and len(loom_micro) == 2 * STEPS,
+              f"a line per micro-batch ({len(loom_micro)} for Loom's 2 ranks, {len(ds_micro)} for DeepSpeed's 1)")
+
+        # 4. A job_name naming a directory inside output_path is refused.
         bad = dict(spec, name="bad-monitor")
         bad["deepspeed"] = dict(spec["deepspeed"], csv_monitor={"enabled": True, "job_name": "a/b"})
         out = loom_run(bin_dir, bad, specs, "bad-monitor", expect_failure=True)

@@ -47,6 +47,7 @@ def main():
 
         plane = ControlPlane(bin_dir, work)
         try:
+            plane.http_address()  # written once the planner serves
             with loom.Client(plane.server, token="ignored-until-planners-check-tokens") as client:
                 # 1. A spec file with paths relative to it.
                 spec = small_llama(bin_dir, work, steps=40, name="from-python")

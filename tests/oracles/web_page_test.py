@@ -10,7 +10,6 @@ A screenshot of the job's page is kept as a test artifact (--artifacts, default
 
   python3 tests/oracles/web_page_test.py --bin build/bin
 """
-import argparse
 import os
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from selenium.webdriver.common.by import By
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from loom_runs import ControlPlane, check, exit_code, small_llama  # noqa: E402
+from loom_runs import ControlPlane, bin_and_artifacts, check, exit_code, small_llama  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 DRIVER = "/usr/bin/chromedriver"
@@ -58,13 +57,7 @@ def points(driver, metric):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    parser.add_argument("--artifacts", help="where the screenshot goes (default: <bin>/../test-artifacts)")
-    args = parser.parse_args()
-    bin_dir = os.path.abspath(args.bin)
-    artifacts = os.path.abspath(args.artifacts or os.path.join(bin_dir, "..", "test-artifacts"))
-    os.makedirs(artifacts, exist_ok=True)
+    bin_dir, artifacts = bin_and_artifacts("the screenshot")
     for path in (CHROMIUM, DRIVER):
         if not os.path.exists(path):
             raise SystemExit(f"{path} is missing: scripts/setup installs chromium and chromium-driver")

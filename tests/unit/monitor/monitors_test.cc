@@ -1,3 +1,4 @@
+#include "worker/monitor/model_flops.h"
 #include "worker/monitor/monitors.h"
 
 #include <filesystem>
@@ -59,4 +60,25 @@ TEST_CASE("monitors - none enabled opens nothing; an unwritable directory is nam
   auto refused = Monitors::open(config);
   REQUIRE_FALSE(refused.isOk());
   CHECK(refused.status().message().find(dir.path() + "/file") != std::string::npos);
+}
+
+TEST_CASE("mfu terms - PaLM's FLOPs per token, datasheet peaks by device name", "[monitor]") {
+  planner::ModelConfig c;
+  c.vocabSize = 1000;
+  c.hiddenSize = 64;
+  c.numLayers = 2;
+  c.numHeads = 4;
+  c.tieWordEmbeddings = true;
+  // 6N + 12 L (heads x head_dim) seq: the tied embedding is the head's matmul, counted once.
+  CHECK(trainingFlopsPerToken(c, 100'000, 128) == 6.0 * 100'000 + 12.0 * 2 * 64 * 128);
+  c.tieWordEmbeddings = false;  // the input embedding is a lookup
+  CHECK(trainingFlopsPerToken(c, 164'000, 128) == 6.0 * 100'000 + 12.0 * 2 * 64 * 128);
+  c.numExperts = 8;  // active parameters per token are not counted: no mfu
+  CHECK(trainingFlopsPerToken(c, 164'000, 128) == 0);
+
+  CHECK(peakFlopsPerSecond("NVIDIA H200", planner::Precision::kBf16) == Approx(989.4e12));
+  CHECK(peakFlopsPerSecond("NVIDIA H100 80GB HBM3", planner::Precision::kFp32) == Approx(66.9e12));
+  CHECK(peakFlopsPerSecond("NVIDIA H100 PCIe", planner::Precision::kBf16) == Approx(756e12));
+  CHECK(peakFlopsPerSecond("", planner::Precision::kBf16) == 0);  // the CPU
+  CHECK(peakFlopsPerSecond("Tesla T4", planner::Precision::kFp16) == 0);
 }

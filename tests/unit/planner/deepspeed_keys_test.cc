@@ -75,26 +75,26 @@ TEST_CASE("a pasted DeepSpeed config: everything it needs changed, in one messag
   CHECK(spec->deepspeed.zero.reduceBucketSize == kSizedFromModel);  // the HF Trainer's hidden_size²
   CHECK(spec->deepspeed.zero.subGroupSize == 1'000'000'000);        // DeepSpeed's default
   CHECK(spec->deepspeed.precision == Precision::kFp32);         // fp16 "auto" on CPU ranks
-  CHECK_FALSE(spec->toJson()["deepspeed"].contains("wall_clock_breakdown"));
+  CHECK(spec->toJson()["deepspeed"]["wall_clock_breakdown"] == false);
 }
 
 TEST_CASE("each kind of refusal names the key and says why", "[planner][deepspeed]") {
   const json config = json::parse(R"({
     "train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-    "wall_clock_breakdown": true, "elasticity": {"enabled": true}, "zero_optimizatoin": {"stage": 2},
+    "use_data_before_expert_parallelism": true, "elasticity": {"enabled": true}, "zero_optimizatoin": {"stage": 2},
     "zero_optimization": {"stage": 2, "cpu_offload": true, "mics_shard_size": 2, "allgather_bucket_size": 2e8},
     "bf16": {"enabled": true, "bf16_optimizer_states": true},
-    "tensorboard": {"enabled": true, "output_path": "/tmp/tb"},
+    "wandb": {"enabled": true, "project": "p"},
     "flops_profiler": {"enabled": false, "profile_step": 1}, "dump_state": true})");
   ScreenedConfig screened = screenDeepSpeedKeys(config);
   const std::vector<std::string> expected{
       "deepspeed.bf16.bf16_optimizer_states: true is not supported: not supported: the optimizer state is fp32",
       "deepspeed.elasticity: removed in DeepSpeed 0.19.8, which refuses it too (elastic training): set the batch "
       "sizes directly",
-      "deepspeed.tensorboard: enabled is not supported: not supported yet: metrics stream through `loomctl watch` "
-      "and stay in the planner's database",
-      "deepspeed.wall_clock_breakdown: true is not supported: not supported yet: `train.profile_step` prints where "
-      "one step's time goes",
+      "deepspeed.use_data_before_expert_parallelism: true is not supported: not supported: experts see the data of "
+      "their expert-parallel group (DeepSpeed's default)",
+      "deepspeed.wandb: enabled is not supported: not supported yet: use `tensorboard` or `csv_monitor` (the same "
+      "events), the web page or /metrics",
       "deepspeed.zero_optimization.cpu_offload: true is not supported: deprecated by DeepSpeed in favour of "
       "`offload_optimizer`",
       "deepspeed.zero_optimization.mics_shard_size: removed in DeepSpeed 0.19.8, which refuses it too (MiCS)",

@@ -336,15 +336,15 @@ TEST_CASE("every section's error of a spec comes back at once, one per line", "[
   const std::string message = errorOf(R"({"name": "a b", "kind": "train", "resources": {"ranks": 0},
     "model": {"config": "/m/config.json"}, "data": {"train": "/d.tokens", "seq_len": 8},
     "train": {"steps": 0}, "restart": {"max_restarts": -1}, "extra": 1,
-    "deepspeed": {"wall_clock_breakdown": true, "train_batch_size": 4, "optimizer": {"type": "AdamW"}}})");
+    "deepspeed": {"use_data_before_expert_parallelism": true, "train_batch_size": 4, "optimizer": {"type": "AdamW"}}})");
   CHECK(message ==
         "6 problems:\n"
         "  name: may hold letters, digits, '-', '_' and '.' only, got \"a b\"\n"
         "  resources.ranks: must be between 1 and 65536, got 0\n"
         "  restart.max_restarts: must be between 0 and 1000, got -1\n"
         "  train.steps: must be between 1 and 1099511627776, got 0\n"
-        "  deepspeed.wall_clock_breakdown: true is not supported: not supported yet: `train.profile_step` prints "
-        "where one step's time goes\n"
+        "  deepspeed.use_data_before_expert_parallelism: true is not supported: not supported: experts see the data "
+        "of their expert-parallel group (DeepSpeed's default)\n"
         "  extra: unknown key");
   // Without a kind there is no telling which sections apply: what is known so far.
   CHECK(errorOf(R"({"name": "a b", "kind": "serve", "resources": {"ranks": 0}})") ==

@@ -20,12 +20,14 @@
 #include "worker/torch/model/kernels.h"
 #include "worker/torch/model/model_setup.h"
 #include "worker/torch/jobs/step_profiler.h"
+#include "worker/torch/jobs/wall_clock.h"
 #include "worker/torch/zero/zero_optimizer.h"
 #include "worker/torch/data/token_samples.h"
 #include "worker/torch/parallel/whole_weights.h"
 #include "worker/optim/loss_scaler.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/data/sample_order.h"
+#include "worker/monitor/model_flops.h"
 #include "worker/monitor/monitors.h"
 
 namespace loom::worker {
@@ -82,6 +84,9 @@ class Trainer final : public JobRunner {
   int tp() const { return rank_.mesh.tensor->size(); }
   std::map<std::string, double> memoryMetrics() const;
   std::vector<MonitorEvent> monitorEvents(double loss) const;
+  // wall_clock_breakdown: rank 0 prints the micro-batch's timer line (DeepSpeed's, after each
+  // engine.step() call).
+  void printMicroStepTimes();
   // Whether each rank's file holds its optimizer state: under ZeRO (its partition) and under
   // tensor parallelism (its pieces); else rank 0 saves the one whole state.
   // Under expert parallelism each rank holds its own experts' state, at every stage.
@@ -103,6 +108,10 @@ class Trainer final : public JobRunner {
   std::unique_ptr<ResponseTraining> responses_;  // data.format rollout, in place of train_
   std::unique_ptr<train::SampleOrder> order_;
   std::unique_ptr<Monitors> monitors_;  // rank 0's tensorboard and csv_monitor files, when enabled
+  std::optional<WallClockBreakdown> clock_;  // deepspeed.wall_clock_breakdown (timing nothing when off)
+  // The mfu metric's terms: 0 where unknown (the CPU, an unlisted GPU, MoE models), and no mfu.
+  double flopsPerToken_ = 0;
+  double peakFlops_ = 0;
 
   int64_t step_ = 0;          // optimizer steps taken (global_steps)
   int64_t appliedSteps_ = 0;  // ... of which not skipped for an fp16 overflow; the schedule's clock
@@ -124,6 +133,7 @@ Status Trainer::setUp() {
     ASSIGN_OR_RETURN(monitors_, Monitors::open(ds_));
   }
   ASSIGN_OR_RETURN(built_, buildModel(spec_, rank_.local, rank_.device, rank_.mesh));
+  clock_.emplace(built_.model->device(), ds_.wallClockBreakdown);
   const auto& config = built_.model->config();
   int64_t numSamples = 0;
   if (spec_.data.format == planner::DataFormat::kRollout) {
@@ -141,6 +151,8 @@ Status Trainer::setUp() {
   order_ = std::make_unique<train::SampleOrder>(numSamples, static_cast<uint64_t>(spec_.data.seed));
 
   const int64_t parameterCount = rank_.plan.totalElements();
+  flopsPerToken_ = trainingFlopsPerToken(config, parameterCount, spec_.data.seqLen);
+  peakFlops_ = peakFlopsPerSecond(deviceName(built_.model->device()), ds_.precision) * rank_.plan.mesh.world;
   // The ZeRO partitions are the Plan's, laid out for this data-parallel group.
   RETURN_IF_ERROR(checkZeroPlan(ds_, rank_.local, *built_.model, dp()));
   zero_ = makeZeroEngine(ds_, rank_.local, *built_.model,
@@ -279,7 +291,9 @@ Status Trainer::trainStep() {
   const double tokens = responses_ ? dataMetrics["input_tokens"] : static_cast<double>(ds_.trainBatchSize * seq);
   at::NoGradGuard noGrad;
   ASSIGN_OR_RETURN(Metrics moeMetrics, mixtureOfExpertsMetrics(auxSum));
+  clock_->start(WallClockBreakdown::kBackwardReduce);
   ASSIGN_OR_RETURN(const double gradNorm, zero_->reduce(scale));
+  clock_->stop(WallClockBreakdown::kBackwardReduce);
   const bool overflow = ds_.skipsNonFiniteSteps() && !std::isfinite(gradNorm);
   const train::LearningRates rates = train::learningRates(ds_.scheduler, ds_.optimizer, appliedSteps_);
   const double lr = rates.lr;
@@ -295,7 +309,9 @@ Status Trainer::trainStep() {
     }
   } else {
     const double clip = ds_.gradientClipping > 0 ? std::min(1.0, ds_.gradientClipping / (gradNorm + 1e-6)) : 1.0;
+    clock_->start(WallClockBreakdown::kStep);
     RETURN_IF_ERROR(zero_->step(rates, clip));
+    clock_->stop(WallClockBreakdown::kStep);
     ++appliedSteps_;
   }
   RETURN_IF_ERROR(scaler_.update(overflow));
@@ -310,6 +326,7 @@ Status Trainer::trainStep() {
                                         {"skipped_steps", static_cast<double>(skippedSteps_)},
                                         {"progress", static_cast<double>(step_) / spec_.train.steps}};
   if (!overflow) metrics["grad_norm"] = gradNorm;
+  if (flopsPerToken_ > 0 && peakFlops_ > 0) metrics["mfu"] = tokens / seconds * flopsPerToken_ / peakFlops_;
   metrics.merge(moeMetrics);
   metrics.merge(dataMetrics);
   if (ds_.optimizer.type == planner::OptimizerType::kMuon) metrics["muon_lr"] = rates.muonLr;
@@ -325,6 +342,12 @@ Status Trainer::trainStep() {
   if (ds_.precision == planner::Precision::kFp16) metrics["loss_scale"] = scaler_.scale();
   progress_(step_, metrics);
   if (monitors_) RETURN_IF_ERROR(monitors_->write(monitorEvents(loss)));
+  if (clock_->enabled()) {
+    printMicroStepTimes();
+    if (monitors_) RETURN_IF_ERROR(monitors_->write(clock_->events(step_ * ds_.trainBatchSize)));
+    const std::string line = clock_->stepLine();
+    if (ctx_.rank == 0) std::printf("[Rank 0] %s\n", line.c_str());
+  }
   if (ctx_.rank == 0 && (step_ % ds_.stepsPerPrint == 0 || step_ == 1 || step_ == spec_.train.steps)) {
     std::printf("step %lld/%lld: loss %.6f lr %.6g grad_norm %.6g tokens/s %.0f%s\n", static_cast<long long>(step_),
                 static_cast<long long>(spec_.train.steps), loss, lr, gradNorm, tokens / seconds,
@@ -348,6 +371,12 @@ std::vector<MonitorEvent> Trainer::monitorEvents(double loss) const {
   return events;
 }
 
+void Trainer::printMicroStepTimes() {
+  if (!clock_->enabled()) return;
+  const std::string line = clock_->microStepLine();
+  if (ctx_.rank == 0) std::printf("[Rank 0] %s\n", line.c_str());
+}
+
 std::vector<int64_t> Trainer::microBatchSamples(int64_t m) {
   const int64_t micro = ds_.microBatchSize;
   const int64_t start =
@@ -368,15 +397,20 @@ StatusOr<double> Trainer::tokenMicroBatches(double scale, at::Tensor& auxSum) {
     const TokenBatch batch = train_->batch(microBatchSamples(m), spec_.data.packDocuments, sp().rank(), spSize);
     // This rank's part of the micro-batch's mean loss, weighted by its share of the labels: over
     // the sequence-parallel group the parts add up to the mean over the whole samples.
+    clock_->start(WallClockBreakdown::kForward);
     at::Tensor part = built_.model->loss(batch.inputs.to(device), batch.labels.to(device), batch.layout.to(device)) *
                       batch.share();
+    clock_->stop(WallClockBreakdown::kForward);
     lossSum = lossSum.defined() ? lossSum + part.detach().to(at::kDouble) : part.detach().to(at::kDouble);
     if (const at::Tensor& aux = built_.model->auxLoss(); aux.defined())
       auxSum = auxSum.defined() ? auxSum + aux.detach().to(at::kDouble) : aux.detach().to(at::kDouble);
     // DeepSpeed scales by 1 / gradient_accumulation_steps: the step's gradient is the mean. The
     // gradients are averaged over dp x sp, where the parts over sp are to be summed: hence x sp.
+    clock_->start(WallClockBreakdown::kBackwardInner);
     (part * (scale * spSize / static_cast<double>(gas))).backward();
     RETURN_IF_ERROR(zero_->accumulate());
+    clock_->stop(WallClockBreakdown::kBackwardInner);
+    if (m + 1 < gas) printMicroStepTimes();  // the last one's line follows the optimizer step
   }
   at::NoGradGuard noGrad;
   double loss = lossSum.item<double>() / static_cast<double>(gas);
@@ -408,8 +442,10 @@ StatusOr<double> Trainer::responseMicroBatches(double scale, std::map<std::strin
   totals = totals.cpu();
   const double stepTokens = std::max(1.0, totals[0].item<double>());
   at::Tensor lossSum;
-  for (const std::vector<int64_t>& samples : batches) {
-    const at::Tensor part = responses_->lossSum(*built_.model, samples) / stepTokens;
+  for (size_t m = 0; m < batches.size(); ++m) {
+    clock_->start(WallClockBreakdown::kForward);
+    const at::Tensor part = responses_->lossSum(*built_.model, batches[m]) / stepTokens;
+    clock_->stop(WallClockBreakdown::kForward);
     lossSum = lossSum.defined() ? lossSum + part.detach().to(at::kDouble) : part.detach().to(at::kDouble);
     // The gradients are averaged over the data-parallel ranks, where the ranks' parts are to be
     // summed: hence x dp. The router's load-balancing loss is a mean over micro-batches, as ever.
@@ -419,8 +455,11 @@ StatusOr<double> Trainer::responseMicroBatches(double scale, std::map<std::strin
       const at::Tensor raw = built_.model->auxLoss().detach().to(at::kDouble);
       auxSum = auxSum.defined() ? auxSum + raw : raw;
     }
+    clock_->start(WallClockBreakdown::kBackwardInner);
     (objective * scale).backward();
     RETURN_IF_ERROR(zero_->accumulate());
+    clock_->stop(WallClockBreakdown::kBackwardInner);
+    if (m + 1 < batches.size()) printMicroStepTimes();  // the last one's line follows the optimizer step
   }
   at::NoGradGuard noGrad;
   if (dpSize > 1)

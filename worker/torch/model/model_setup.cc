@@ -6,6 +6,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #ifdef LOOM_HAVE_NCCL
+#include <ATen/cuda/CUDAContextLight.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
@@ -35,6 +36,14 @@ void makeCurrent(const at::Device& device) {
 #else
   (void)device;
 #endif
+}
+
+std::string deviceName(const at::Device& device) {
+#ifdef LOOM_HAVE_NCCL
+  if (device.is_cuda() && at::hasCUDA()) return at::cuda::getDeviceProperties(device.index())->name;
+#endif
+  (void)device;
+  return "";
 }
 
 int64_t devicePeakBytes(const at::Device& device) {

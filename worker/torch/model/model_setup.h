@@ -40,6 +40,8 @@ void makeCurrent(const at::Device& device);
 // Waits for the work queued on `device`'s current stream (nothing on the CPU): a clock read after
 // it measures the GPU, not how far ahead the host got.
 void synchronize(const at::Device& device);
+// The CUDA device's name ("NVIDIA H200"); empty on the CPU.
+std::string deviceName(const at::Device& device);
 
 // The most memory libtorch's allocator has held on `device` since the rank started (its
 // max_memory_allocated); 0 on the CPU.
