@@ -72,6 +72,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loomd: give --planner HOST:PORT, or --standalone\n");
     return 2;
   }
+  if (!standalone && httpOpt->count() > 0) {
+    std::fprintf(stderr, "loomd: --http-listen serves the planner's web page: it needs --standalone (the node's own "
+                         "/metrics: --metrics-listen)\n");
+    return 2;
+  }
 
   loom::initLogging("loomd", logLevel);
   const sigset_t signals = loom::blockTerminationSignals();  // before any thread starts

@@ -31,7 +31,7 @@ at::Tensor randomInput(at::IntArrayRef sizes, loom_dtype dtype, double scale) {
 }
 
 Tolerance tolerance(loom_dtype dtype, double termScale) {
-  const double rtol = dtype == LOOM_DTYPE_BF16 ? 1e-2 : 1e-6;
+  const double rtol = dtype == LOOM_DTYPE_BF16 ? 0x1p-6 : 1e-6;
   return {rtol, rtol * termScale};
 }
 

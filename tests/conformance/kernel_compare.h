@@ -23,7 +23,9 @@ struct Tolerance {
   double rtol;
   double atol;
 };
-// The tolerance of an op for `dtype`: fp32 1e-6 relative, bf16 1e-2 relative. `termScale` is the
+// The tolerance of an op for `dtype`: fp32 1e-6 relative, bf16 2^-6 relative (two units in the last
+// place of its 8-bit significand: a kernel and the reference may each round an intermediate to
+// bf16 at a different point, as rms_norm's x * rstd before the weight). `termScale` is the
 // magnitude of the terms the result is summed or differenced from (e.g. the largest |input| of a
 // rotation): where the result cancels, the rounding error is relative to the terms, not to the
 // result, so an absolute part of rtol * termScale is the same bound written for such elements.

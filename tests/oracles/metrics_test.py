@@ -8,7 +8,7 @@
    an SVG that parses with as many points as steps.
 3. `watch -o json` and `logs -o json` print JSON Lines.
 4. Errors name what is wrong: a picture of another type, an unknown job or metric, a bad query
-   parameter of the JSON API, an HTTP address in use.
+   parameter of the JSON API, an HTTP address in use, a node daemon asked for the web page.
 
   python3 tests/oracles/metrics_test.py --bin build/bin
 """
@@ -239,6 +239,11 @@ def api_errors(plane, address, job):
                         "--state-dir", os.path.join(plane.work, "second")], capture_output=True, text=True, timeout=60)
     check(r.returncode != 0 and address in r.stderr + r.stdout,
           f"loom-planner --http-listen on an address in use exits, naming it ({(r.stderr + r.stdout).strip()[-160:]})")
+    # A node daemon serves no web page: --http-listen without --standalone is refused.
+    r = subprocess.run([os.path.join(plane.bin_dir, "loomd"), "--planner", "127.0.0.1:1", "--http-listen", "127.0.0.1:0",
+                        "--state-dir", os.path.join(plane.work, "node")], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--standalone" in r.stderr and "--metrics-listen" in r.stderr,
+          f"loomd --http-listen without --standalone is refused, saying what to use ({r.stderr.strip()})")
 
 
 def main():
