@@ -19,6 +19,7 @@
 #include "client/loom_client.h"
 #include "common/files.h"
 #include "common/process.h"
+#include "common/security/tokens.h"
 
 namespace {
 
@@ -128,7 +129,15 @@ int main(int argc, char** argv) {
     if (text.isOk() && !text->empty()) address = text->substr(0, text->find('\n'));
     else std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  loom::client::LoomClient client(address);
+  // The admin's token the standalone planner generated into its state directory.
+  loom::security::ClientCredentials credentials;
+  auto token = loom::security::readTokenFile(dir + "/planner/admin.token");
+  if (!token.isOk()) {
+    std::fprintf(stderr, "%s\n", token.status().toString().c_str());
+    return 1;
+  }
+  credentials.token = *token;
+  loom::client::LoomClient client(address, credentials);
   (void)client.awaitReady(std::chrono::seconds(10));
 
   loomStartup(client, ranks, 1);  // warm-up: page cache, first connection
@@ -145,7 +154,7 @@ int main(int argc, char** argv) {
     threads.emplace_back([&, c] {
       grpc::ChannelArguments args;
       args.SetInt("grpc.channel_id", c);  // a channel (connection) per caller
-      loom::client::LoomClient own(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+      loom::client::LoomClient own(loom::security::makeChannel(address, credentials, args));
       perClient[c].reserve(calls);
       for (int i = 0; i < calls; ++i) {
         auto t = Clock::now();

@@ -41,15 +41,16 @@ StatusOr<v1::RolloutStatus> rolloutCall(v1::RolloutService::Stub* stub, Method m
   return status;
 }
 
-std::shared_ptr<grpc::Channel> channelTo(const std::string& address) {
+std::shared_ptr<grpc::Channel> channelTo(const std::string& address, const security::ClientCredentials& credentials) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return security::makeChannel(address, credentials, args);
 }
 
 }  // namespace
 
-LoomClient::LoomClient(const std::string& address) : LoomClient(channelTo(address)) {}
+LoomClient::LoomClient(const std::string& address, const security::ClientCredentials& credentials)
+    : LoomClient(channelTo(address, credentials)) {}
 
 LoomClient::LoomClient(std::shared_ptr<grpc::Channel> channel)
     : channel_(std::move(channel)),

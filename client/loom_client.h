@@ -8,6 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/security/credentials.h"
 #include "common/status.h"
 #include "loom/v1/job.grpc.pb.h"
 #include "loom/v1/node.grpc.pb.h"
@@ -23,7 +24,7 @@ class LoomClient {
  public:
   // "host:port"; the channel connects lazily. It accepts messages of any size (a Plan has an
   // entry per tensor of the model, more than gRPC's default 4 MiB for the largest models).
-  explicit LoomClient(const std::string& address);
+  LoomClient(const std::string& address, const security::ClientCredentials& credentials);
   explicit LoomClient(std::shared_ptr<grpc::Channel> channel);
 
   // Waits until the server answers (health check), for at most `timeout`.

@@ -30,9 +30,9 @@ static Status fsyncPath(const std::string& path, int flags) {
 
 Status syncDirectory(const std::string& dir) { return fsyncPath(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY); }
 
-StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::open(const std::string& path) {
+StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::open(const std::string& path, unsigned mode) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return errnoStatus("create " + tmp);
   return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, std::move(tmp), fd));
 }
@@ -69,8 +69,8 @@ Status AtomicFileWriter::commit() {
   return syncDirectory(fs::path(path_).parent_path().string());
 }
 
-Status writeFileAtomic(const std::string& path, const std::string& content) {
-  ASSIGN_OR_RETURN(auto writer, AtomicFileWriter::open(path));
+Status writeFileAtomic(const std::string& path, const std::string& content, unsigned mode) {
+  ASSIGN_OR_RETURN(auto writer, AtomicFileWriter::open(path, mode));
   RETURN_IF_ERROR(writer->append(content.data(), content.size()));
   return writer->commit();
 }

@@ -11,7 +11,7 @@ namespace loom::files {
 StatusOr<std::string> readFile(const std::string& path);
 // Writes to a temporary file beside `path`, fsyncs it, renames it over `path` and fsyncs the
 // directory: a reader sees the old content or the new, never a torn file.
-Status writeFileAtomic(const std::string& path, const std::string& content);
+Status writeFileAtomic(const std::string& path, const std::string& content, unsigned mode = 0644);
 
 // The same for content written piece by piece (a file larger than one wants to hold in memory):
 // open() a temporary file beside `path`, append() to it, then commit() fsyncs it, renames it over
@@ -19,7 +19,7 @@ Status writeFileAtomic(const std::string& path, const std::string& content);
 // Not thread-safe.
 class AtomicFileWriter {
  public:
-  static StatusOr<std::unique_ptr<AtomicFileWriter>> open(const std::string& path);
+  static StatusOr<std::unique_ptr<AtomicFileWriter>> open(const std::string& path, unsigned mode = 0644);
   ~AtomicFileWriter();
   Status append(const void* data, size_t bytes);
   Status commit();

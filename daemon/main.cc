@@ -13,7 +13,9 @@
 #include "common/version.h"
 #include "daemon/daemon.h"
 #include "daemon/node_metrics.h"
+#include "common/security/credential_flags.h"
 #include "planner/planner_server.h"
+#include "planner/server_flags.h"
 
 namespace {
 
@@ -67,9 +69,21 @@ int main(int argc, char** argv) {
   app.add_option("--drain-timeout", drainTimeoutS, "with --drain-on-sigterm: seconds to wait for the ranks")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  // The planner's credentials with --planner; with --standalone, the in-process planner's flags.
+  loom::security::CredentialFlags credentialFlags;
+  loom::security::addCredentialFlags(app, credentialFlags, "this node's");
+  loom::planner::PlannerServerOptions plannerOptions;
+  loom::planner::addSecurityFlags(app, plannerOptions);
   CLI11_PARSE(app, argc, argv);
   if (!standalone && plannerAddress.empty()) {
     std::fprintf(stderr, "loomd: give --planner HOST:PORT, or --standalone\n");
+    return 2;
+  }
+  const bool servesPlanner = plannerOptions.tls.enabled() || !plannerOptions.tokensFile.empty() ||
+                             plannerOptions.insecure || plannerOptions.reflection;
+  if (!standalone && servesPlanner) {
+    std::fprintf(stderr, "loomd: --tls-cert, --tokens, --insecure and --reflection are the planner's: they need "
+                         "--standalone (the planner's credentials: --ca, --cert, --key, --token-file)\n");
     return 2;
   }
   if (!standalone && httpOpt->count() > 0) {
@@ -86,7 +100,6 @@ int main(int argc, char** argv) {
   std::shared_ptr<grpc::Channel> channel;
   if (standalone) {
     if (options.address.empty()) options.address = "127.0.0.1";
-    loom::planner::PlannerServerOptions plannerOptions;
     plannerOptions.listenAddress = listenAddress;
     plannerOptions.httpListenAddress = httpListen == "none" ? "" : httpListen;
     plannerOptions.httpRequired = httpOpt->count() > 0;
@@ -99,10 +112,18 @@ int main(int argc, char** argv) {
       return 1;
     }
     planner = std::move(started).value();
-    channel = planner->inProcessChannel();
+    auto inProcess = planner->inProcessChannel(loom::security::Role::kNode);
+    if (!inProcess.isOk()) {
+      spdlog::error("{}", inProcess.status().toString());
+      return 1;
+    }
+    channel = std::move(inProcess).value();
     auto written = loom::files::writeFileAtomic(options.stateDir + "/planner.address", planner->boundAddress() + "\n");
     if (!written.isOk()) spdlog::warn("{}", written.toString());
     spdlog::info("standalone: planner serving on {}", planner->boundAddress());
+    if (plannerOptions.tokensFile.empty())
+      spdlog::info("standalone: an admin's token is in {}/admin.token (loomctl --token-file)",
+                   plannerOptions.planner.stateDir);
     if (const std::string http = planner->httpAddress(); !http.empty()) {
       written = loom::files::writeFileAtomic(options.stateDir + "/http.address", http + "\n");
       if (!written.isOk()) spdlog::warn("{}", written.toString());
@@ -114,7 +135,14 @@ int main(int argc, char** argv) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
-    channel = grpc::CreateCustomChannel(plannerAddress, grpc::InsecureChannelCredentials(), args);
+    auto credentials = loom::security::loadCredentials(credentialFlags);
+    if (!credentials.isOk()) {
+      spdlog::error("{}", credentials.status().toString());
+      return 1;
+    }
+    if (credentials->token.empty() && credentials->certPem.empty())
+      spdlog::warn("no credentials for the planner: give --token-file (a node token) or --cert and --key");
+    channel = loom::security::makeChannel(plannerAddress, *credentials, args);
   }
 
   auto daemon = loom::daemon::Daemon::start(options, channel, &clock);

@@ -109,16 +109,25 @@ void toProto(const NodeView& n, v1::Node* node) {
 
 // ---- unary calls ------------------------------------------------------------------------------
 
+namespace {
+
+// The reactor finished with `status`, for a refusal before the call does anything.
+grpc::ServerUnaryReactor* refuse(grpc::ServerUnaryReactor* reactor, const Status& status) {
+  reactor->Finish(toGrpc(status));
+  return reactor;
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* ctx,
                                                     const v1::CreateJobRequest* request,
                                                     v1::CreateJobResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  auto caller = gate_->caller(*ctx, {Role::kAdmin, Role::kUser}, "submit jobs");
+  if (!caller.isOk()) return refuse(reactor, caller.status());
   auto text = specText(request->spec_json(), request->base_dir());
-  if (!text.isOk()) {
-    reactor->Finish(toGrpc(text.status()));
-    return reactor;
-  }
-  core_->createJob(std::move(text).value(), request->request_id(),
+  if (!text.isOk()) return refuse(reactor, text.status());
+  core_->createJob(std::move(text).value(), request->request_id(), JobOwner{caller->tenant, caller->user},
                    [reactor, response](const StatusOr<JobRecord>& job, bool created) {
                      if (job.isOk()) {
                        toProto(*job, response->mutable_job());
@@ -132,9 +141,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* request,
                                                  v1::Job* response) {
   auto* reactor = ctx->DefaultReactor();
-  core_->getJob(request->job_id(), [reactor, response](const StatusOr<JobRecord>& job) {
-    if (job.isOk()) toProto(*job, response);
-    reactor->Finish(toGrpc(job.status()));
+  auto caller = gate_->caller(*ctx, {Role::kAdmin, Role::kUser}, "read jobs");
+  if (!caller.isOk()) return refuse(reactor, caller.status());
+  core_->getJob(request->job_id(), [reactor, response, caller = *caller](const StatusOr<JobRecord>& job) {
+    if (!job.isOk()) return reactor->Finish(toGrpc(job.status()));
+    if (Status allowed = mayActOnJob(caller, job->id, job->tenant, "read"); !allowed.isOk())
+      return reactor->Finish(toGrpc(allowed));
+    toProto(*job, response);
+    reactor->Finish(grpc::Status::OK);
   });
   return reactor;
 }
@@ -142,10 +156,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* JobServiceImpl::GetJobPlan(grpc::CallbackServerContext* ctx,
                                                      const v1::GetJobPlanRequest* request, v1::Plan* response) {
   auto* reactor = ctx->DefaultReactor();
-  core_->getJobPlan(request->job_id(), [reactor, response](const StatusOr<Plan>& plan) {
-    if (plan.isOk()) *response = convert::toProto(*plan);
-    reactor->Finish(toGrpc(plan.status()));
-  });
+  gate_->checkJob(*ctx, request->job_id(), "read the plan of",
+                  [this, reactor, response, jobId = request->job_id()](const Status& allowed) {
+                    if (!allowed.isOk()) return reactor->Finish(toGrpc(allowed));
+                    core_->getJobPlan(jobId, [reactor, response](const StatusOr<Plan>& plan) {
+                      if (plan.isOk()) *response = convert::toProto(*plan);
+                      reactor->Finish(toGrpc(plan.status()));
+                    });
+                  });
   return reactor;
 }
 
@@ -153,13 +171,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
                                                    const v1::ListJobsRequest* request,
                                                    v1::ListJobsResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  auto caller = gate_->caller(*ctx, {Role::kAdmin, Role::kUser}, "list jobs");
+  if (!caller.isOk()) return refuse(reactor, caller.status());
   ListQuery query{.pageSize = request->page_size(), .pageToken = request->page_token(), .states = {}};
+  if (caller->role == Role::kUser) query.tenant = caller->tenant;
   for (int s : request->states()) {
-    if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   "states: " + std::to_string(s) + " is not a job state"));
-      return reactor;
-    }
+    if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED)
+      return refuse(reactor, invalidArgument("states: {} is not a job state", s));
     query.states.insert(fromProto(static_cast<v1::JobState>(s)));
   }
   core_->listJobs(std::move(query), [reactor, response](const StatusOr<JobPage>& page) {
@@ -177,28 +195,33 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobMetrics(grpc::CallbackServerCon
                                                          v1::ListJobMetricsResponse* response) {
   auto* reactor = ctx->DefaultReactor();
   auto query = metricQueryOf(*request);
-  if (!query.isOk()) {
-    reactor->Finish(toGrpc(query.status()));
-    return reactor;
-  }
-  core_->listJobMetrics(std::move(query).value(), [reactor, response](const StatusOr<MetricPage>& page) {
-    if (page.isOk()) {
-      for (const auto& m : page->metrics) toProto(m, response->add_metrics());
-      response->set_next_page_token(std::to_string(page->lastRow));
-      response->set_more(page->more);
-    }
-    reactor->Finish(toGrpc(page.status()));
-  });
+  if (!query.isOk()) return refuse(reactor, query.status());
+  gate_->checkJob(*ctx, request->job_id(), "read the metrics of",
+                  [this, reactor, response, query = std::move(query).value()](const Status& allowed) mutable {
+                    if (!allowed.isOk()) return reactor->Finish(toGrpc(allowed));
+                    core_->listJobMetrics(std::move(query), [reactor, response](const StatusOr<MetricPage>& page) {
+                      if (page.isOk()) {
+                        for (const auto& m : page->metrics) toProto(m, response->add_metrics());
+                        response->set_next_page_token(std::to_string(page->lastRow));
+                        response->set_more(page->more);
+                      }
+                      reactor->Finish(toGrpc(page.status()));
+                    });
+                  });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
                                                     const v1::CancelJobRequest* request, v1::Job* response) {
   auto* reactor = ctx->DefaultReactor();
-  core_->cancelJob(request->job_id(), request->reason(), [reactor, response](const StatusOr<JobRecord>& job) {
-    if (job.isOk()) toProto(*job, response);
-    reactor->Finish(toGrpc(job.status()));
-  });
+  gate_->checkJob(*ctx, request->job_id(), "cancel",
+                  [this, reactor, response, jobId = request->job_id(), reason = request->reason()](const Status& allowed) {
+                    if (!allowed.isOk()) return reactor->Finish(toGrpc(allowed));
+                    core_->cancelJob(jobId, reason, [reactor, response](const StatusOr<JobRecord>& job) {
+                      if (job.isOk()) toProto(*job, response);
+                      reactor->Finish(toGrpc(job.status()));
+                    });
+                  });
   return reactor;
 }
 
@@ -206,11 +229,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::ValidateJob(grpc::CallbackServerContex
                                                       const v1::ValidateJobRequest* request,
                                                       v1::ValidateJobResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  auto caller = gate_->caller(*ctx, {Role::kAdmin, Role::kUser}, "validate jobs");
+  if (!caller.isOk()) return refuse(reactor, caller.status());
   auto text = specText(request->spec_json(), request->base_dir());
-  if (!text.isOk()) {
-    reactor->Finish(toGrpc(text.status()));
-    return reactor;
-  }
+  if (!text.isOk()) return refuse(reactor, text.status());
   // What CreateJob would refuse: the spec, and a train or eval job's plan.
   auto spec = parseJobSpec(*text);
   Status status = spec.status();
@@ -298,7 +320,12 @@ class LogReactor final : public grpc::ServerWriteReactor<v1::LogChunk> {
 grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* ctx,
                                                                   const v1::WatchJobRequest* request) {
   auto* reactor = new WatchReactor();
-  core_->watchJob(request->job_id(), reactor->watcher());
+  // The watcher outlives a reactor that a client's cancel deletes before the check answers.
+  gate_->checkJob(*ctx, request->job_id(), "watch",
+                  [this, watcher = reactor->watcher(), jobId = request->job_id()](const Status& allowed) {
+                    if (!allowed.isOk()) return watcher->onEnd(allowed);
+                    core_->watchJob(jobId, watcher);
+                  });
   return reactor;
 }
 
@@ -308,7 +335,11 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetJobLogs(grpc::Callbac
   LogQuery query{.requestId = 0, .jobId = request->job_id(), .attempt = request->attempt(), .ranks = {},
                  .tailLines = request->tail_lines(), .follow = request->follow()};
   for (int r : request->ranks()) query.ranks.push_back(r);
-  core_->streamLogs(std::move(query), reactor->sink());
+  gate_->checkJob(*ctx, request->job_id(), "read the logs of",
+                  [this, sink = reactor->sink(), query = std::move(query)](const Status& allowed) mutable {
+                    if (!allowed.isOk()) return sink->onEnd(allowed);
+                    core_->streamLogs(std::move(query), sink);
+                  });
   return reactor;
 }
 
@@ -369,11 +400,18 @@ std::string peerHost(const std::string& peer) {
 
 class AttachReactor final : public AttachBase {
  public:
-  AttachReactor(PlannerCore* core, std::string peer)
+  // `caller`: who opened the stream; a refusal ends it before anything is read.
+  AttachReactor(PlannerCore* core, std::string peer, StatusOr<Identity> caller, bool insecure)
       : core_(core),
         peer_(std::move(peer)),
+        caller_(std::move(caller)),
+        insecure_(insecure),
         queue_(std::make_shared<AttachQueue>(this)),
         link_(std::make_shared<GrpcNodeLink>(queue_)) {
+    if (!caller_.isOk()) {
+      queue_->finish(toGrpc(caller_.status()));
+      return;
+    }
     StartRead(&in_);
   }
 
@@ -400,7 +438,15 @@ class AttachReactor final : public AttachBase {
           queue_->finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "register.node_id: required"));
           return;
         }
+      if (Status allowed = mayAttachAs(*caller_, in_.register_().node_id()); !allowed.isOk()) {
+        queue_->finish(toGrpc(allowed));
+        return;
+      }
       {
+        if (insecure_)
+          spdlog::warn("node {} attached from {} over plain text (--insecure): its link and credentials can be read "
+                       "and forged on the network",
+                       in_.register_().node_id(), peer_);
         registered_ = true;
         link_->registered(core_->nodeHeartbeatIntervalMs());
         NodeRegistration registration = convert::fromProto(in_.register_());
@@ -430,6 +476,8 @@ class AttachReactor final : public AttachBase {
 
   PlannerCore* core_;
   std::string peer_;
+  StatusOr<Identity> caller_;
+  bool insecure_;
   v1::NodeMessage in_;
   std::shared_ptr<AttachQueue> queue_;
   std::shared_ptr<GrpcNodeLink> link_;
@@ -439,12 +487,14 @@ class AttachReactor final : public AttachBase {
 }  // namespace
 
 grpc::ServerBidiReactor<v1::NodeMessage, v1::PlannerMessage>* NodeServiceImpl::Attach(grpc::CallbackServerContext* ctx) {
-  return new AttachReactor(core_, ctx->peer());
+  return new AttachReactor(core_, ctx->peer(), gate_->caller(*ctx, {Role::kNode}, "attach a node"), insecure_);
 }
 
 grpc::ServerUnaryReactor* NodeServiceImpl::ListNodes(grpc::CallbackServerContext* ctx, const v1::ListNodesRequest*,
                                                      v1::ListNodesResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  auto caller = gate_->caller(*ctx, {Role::kAdmin, Role::kUser}, "list nodes");
+  if (!caller.isOk()) return refuse(reactor, caller.status());
   core_->listNodes([reactor, response](std::vector<NodeView> nodes) {
     for (const auto& n : nodes) toProto(n, response->add_nodes());
     reactor->Finish(grpc::Status::OK);
@@ -455,6 +505,8 @@ grpc::ServerUnaryReactor* NodeServiceImpl::ListNodes(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* NodeServiceImpl::DrainNode(grpc::CallbackServerContext* ctx, const v1::DrainNodeRequest* request,
                                                      v1::Node* response) {
   auto* reactor = ctx->DefaultReactor();
+  auto caller = gate_->caller(*ctx, {Role::kAdmin}, "drain nodes");
+  if (!caller.isOk()) return refuse(reactor, caller.status());
   if (request->node_id().empty()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node_id: required"));
     return reactor;
@@ -469,6 +521,8 @@ grpc::ServerUnaryReactor* NodeServiceImpl::DrainNode(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* NodeServiceImpl::UncordonNode(grpc::CallbackServerContext* ctx,
                                                         const v1::UncordonNodeRequest* request, v1::Node* response) {
   auto* reactor = ctx->DefaultReactor();
+  auto caller = gate_->caller(*ctx, {Role::kAdmin}, "uncordon nodes");
+  if (!caller.isOk()) return refuse(reactor, caller.status());
   if (request->node_id().empty()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node_id: required"));
     return reactor;

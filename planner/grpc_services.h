@@ -4,16 +4,17 @@
 
 #include "loom/v1/job.grpc.pb.h"
 #include "loom/v1/node.grpc.pb.h"
+#include "planner/access_control.h"
 #include "planner/planner_core.h"
 #include "proto/convert.h"
 
 namespace loom::planner {
 
 // The public JobService over the planner core: requests become core calls, domain records
-// become wire messages. No state of its own.
+// become wire messages. Every call passes the gate first (access_control.h). No state of its own.
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  explicit JobServiceImpl(PlannerCore* core) : core_(core) {}
+  JobServiceImpl(PlannerCore* core, CallGate* gate) : core_(core), gate_(gate) {}
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx, const v1::CreateJobRequest* request,
                                       v1::CreateJobResponse* response) override;
@@ -36,12 +37,14 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
 
  private:
   PlannerCore* core_;
+  CallGate* gate_;
 };
 
-// The node daemons' Attach streams and ListNodes.
+// The node daemons' Attach streams (node credentials only), ListNodes, and an admin's drain and
+// uncordon.
 class NodeServiceImpl final : public v1::NodeService::CallbackService {
  public:
-  explicit NodeServiceImpl(PlannerCore* core) : core_(core) {}
+  NodeServiceImpl(PlannerCore* core, CallGate* gate, bool insecure) : core_(core), gate_(gate), insecure_(insecure) {}
 
   grpc::ServerBidiReactor<v1::NodeMessage, v1::PlannerMessage>* Attach(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx, const v1::ListNodesRequest* request,
@@ -53,6 +56,8 @@ class NodeServiceImpl final : public v1::NodeService::CallbackService {
 
  private:
   PlannerCore* core_;
+  CallGate* gate_;
+  bool insecure_;  // plain text off loopback (--insecure): every attach logs a warning
 };
 
 using convert::toGrpc;

@@ -75,6 +75,8 @@ struct JobRecord {
   std::string requestId;
   std::string specJson;  // normalized: every default filled in
   JobSpec spec;
+  std::string tenant;  // whose job it is: its users see it (empty: no tenant's, an admin's)
+  std::string owner;   // the user that submitted it
   JobState state = JobState::kPending;
   std::string reason;
   int attempt = 0;   // 0 until first placed

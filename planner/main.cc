@@ -11,6 +11,7 @@
 #include "common/signals.h"
 #include "common/version.h"
 #include "planner/planner_server.h"
+#include "planner/server_flags.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"loom-planner: Loom's central job service"};
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   app.add_option("--node-timeout", nodeTimeoutS, "seconds a node may be silent before its ranks count as lost")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--log-level", logLevel, "trace, debug, info, warn or error")->capture_default_str();
+  loom::planner::addSecurityFlags(app, options);
   CLI11_PARSE(app, argc, argv);
   options.planner.nodeTimeoutMs = static_cast<int64_t>(nodeTimeoutS * 1000);
   if (options.httpListenAddress == "none") options.httpListenAddress.clear();
@@ -47,7 +49,11 @@ int main(int argc, char** argv) {
   const std::string& address = (*server)->boundAddress();
   auto written = loom::files::writeFileAtomic(options.planner.stateDir + "/planner.address", address + "\n");
   if (!written.isOk()) spdlog::warn("{}", written.toString());
-  spdlog::info("serving on {} (state in {})", address, options.planner.stateDir);
+  spdlog::info("serving {} on {} (state in {})", options.tls.enabled() ? "TLS" : "plain text", address,
+               options.planner.stateDir);
+  if (options.tokensFile.empty())
+    spdlog::info("credentials: {0}/admin.token (loomctl --token-file), {0}/node.token (loomd --token-file)",
+                 options.planner.stateDir);
   if (const std::string http = (*server)->httpAddress(); !http.empty()) {
     written = loom::files::writeFileAtomic(options.planner.stateDir + "/http.address", http + "\n");
     if (!written.isOk()) spdlog::warn("{}", written.toString());

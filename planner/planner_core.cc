@@ -146,7 +146,7 @@ std::string PlannerCore::newJobId(const std::string& name) {
 
 // ---- jobs -------------------------------------------------------------------------------------
 
-void PlannerCore::createJob(std::string specJson, std::string requestId,
+void PlannerCore::createJob(std::string specJson, std::string requestId, JobOwner owner,
                             std::function<void(const StatusOr<JobRecord>&, bool)> done) {
   // Parsing the spec and compiling the plan (which reads the model's config.json) need none of
   // the core's state: they run here, on the caller's thread, and leave the loop free.
@@ -158,8 +158,10 @@ void PlannerCore::createJob(std::string specJson, std::string requestId,
     compiled = p.status();
     if (p.isOk()) plan = std::move(p).value();
   }
+  // Scoped by tenant, as stored (a request id stored before tenants existed is an admin's).
+  if (!requestId.empty() && !owner.tenant.empty()) requestId = owner.tenant + "/" + requestId;
   loop_->post([this, spec = std::move(spec), plan = std::move(plan), compiled = std::move(compiled),
-               requestId = std::move(requestId), done = std::move(done)]() mutable {
+               requestId = std::move(requestId), owner = std::move(owner), done = std::move(done)]() mutable {
     if (!spec.isOk()) return done(spec.status(), false);
     if (!requestId.empty()) {
       auto it = jobByRequestId_.find(requestId);
@@ -179,6 +181,8 @@ void PlannerCore::createJob(std::string specJson, std::string requestId,
     JobRecord job;
     job.id = newJobId(spec->name);
     job.requestId = requestId;
+    job.tenant = std::move(owner.tenant);
+    job.owner = std::move(owner.user);
     job.spec = std::move(spec).value();
     job.specJson = job.spec.toJson().dump();
     job.createTimeMs = job.updateTimeMs = clock_->nowMs();
@@ -235,6 +239,7 @@ void PlannerCore::listJobs(ListQuery query, std::function<void(const StatusOr<Jo
     size_t i = start;
     for (; i < jobOrder_.size() && page.jobs.size() < pageSize; ++i) {
       const JobRecord& job = jobs_.at(jobOrder_[i]);
+      if (query.tenant && job.tenant != *query.tenant) continue;
       if (query.states.empty() || query.states.count(job.state)) page.jobs.push_back(job);
     }
     if (i < jobOrder_.size()) page.nextPageToken = std::to_string(i);

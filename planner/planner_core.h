@@ -3,6 +3,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -57,6 +58,13 @@ struct ListQuery {
   int pageSize = 100;
   std::string pageToken;
   std::set<JobState> states;
+  std::optional<std::string> tenant;  // only this tenant's jobs (a user's view); none: every job
+};
+
+// Who submits a job: its tenant's users see it (an admin's job belongs to no tenant).
+struct JobOwner {
+  std::string tenant;
+  std::string user;
 };
 
 struct JobPage {
@@ -91,7 +99,8 @@ class PlannerCore {
   ~PlannerCore();
 
   using JobCallback = std::function<void(const StatusOr<JobRecord>&)>;
-  void createJob(std::string specJson, std::string requestId,
+  // A request id is the owner's tenant's: the same id from two tenants makes two jobs.
+  void createJob(std::string specJson, std::string requestId, JobOwner owner,
                  std::function<void(const StatusOr<JobRecord>&, bool created)> done);
   void getJob(const std::string& jobId, JobCallback done);
   // The Plan stored with a train or eval job (NOT_FOUND for a probe job).

@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "planner/access_control.h"
 #include "planner/grpc_services.h"
 #include "planner/planner_metrics.h"
 #include "planner/rollout_router.h"
@@ -12,21 +13,64 @@
 
 namespace loom::planner {
 
+namespace {
+
+// Plain text stays on loopback unless the operator says otherwise.
+Status checkPlainText(const PlannerServerOptions& options) {
+  if (options.tls.enabled() || options.insecure) return Status::ok();
+  if (!security::isLoopback(options.listenAddress))
+    return failedPrecondition("--listen {}: serving plain text beyond loopback needs --insecure (or TLS: --tls-cert "
+                              "and --tls-key)",
+                              options.listenAddress);
+  if (!options.httpListenAddress.empty() && !security::isLoopback(options.httpListenAddress))
+    return failedPrecondition("--http-listen {}: serving plain text beyond loopback needs --insecure (or TLS: "
+                              "--tls-cert and --tls-key)",
+                              options.httpListenAddress);
+  return Status::ok();
+}
+
+// Linking gRPC's reflection library registers its plugin with every server builder of the
+// process (a static initializer): this option takes it out again when reflection is off.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    std::erase_if(*plugins, [](const auto& plugin) { return plugin->name() == "proto_server_reflection"; });
+  }
+};
+
+}  // namespace
+
 StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::start(const PlannerServerOptions& options, const Clock* clock) {
+  RETURN_IF_ERROR(checkPlainText(options));
+  ASSIGN_OR_RETURN(auto credentials, security::serverCredentials(options.tls));
   std::unique_ptr<PlannerServer> server(new PlannerServer());
+  // The core first: it takes the state directory's lock before anything is written there.
   ASSIGN_OR_RETURN(server->core_, PlannerCore::create(options.planner, clock));
-  server->jobService_ = std::make_unique<JobServiceImpl>(server->core_.get());
-  server->nodeService_ = std::make_unique<NodeServiceImpl>(server->core_.get());
-  server->rolloutRouter_ = std::make_unique<RolloutRouter>(server->core_.get());
+  std::string tokensFile = options.tokensFile;
+  if (tokensFile.empty()) {
+    ASSIGN_OR_RETURN(tokensFile, ensureGeneratedTokens(options.planner.stateDir));
+  }
+  ASSIGN_OR_RETURN(server->access_, AccessControl::create(tokensFile));
+  server->gate_ = std::make_unique<CallGate>(server->access_.get(), server->core_.get());
+  const bool plainTextBeyondLoopback = !options.tls.enabled() && !security::isLoopback(options.listenAddress);
+  if (plainTextBeyondLoopback)
+    spdlog::warn("--insecure: serving plain text on {}: tokens, specs and logs cross the network unencrypted",
+                 options.listenAddress);
+  server->jobService_ = std::make_unique<JobServiceImpl>(server->core_.get(), server->gate_.get());
+  server->nodeService_ =
+      std::make_unique<NodeServiceImpl>(server->core_.get(), server->gate_.get(), plainTextBeyondLoopback);
+  server->rolloutRouter_ = std::make_unique<RolloutRouter>(server->core_.get(), server->gate_.get());
   server->metrics_ = std::make_unique<PlannerMetrics>();
   server->core_->setPlacementObserver(
       [metrics = server->metrics_.get()](double seconds) { metrics->observePlacementWait(seconds); });
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (options.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!options.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   int port = 0;
-  builder.AddListeningPort(options.listenAddress, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listenAddress, credentials, &port);
   builder.RegisterService(server->jobService_.get());
   builder.RegisterService(server->nodeService_.get());
   builder.RegisterService(server->rolloutRouter_.get());
@@ -61,8 +105,13 @@ PlannerServer::~PlannerServer() { shutdown(); }
 
 std::string PlannerServer::httpAddress() const { return web_ ? web_->boundAddress() : std::string(); }
 
-std::shared_ptr<grpc::Channel> PlannerServer::inProcessChannel() {
-  return server_->InProcessChannel(grpc::ChannelArguments());
+StatusOr<std::shared_ptr<grpc::Channel>> PlannerServer::inProcessChannel(security::Role role) {
+  ASSIGN_OR_RETURN(std::string token, security::generateToken());
+  access_->addToken(token, {.user = role == security::Role::kNode ? "*" : "local",
+                             .role = role,
+                             .credential = "in-process token"});
+  return server_->experimental().InProcessChannelWithInterceptors(grpc::ChannelArguments(),
+                                                                   security::tokenInterceptors(token));
 }
 
 void PlannerServer::shutdown() {

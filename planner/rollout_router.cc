@@ -48,7 +48,7 @@ class GenerateRelay final : public grpc::ServerWriteReactor<v1::GenerateResponse
       : queue_(std::make_shared<Queue>(this)), request_(request) {
     upstream_.relay = this;
     upstreamCtx_.set_deadline(ctx->deadline());
-    router.route(request_.job_id(), [this](const StubOr& stub) {
+    router.route(router.caller(*ctx), request_.job_id(), [this](const StubOr& stub) {
       connect(stub);
       release();
     });
@@ -126,15 +126,17 @@ class UnaryRelay final : public grpc::ServerUnaryReactor {
   using Forward = void (*)(Stub::async_interface* stub, grpc::ClientContext* ctx, const Request* request,
                            Response* response, std::function<void(grpc::Status)> done);
 
-  UnaryRelay(grpc::CallbackServerContext* ctx, const Request& request, Response* response, Forward forward)
-      : request_(request), response_(response), forward_(forward) {
+  UnaryRelay(RolloutRouter& router, grpc::CallbackServerContext* ctx, const Request& request, Response* response,
+             Forward forward)
+      : caller_(router.caller(*ctx)), request_(request), response_(response), forward_(forward) {
     upstreamCtx_.set_deadline(ctx->deadline());
   }
   Request& request() { return request_; }
+  const StatusOr<Identity>& caller() const { return caller_; }
 
   // Looks the job up and relays the call to its rank 0.
   void start(RolloutRouter& router) {
-    router.route(request_.job_id(), [this](const StubOr& stub) {
+    router.route(caller_, request_.job_id(), [this](const StubOr& stub) {
       connect(stub);
       release();
     });
@@ -175,6 +177,7 @@ class UnaryRelay final : public grpc::ServerUnaryReactor {
     if (refs_.fetch_sub(1) == 1) delete this;
   }
 
+  StatusOr<Identity> caller_;
   Request request_;
   Response* response_;
   Forward forward_;
@@ -188,16 +191,23 @@ class UnaryRelay final : public grpc::ServerUnaryReactor {
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* relayUnary(RolloutRouter& router, grpc::CallbackServerContext* ctx, const Request& request,
                                      Response* response, typename UnaryRelay<Request, Response>::Forward forward) {
-  auto* relay = new UnaryRelay<Request, Response>(ctx, request, response, forward);
+  auto* relay = new UnaryRelay<Request, Response>(router, ctx, request, response, forward);
   relay->start(router);
   return relay;
 }
 
 }  // namespace
 
-void RolloutRouter::route(const std::string& jobId, std::function<void(const StubOr&)> done) {
-  core_->getJob(jobId, [this, done = std::move(done)](const StatusOr<JobRecord>& job) {
+StatusOr<Identity> RolloutRouter::caller(const grpc::ServerContextBase& ctx) {
+  return gate_->caller(ctx, {Role::kAdmin, Role::kUser}, "use rollout jobs");
+}
+
+void RolloutRouter::route(const StatusOr<Identity>& caller, const std::string& jobId,
+                          std::function<void(const StubOr&)> done) {
+  if (!caller.isOk()) return done(caller.status());
+  core_->getJob(jobId, [this, caller = *caller, done = std::move(done)](const StatusOr<JobRecord>& job) {
     if (!job.isOk()) return done(job.status());
+    if (Status allowed = mayActOnJob(caller, job->id, job->tenant, "use"); !allowed.isOk()) return done(allowed);
     auto address = rolloutServiceAddress(*job);
     if (!address.isOk()) return done(address.status());
     done(stubFor(*address));
@@ -236,9 +246,13 @@ grpc::ServerUnaryReactor* RolloutRouter::UpdateWeights(grpc::CallbackServerConte
                                                        const v1::UpdateWeightsRequest* request,
                                                        v1::RolloutStatus* response) {
   auto* relay = new UnaryRelay<v1::UpdateWeightsRequest, v1::RolloutStatus>(
-      ctx, *request, response,
+      *this, ctx, *request, response,
       [](Stub::async_interface* stub, grpc::ClientContext* c, const v1::UpdateWeightsRequest* q, v1::RolloutStatus* p,
          std::function<void(grpc::Status)> done) { stub->UpdateWeights(c, q, p, std::move(done)); });
+  if (!relay->caller().isOk()) {
+    relay->fail(relay->caller().status());
+    return relay;
+  }
   const bool hasDir = !request->checkpoint_dir().empty(), hasJob = !request->from_job_id().empty();
   if (hasDir == hasJob) {
     relay->fail(invalidArgument("give checkpoint_dir or from_job_id, {}", hasDir ? "not both" : "one of them"));
@@ -251,6 +265,10 @@ grpc::ServerUnaryReactor* RolloutRouter::UpdateWeights(grpc::CallbackServerConte
   // A train job's latest checkpoint: its directory goes to rank 0, which reads `latest` there.
   core_->getJob(request->from_job_id(), [this, relay](const StatusOr<JobRecord>& train) {
     auto dir = train.isOk() ? checkpointDirOfJob(*train) : StatusOr<std::string>(train.status());
+    if (train.isOk())
+      if (Status allowed = mayActOnJob(*relay->caller(), train->id, train->tenant, "read the checkpoints of");
+          !allowed.isOk())
+        dir = allowed;
     if (!dir.isOk()) return relay->fail(dir.status().withContext("from_job_id"));
     relay->request().set_checkpoint_dir(*dir);
     relay->request().clear_from_job_id();

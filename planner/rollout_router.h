@@ -6,6 +6,7 @@
 #include <string>
 
 #include "loom/v1/rollout.grpc.pb.h"
+#include "planner/access_control.h"
 #include "planner/planner_core.h"
 
 namespace loom::planner {
@@ -23,7 +24,7 @@ StatusOr<std::string> checkpointDirOfJob(const JobRecord& job);
 // away cancels the relayed call too. No state but the channels to ranks.
 class RolloutRouter final : public v1::RolloutService::CallbackService {
  public:
-  explicit RolloutRouter(PlannerCore* core) : core_(core) {}
+  RolloutRouter(PlannerCore* core, CallGate* gate) : core_(core), gate_(gate) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
                                                            const v1::GenerateRequest* request) override;
@@ -38,14 +39,18 @@ class RolloutRouter final : public v1::RolloutService::CallbackService {
   grpc::ServerUnaryReactor* GetRolloutStatus(grpc::CallbackServerContext* ctx, const v1::RolloutJobRequest* request,
                                              v1::RolloutStatus* response) override;
 
-  // The stub of rank 0 of `job`, or why there is none; answered on the core's thread.
-  void route(const std::string& jobId,
+  // Who calls: a user or an admin (access_control.h).
+  StatusOr<Identity> caller(const grpc::ServerContextBase& ctx);
+  // The stub of rank 0 of `job` when `caller` may use it, or why there is none; answered on the
+  // core's thread.
+  void route(const StatusOr<Identity>& caller, const std::string& jobId,
              std::function<void(const StatusOr<std::shared_ptr<v1::RolloutService::Stub>>&)> done);
 
  private:
   std::shared_ptr<v1::RolloutService::Stub> stubFor(const std::string& address);
 
   PlannerCore* core_;
+  CallGate* gate_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<v1::RolloutService::Stub>> stubs_;  // by address
 };

@@ -171,7 +171,8 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::open(const std::string& path) 
 
 // Columns added after the first schema, added to a database that lacks them (one written by an
 // earlier planner): jobs.plan, the compiled Plan (NULL for probe jobs and jobs stored before);
-// jobs.preemptions and jobs.preempted_attempt (JobRecord's).
+// jobs.preemptions and jobs.preempted_attempt (JobRecord's); jobs.tenant and jobs.owner (who
+// submitted it: a job stored before they existed belongs to no tenant, an admin's).
 Status StateStore::migrate() {
   struct Added {
     const char* name;
@@ -179,7 +180,9 @@ Status StateStore::migrate() {
   };
   constexpr Added kAdded[] = {{"plan", "plan BLOB"},
                               {"preemptions", "preemptions INTEGER NOT NULL DEFAULT 0"},
-                              {"preempted_attempt", "preempted_attempt INTEGER NOT NULL DEFAULT 0"}};
+                              {"preempted_attempt", "preempted_attempt INTEGER NOT NULL DEFAULT 0"},
+                              {"tenant", "tenant TEXT NOT NULL DEFAULT ''"},
+                              {"owner", "owner TEXT NOT NULL DEFAULT ''"}};
   for (const Added& column : kAdded) {
     Statement st(db_, "SELECT 1 FROM pragma_table_info('jobs') WHERE name = ?");
     if (!st.prepared()) return sqliteError(db_, "prepare");
@@ -223,6 +226,8 @@ Status StateStore::writeJob(const char* sql, const JobRecord& job) {
     }
   }
   bindText(":spec_json", job.specJson);
+  bindText(":tenant", job.tenant);
+  bindText(":owner", job.owner);
   bindInt(":state", static_cast<int64_t>(job.state));
   bindText(":reason", job.reason);
   bindInt(":attempt", job.attempt);
@@ -258,9 +263,9 @@ Status StateStore::insertJob(const JobRecord& job, const std::vector<JobEvent>& 
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.began());
   RETURN_IF_ERROR(writeJob(
-      "INSERT INTO jobs (id, request_id, spec_json, state, reason, attempt, restarts, preemptions, preempted_attempt, "
-      "create_time_ms, update_time_ms, ranks_json, metrics_json, last_event_seq) VALUES (:id, :request_id, "
-      ":spec_json, :state, :reason, :attempt, :restarts, :preemptions, :preempted_attempt, :create_time_ms, "
+      "INSERT INTO jobs (id, request_id, spec_json, tenant, owner, state, reason, attempt, restarts, preemptions, "
+      "preempted_attempt, create_time_ms, update_time_ms, ranks_json, metrics_json, last_event_seq) VALUES (:id, "
+      ":request_id, :spec_json, :tenant, :owner, :state, :reason, :attempt, :restarts, :preemptions, :preempted_attempt, :create_time_ms, "
       ":update_time_ms, :ranks_json, :metrics_json, :last_event_seq)",
       job));
   if (plan) {
@@ -311,7 +316,8 @@ Status StateStore::appendMetrics(const std::string& jobId, const std::vector<Met
 StatusOr<std::vector<JobRecord>> StateStore::loadJobs() {
   Statement st(db_,
                "SELECT id, request_id, spec_json, state, reason, attempt, restarts, create_time_ms, update_time_ms, "
-               "ranks_json, metrics_json, last_event_seq, plan IS NOT NULL, preemptions, preempted_attempt FROM jobs ORDER BY seq");
+               "ranks_json, metrics_json, last_event_seq, plan IS NOT NULL, preemptions, preempted_attempt, tenant, owner FROM jobs "
+               "ORDER BY seq");
   if (!st.prepared()) return sqliteError(db_, "prepare");
   std::vector<JobRecord> jobs;
   int rc;
@@ -336,6 +342,8 @@ StatusOr<std::vector<JobRecord>> StateStore::loadJobs() {
     job.hasPlan = st.int64(12) != 0;
     job.preemptions = static_cast<int>(st.int64(13));
     job.preemptedAttempt = static_cast<int>(st.int64(14));
+    job.tenant = st.text(15);
+    job.owner = st.text(16);
     auto spec = parseJobSpec(job.specJson);
     if (!spec.isOk()) return spec.status().withContext("job " + job.id + ": stored spec");
     job.spec = std::move(spec).value();

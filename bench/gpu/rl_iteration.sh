@@ -44,7 +44,7 @@ server=127.0.0.1:$port
 loomd=$!
 trap 'kill $loomd 2>/dev/null; wait $loomd 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
-  job=$("$bin/loomctl" --server "$server" submit "$out/rollout.json" 2>/dev/null) && break
+  job=$("$bin/loomctl" --server "$server" --token-file "$out/state/planner/admin.token" submit "$out/rollout.json" 2>/dev/null) && break
   sleep 0.2
 done
 cat > "$out/loop.json" <<JSON
@@ -52,10 +52,10 @@ cat > "$out/loop.json" <<JSON
  "iterations": 1, "work_dir": "$out/run", "wait_s": 600,
  "sampling": {"n": 4, "temperature": 1.0, "max_tokens": 256, "ignore_eos": true}}
 JSON
-"$bin/loomctl" --server "$server" rl "$out/loop.json" -o json > "$out/rl.jsonl" 2> "$out/rl.err" ||
+"$bin/loomctl" --server "$server" --token-file "$out/state/planner/admin.token" rl "$out/loop.json" -o json > "$out/rl.jsonl" 2> "$out/rl.err" ||
   { echo "loomctl rl failed: see rl.err"; cat "$out/rl.err"; }
 cp "$out"/state/jobs/*/attempt-1/rank-0.log "$out/" 2>/dev/null || true
-"$bin/loomctl" --server "$server" cancel "$job" > /dev/null 2>&1 || true
+"$bin/loomctl" --server "$server" --token-file "$out/state/planner/admin.token" cancel "$job" > /dev/null 2>&1 || true
 python3 - "$out" <<'PY'
 import glob, json, os, sys, time
 out = sys.argv[1]

@@ -100,7 +100,7 @@ int followJob(const GlobalOptions& g, client::LoomClient& client, const std::str
 int submitCommand(const GlobalOptions& g, const std::string& file, const std::string& requestId, bool wait) {
   auto spec = readSpecFile(file, g.overrides);
   if (!spec.isOk()) return reportError(spec.status());
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   auto created = client.createJob(*spec, requestId);
   if (!created.isOk()) return reportError(created.status().withContext(file));
   const v1::Job& job = created->job();
@@ -118,14 +118,14 @@ int submitCommand(const GlobalOptions& g, const std::string& file, const std::st
 }
 
 int getCommand(const GlobalOptions& g, const std::string& jobId) {
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   auto job = client.getJob(jobId);
   if (!job.isOk()) return reportError(job.status());
   return printJob(g, *job);
 }
 
 int listCommand(const GlobalOptions& g, const std::vector<std::string>& states, int limit) {
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   v1::ListJobsRequest request;
   for (const auto& s : states) {
     v1::JobState state;
@@ -153,13 +153,13 @@ int listCommand(const GlobalOptions& g, const std::vector<std::string>& states, 
 }
 
 int watchCommand(const GlobalOptions& g, const std::string& jobId) {
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   return followJob(g, client, jobId);
 }
 
 int logsCommand(const GlobalOptions& g, const std::string& jobId, const std::vector<int>& ranks, bool follow,
                 int tail, int attempt) {
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   v1::GetJobLogsRequest request;
   request.set_job_id(jobId);
   for (int r : ranks) request.add_ranks(r);
@@ -204,7 +204,7 @@ int logsCommand(const GlobalOptions& g, const std::string& jobId, const std::vec
 }
 
 int cancelCommand(const GlobalOptions& g, const std::string& jobId, const std::string& reason) {
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   auto job = client.cancelJob(jobId, reason);
   if (!job.isOk()) return reportError(job.status());
   if (g.format == OutputFormat::kJson) return printJob(g, *job);
@@ -213,7 +213,7 @@ int cancelCommand(const GlobalOptions& g, const std::string& jobId, const std::s
 }
 
 int waitCommand(const GlobalOptions& g, const std::string& jobId, double timeoutS) {
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   auto job = client.awaitJob(jobId, std::chrono::milliseconds(static_cast<int64_t>(timeoutS * 1000)));
   if (!job.isOk()) return reportError(job.status());
   if (g.format == OutputFormat::kJson) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "client/loomctl/output.h"
+#include "common/security/credentials.h"
 #include "worker/data/prepare.h"
 
 namespace loom::loomctl {
@@ -17,6 +18,7 @@ struct SpecOverrides {
 
 struct GlobalOptions {
   std::string server;  // --server, else LOOM_SERVER, else 127.0.0.1:7450
+  security::ClientCredentials credentials;  // --ca, --cert, --key, --token-file (credential_flags.h)
   OutputFormat format = OutputFormat::kHuman;
   SpecOverrides overrides;
 };
@@ -50,6 +52,28 @@ struct RunOptions {
   int slots = 0;           // 0: as many as the job has ranks
   std::string stateDir;    // empty: a new directory under $TMPDIR
 };
+// loomctl certs init DIR (createCa) and certs issue DIR: a CA, the planner's certificate, node
+// and client certificates (docs/security.md names the files).
+struct CertsOptions {
+  std::string dir;
+  bool createCa = false;
+  std::vector<std::string> plannerNames;  // more names of the planner's certificate (DNS or IP)
+  std::vector<std::string> nodes;         // node ids
+  std::vector<std::string> clients;       // USER:TENANT, or USER::admin
+  int days = 365;
+};
+int certsCommand(const CertsOptions& options);
+
+// loomctl token create / revoke: a line of the planner's tokens file.
+struct TokenOptions {
+  std::string tokensFile;
+  std::string user;
+  std::string tenant;
+  std::string role = "user";
+};
+int tokenCreateCommand(const TokenOptions& options);
+int tokenRevokeCommand(const TokenOptions& options);
+
 // Runs one job on an embedded control plane (planner + daemon in this process) and returns its
 // result as the exit code.
 int runCommand(const GlobalOptions& g, const RunOptions& options);

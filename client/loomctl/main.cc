@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "client/loomctl/commands.h"
+#include "common/security/credential_flags.h"
 #include "common/version.h"
 
 int main(int argc, char** argv) {
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
   std::string output = "human";
   app.add_option("--server", g.server, "the planner (or loomd --standalone) address; env LOOM_SERVER")
       ->capture_default_str();
+  loom::security::CredentialFlags credentialFlags;
+  loom::security::addCredentialFlags(app, credentialFlags, "your");
   app.add_option("-o,--output", output, "human or json")->check(CLI::IsMember({"human", "json"}));
   app.add_option("--deepspeed", g.overrides.deepspeedFile,
                  "run, submit, validate, plan: the spec's deepspeed config from this file (a DeepSpeed user's "
@@ -163,12 +166,46 @@ int main(int argc, char** argv) {
   plotCmd->add_option("--rank", plotOptions.rank, "whose reports")->capture_default_str()->check(CLI::NonNegativeNumber);
   plotCmd->add_option("-o,--file", plotOptions.file, "the picture: FILE.png or FILE.svg")->required();
 
+  CertsOptions certs;
+  auto* certsCmd = app.add_subcommand("certs", "certificates for TLS and mutual TLS (local: no server)");
+  certsCmd->require_subcommand(1);
+  auto* certsInit = certsCmd->add_subcommand("init", "create a CA in DIR and issue the planner's, nodes' and clients' "
+                                                     "certificates");
+  auto* certsIssue = certsCmd->add_subcommand("issue", "issue more certificates from DIR's CA");
+  for (auto* cmd : {certsInit, certsIssue}) {
+    cmd->add_option("dir", certs.dir, "the directory: ca.crt, ca.key, planner.crt/.key, nodes/, clients/")->required();
+    cmd->add_option("--planner-name", certs.plannerNames,
+                    "a DNS name or IP address the planner is reached at (repeatable; localhost and loopback are "
+                    "always in)");
+    cmd->add_option("--node", certs.nodes, "a node id: nodes/ID.crt and .key (repeatable)");
+    cmd->add_option("--client", certs.clients, "USER:TENANT (a user) or USER::admin: clients/USER.crt and .key "
+                                               "(repeatable)");
+    cmd->add_option("--days", certs.days, "validity")->capture_default_str()->check(CLI::Range(1, 36500));
+  }
+  TokenOptions token;
+  auto* tokenCmd = app.add_subcommand("token", "bearer tokens in a planner's tokens file (local: no server)");
+  tokenCmd->require_subcommand(1);
+  auto* tokenCreate = tokenCmd->add_subcommand("create", "add a token to the tokens file and print it (once)");
+  auto* tokenRevoke = tokenCmd->add_subcommand("revoke", "remove every token of a user from the tokens file");
+  for (auto* cmd : {tokenCreate, tokenRevoke}) {
+    cmd->add_option("--tokens", token.tokensFile, "the planner's tokens file (loom-planner --tokens)")->required();
+    cmd->add_option("--user", token.user, "the user (role node: the node id, or * for any node)")->required();
+  }
+  tokenCreate->add_option("--tenant", token.tenant, "the user's tenant (a user needs one)");
+  tokenCreate->add_option("--role", token.role, "admin, user or node")->capture_default_str();
+
   std::string loopFile;
   auto* rlCmd = app.add_subcommand("rl", "RL post-training: rollout, score, train and update weights, N times");
   rlCmd->add_option("loop", loopFile, "the loop file (docs/post-training.md)")->required()->check(CLI::ExistingFile);
 
   CLI11_PARSE(app, argc, argv);
   g.format = output == "json" ? OutputFormat::kJson : OutputFormat::kHuman;
+  auto credentials = loom::security::loadCredentials(credentialFlags);
+  if (!credentials.isOk()) {
+    std::fprintf(stderr, "loomctl: %s\n", credentials.status().message().c_str());
+    return 2;
+  }
+  g.credentials = std::move(credentials).value();
 
   if (runCmd->parsed()) return runCommand(g, run);
   if (submit->parsed()) return submitCommand(g, file, requestId, wait);
@@ -204,5 +241,11 @@ int main(int argc, char** argv) {
   if (statusCmd->parsed()) return rolloutControlCommand(g, "status", rolloutJob, statusWaitS);
   if (rlCmd->parsed()) return rlCommand(g, loopFile);
   if (plotCmd->parsed()) return plotCommand(g, plotOptions);
+  if (certsInit->parsed() || certsIssue->parsed()) {
+    certs.createCa = certsInit->parsed();
+    return certsCommand(certs);
+  }
+  if (tokenCreate->parsed()) return tokenCreateCommand(token);
+  if (tokenRevoke->parsed()) return tokenRevokeCommand(token);
   return 2;
 }

@@ -25,7 +25,7 @@ void printNode(const GlobalOptions& g, const v1::Node& node) {
 }  // namespace
 
 int nodesCommand(const GlobalOptions& g) {
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   auto nodes = client.listNodes();
   if (!nodes.isOk()) return reportError(nodes.status());
   if (g.format == OutputFormat::kJson) {
@@ -44,7 +44,7 @@ int nodesCommand(const GlobalOptions& g) {
 }
 
 int drainCommand(const GlobalOptions& g, const std::string& nodeId, const std::string& reason, double timeoutS) {
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   auto drained = client.drainNode(nodeId, reason);
   if (!drained.isOk()) return reportError(drained.status());
   if (g.format == OutputFormat::kHuman)
@@ -69,7 +69,7 @@ int drainCommand(const GlobalOptions& g, const std::string& nodeId, const std::s
 }
 
 int uncordonCommand(const GlobalOptions& g, const std::string& nodeId) {
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   auto node = client.uncordonNode(nodeId);
   if (!node.isOk()) return reportError(node.status());
   printNode(g, *node);

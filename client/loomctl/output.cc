@@ -86,11 +86,19 @@ int reportError(const Status& status) {
   // Unavailable is also a job that does not serve yet; the hint is for a server not reached.
   if (status.code() == StatusCode::kUnavailable && status.message().find("connect") != std::string::npos)
     std::fprintf(stderr, "loomctl: is loom-planner (or loomd --standalone) running there? Set --server or LOOM_SERVER.\n");
+  if (status.code() == StatusCode::kUnavailable && status.message().find("ssl") != std::string::npos)
+    std::fprintf(stderr, "loomctl: a TLS handshake failed: does --ca hold the CA that signed the planner's certificate, "
+                         "and does that certificate name the address (or --server-name)?\n");
+  if (status.code() == StatusCode::kUnauthenticated)
+    std::fprintf(stderr, "loomctl: give your credentials: --token-file (LOOM_TOKEN_FILE; a planner without --tokens "
+                         "writes an admin's into STATE_DIR/admin.token) or --cert and --key with --ca\n");
   switch (status.code()) {
     case StatusCode::kInvalidArgument: return 2;
     case StatusCode::kNotFound: return 4;
     case StatusCode::kUnavailable: return 5;
     case StatusCode::kDeadlineExceeded: return 6;
+    case StatusCode::kUnauthenticated:
+    case StatusCode::kPermissionDenied: return 7;
     default: return 1;
   }
 }

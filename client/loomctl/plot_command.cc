@@ -35,7 +35,7 @@ int plotCommand(const GlobalOptions& g, const PlotOptions& options) {
   const bool png = endsWith(options.file, ".png");
   if (!png && !endsWith(options.file, ".svg"))
     return reportError(invalidArgument("-o {}: the picture's name must end in .png or .svg", options.file));
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   v1::ListJobMetricsRequest request;
   request.set_job_id(options.jobId);
   for (const auto& name : options.metrics) request.add_names(name);

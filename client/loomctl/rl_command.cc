@@ -257,7 +257,7 @@ int rlCommand(const GlobalOptions& g, const std::string& loopFile) {
   json train = json::parse(*trainText, nullptr, /*allow_exceptions=*/false);
   if (!train.is_object() || !train.value("data", json()).is_object() || !train.value("train", json()).is_object())
     return reportError(invalidArgument("train: {} must be a train job spec with data and train sections", loop->train));
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   const int64_t iterations = loop->iterations;
   LoopRunner runner(client, std::move(*loop), std::move(train));
   for (int64_t i = 1; i <= iterations; ++i) {

@@ -57,7 +57,7 @@ int generateFromFile(const GlobalOptions& g, client::LoomClient& client, const G
 }  // namespace
 
 int generateCommand(const GlobalOptions& g, const GenerateOptions& o) {
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   if (!o.file.empty()) return generateFromFile(g, client, o);
   v1::GenerateRequest request;
   request.set_job_id(o.jobId);
@@ -92,7 +92,7 @@ int generateCommand(const GlobalOptions& g, const GenerateOptions& o) {
 }
 
 int rolloutReloadCommand(const GlobalOptions& g, const ReloadOptions& o) {
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   v1::UpdateWeightsRequest request;
   request.set_job_id(o.jobId);
   request.set_checkpoint_dir(o.dir);
@@ -103,7 +103,7 @@ int rolloutReloadCommand(const GlobalOptions& g, const ReloadOptions& o) {
 }
 
 int rolloutControlCommand(const GlobalOptions& g, const std::string& action, const std::string& jobId, double waitS) {
-  client::LoomClient client(g.server);
+  client::LoomClient client(g.server, g.credentials);
   if (action == "pause") return reportStatus(g, client.pauseRollout(jobId));
   if (action == "resume") return reportStatus(g, client.resumeRollout(jobId));
   return reportStatus(g, retryWhileUnavailable(waitS, [&] { return client.rolloutStatus(jobId); }));

@@ -60,10 +60,14 @@ int runCommand(const GlobalOptions& g, const RunOptions& options) {
   daemon::DaemonOptions daemonOptions{.stateDir = stateDir, .nodeId = "local", .address = "127.0.0.1",
                                       .slots = options.slots > 0 ? options.slots : spec->ranks,
                                       .workerPath = files::selfDir() + "/loom-worker", .tickMs = 50};
-  auto node = daemon::Daemon::start(daemonOptions, (*server)->inProcessChannel(), &clock);
+  auto nodeChannel = (*server)->inProcessChannel(security::Role::kNode);
+  auto clientChannel = (*server)->inProcessChannel(security::Role::kAdmin);
+  if (!nodeChannel.isOk() || !clientChannel.isOk())
+    return reportError(nodeChannel.isOk() ? clientChannel.status() : nodeChannel.status());
+  auto node = daemon::Daemon::start(daemonOptions, *nodeChannel, &clock);
   if (!node.isOk()) return reportError(node.status());
 
-  client::LoomClient client((*server)->inProcessChannel());
+  client::LoomClient client(*clientChannel);
   auto created = client.createJob(*text);
   if (!created.isOk()) return reportError(created.status().withContext(options.file));
   const std::string jobId = created->job().id();

@@ -10,6 +10,7 @@
 
 #include "common/files.h"
 #include "common/process.h"
+#include "common/security/tokens.h"
 #include "tests/catch.h"
 
 namespace loom::testing {
@@ -53,6 +54,30 @@ int Child::terminate() {
   return -1;
 }
 
+const TestCredentials& testCredentials() {
+  static const TestCredentials credentials = [] {
+    static TempDir dir;
+    TestCredentials c{.tokensFile = dir.path() + "/tokens",
+                      .adminTokenFile = dir.path() + "/admin.token",
+                      .nodeTokenFile = dir.path() + "/node.token",
+                      .admin = {}};
+    std::string lines;
+    for (auto [path, role] : {std::pair{c.adminTokenFile, security::Role::kAdmin},
+                              std::pair{c.nodeTokenFile, security::Role::kNode}}) {
+      auto token = security::generateToken();
+      if (!token.isOk()) throw std::runtime_error(token.status().toString());
+      if (!files::writeFileAtomic(path, *token + "\n", 0600).isOk()) throw std::runtime_error("cannot write " + path);
+      lines += security::tokensFileLine(
+          {.hash = security::tokenHash(*token),
+           .identity = {.user = role == security::Role::kNode ? "*" : "test-admin", .role = role}});
+      if (role == security::Role::kAdmin) c.admin.token = *token;
+    }
+    if (!files::writeFileAtomic(c.tokensFile, lines, 0600).isOk()) throw std::runtime_error("cannot write tokens");
+    return c;
+  }();
+  return credentials;
+}
+
 bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -81,10 +106,11 @@ Standalone::Standalone(int slots, double nodeTimeoutS) {
   loomd = std::make_unique<Child>(binary("loomd"),
                                   std::vector<std::string>{"--standalone", "--listen", "127.0.0.1:0", "--state-dir",
                                                            dir.path(), "--slots", std::to_string(slots), "--node-id",
-                                                           "node-a", "--node-timeout", std::to_string(nodeTimeoutS)},
+                                                           "node-a", "--node-timeout", std::to_string(nodeTimeoutS),
+                                                           "--tokens", testCredentials().tokensFile},
                                   dir.path() + "/loomd.log");
   address = awaitAddressFile(dir.path() + "/planner.address");
-  client = std::make_unique<client::LoomClient>(address);
+  client = std::make_unique<client::LoomClient>(address, testCredentials().admin);
   REQUIRE(client->awaitReady(std::chrono::seconds(10)).isOk());
 }
 
@@ -93,7 +119,8 @@ PlannerProcess::PlannerProcess(const std::string& listen, const std::string& sta
   ::unlink((stateDir_ + "/planner.address").c_str());
   process = std::make_unique<Child>(binary("loom-planner"),
                                     std::vector<std::string>{"--listen", listen, "--state-dir", stateDir_,
-                                                             "--node-timeout", std::to_string(nodeTimeoutS)},
+                                                             "--node-timeout", std::to_string(nodeTimeoutS), "--tokens",
+                                                             testCredentials().tokensFile},
                                     stateDir_ + "/planner.log");
   address = awaitAddressFile(stateDir_ + "/planner.address");
 }
@@ -103,7 +130,8 @@ DaemonProcess::DaemonProcess(const std::string& plannerAddress, int slots, const
     : nodeId(id) {
   stateDir_ = stateDirIn.empty() ? dir.path() : stateDirIn;
   std::vector<std::string> args{"--planner", plannerAddress, "--state-dir", stateDir_,
-                                "--slots",   std::to_string(slots), "--node-id", nodeId};
+                                "--slots",   std::to_string(slots), "--node-id", nodeId,
+                                "--token-file", testCredentials().nodeTokenFile};
   args.insert(args.end(), extraArgs.begin(), extraArgs.end());
   process = std::make_unique<Child>(binary("loomd"), args, stateDir_ + "/loomd.log");
 }

@@ -35,7 +35,18 @@ std::string binary(const std::string& name);  // build/bin/<name>
 // publish no event to wait on), not for time.
 bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
 
-// Loom processes on loopback with port 0 and temp state dirs.
+// The credentials every process of a test binary uses, as an operator would set them up: a
+// tokens file (the planners' --tokens) holding an admin's token and a node token, each also in
+// a file of its own (loomctl's and loomd's --token-file). Made once per process.
+struct TestCredentials {
+  std::string tokensFile;
+  std::string adminTokenFile;
+  std::string nodeTokenFile;
+  security::ClientCredentials admin;  // what a test's LoomClient connects with
+};
+const TestCredentials& testCredentials();
+
+// Loom processes on loopback with port 0 and temp state dirs, all with testCredentials().
 struct Standalone {
   TempDir dir;
   std::unique_ptr<Child> loomd;

@@ -32,7 +32,7 @@ TEST_CASE("a 4-rank job splits over two daemons of 2 slots under a separate plan
   PlannerProcess planner;
   DaemonProcess a(planner.address, 2, "node-a");
   DaemonProcess b(planner.address, 2, "node-b");
-  client::LoomClient client(planner.address);
+  client::LoomClient client(planner.address, testCredentials().admin);
   REQUIRE(eventually(
       [&] {
         auto nodes = client.listNodes();
@@ -57,7 +57,7 @@ TEST_CASE("a tensor-parallel group is never split over nodes - one no node can h
   PlannerProcess planner;
   DaemonProcess a(planner.address, 2, "node-a");
   DaemonProcess b(planner.address, 2, "node-b");
-  client::LoomClient client(planner.address);
+  client::LoomClient client(planner.address, testCredentials().admin);
   REQUIRE(eventually([&] { auto nodes = client.listNodes(); return nodes.isOk() && nodes->size() == 2; },
                      std::chrono::seconds(20)));
   TempDir dir;
@@ -166,7 +166,7 @@ TEST_CASE("cancelling a two-node job at once leaves nothing behind", "[integrati
   PlannerProcess planner;
   DaemonProcess a(planner.address, 2, "node-a");
   DaemonProcess b(planner.address, 2, "node-b");
-  client::LoomClient client(planner.address);
+  client::LoomClient client(planner.address, testCredentials().admin);
   REQUIRE(eventually([&] { auto n = client.listNodes(); return n.isOk() && n->size() == 2; }, std::chrono::seconds(20)));
   for (int i = 0; i < 3; ++i) {
     auto created = client.createJob(probeSpec(4, 1000, 50));
@@ -185,7 +185,7 @@ TEST_CASE("cancelling a two-node job at once leaves nothing behind", "[integrati
 TEST_CASE("a second loomd with a node id already attached is refused", "[integration]") {
   PlannerProcess planner;
   DaemonProcess a(planner.address, 2, "same");
-  client::LoomClient client(planner.address);
+  client::LoomClient client(planner.address, testCredentials().admin);
   REQUIRE(eventually([&] { auto n = client.listNodes(); return n.isOk() && n->size() == 1 && (*n)[0].connected(); },
                      std::chrono::seconds(20)));
   DaemonProcess b(planner.address, 3, "same");

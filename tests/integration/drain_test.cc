@@ -33,7 +33,7 @@ TEST_CASE("drain: the node's job relaunches on another without using a restart -
   PlannerProcess planner;
   DaemonProcess a(planner.address, 2, "node-a");
   DaemonProcess b(planner.address, 2, "node-b");
-  client::LoomClient client(planner.address);
+  client::LoomClient client(planner.address, testCredentials().admin);
   REQUIRE(eventually([&] { return attached(client, {"node-a", "node-b"}); }, std::chrono::seconds(20)));
 
   auto created = client.createJob(probeSpec(2, 60, 50));
@@ -79,13 +79,13 @@ TEST_CASE("a cordon outlives a planner restart", "[integration]") {
   const std::string address = planner->address, stateDir = planner->stateDir();
   DaemonProcess a(address, 2, "node-a");
   {
-    client::LoomClient client(address);
+    client::LoomClient client(address, testCredentials().admin);
     REQUIRE(eventually([&] { return attached(client, {"node-a"}); }, std::chrono::seconds(20)));
     REQUIRE(client.drainNode("node-a", "").isOk());
   }
   planner->process->kill();
   planner = std::make_unique<PlannerProcess>(address, stateDir);
-  client::LoomClient client(address);
+  client::LoomClient client(address, testCredentials().admin);
   REQUIRE(eventually([&] { return attached(client, {"node-a"}); }, std::chrono::seconds(20)));
   auto node = nodeNamed(client, "node-a");
   REQUIRE(node);
@@ -109,7 +109,7 @@ TEST_CASE("loomd --drain-on-sigterm preempts its ranks before it stops - its nex
   auto a = std::make_unique<DaemonProcess>(planner.address, 2, "node-a", "",
                                            std::vector<std::string>{"--drain-on-sigterm", "--drain-timeout", "20"});
   const std::string stateDir = a->stateDir();
-  client::LoomClient client(planner.address);
+  client::LoomClient client(planner.address, testCredentials().admin);
   REQUIRE(eventually([&] { return attached(client, {"node-a"}); }, std::chrono::seconds(20)));
   auto created = client.createJob(probeSpec(2, 60, 50));
   REQUIRE(created.isOk());

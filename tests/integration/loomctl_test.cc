@@ -20,7 +20,9 @@ struct Result {
 
 Result loomctl(const std::string& args, const std::string& dir) {
   std::string errPath = dir + "/loomctl.err";
-  std::string cmd = binary("loomctl") + " " + args + " 2>" + errPath;
+  // The credentials as a user's environment gives them.
+  std::string cmd = "LOOM_TOKEN_FILE=" + testCredentials().adminTokenFile + " " + binary("loomctl") + " " + args +
+                    " 2>" + errPath;
   Result r;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);

@@ -16,7 +16,7 @@ TEST_CASE("the planner restarts while a job runs: the job is still there and end
   DaemonProcess node(address, 2, "node-a");
   std::string jobId;
   {
-    client::LoomClient client(address);
+    client::LoomClient client(address, testCredentials().admin);
     auto created = client.createJob(probeSpec(2, 40, 50));  // about 2 s of work
     REQUIRE(created.isOk());
     jobId = created->job().id();
@@ -26,7 +26,7 @@ TEST_CASE("the planner restarts while a job runs: the job is still there and end
   std::string stateDir = planner->stateDir();
   planner->process->kill();
   auto restarted = std::make_unique<PlannerProcess>(address, stateDir);
-  client::LoomClient client(address);
+  client::LoomClient client(address, testCredentials().admin);
   auto job = client.getJob(jobId);
   REQUIRE(job.isOk());
   v1::Job final = awaitFinal(client, jobId);
@@ -39,7 +39,7 @@ TEST_CASE("a failure while the planner is down is reported when it returns", "[i
   auto planner = std::make_unique<PlannerProcess>();
   const std::string address = planner->address;
   DaemonProcess node(address, 2, "node-a");
-  client::LoomClient client(address);
+  client::LoomClient client(address, testCredentials().admin);
   auto created = client.createJob(probeSpec(2, 1000, 50));
   REQUIRE(created.isOk());
   v1::Job running = awaitRunning(client, created->job().id());
@@ -58,7 +58,7 @@ TEST_CASE("a failure while the planner is down is reported when it returns", "[i
 TEST_CASE("loomd restarts while its ranks run: it re-adopts them and the job succeeds", "[integration]") {
   PlannerProcess planner;
   auto node = std::make_unique<DaemonProcess>(planner.address, 2, "node-a");
-  client::LoomClient client(planner.address);
+  client::LoomClient client(planner.address, testCredentials().admin);
   auto created = client.createJob(probeSpec(2, 40, 50));
   REQUIRE(created.isOk());
   v1::Job running = awaitRunning(client, created->job().id());
@@ -76,7 +76,7 @@ TEST_CASE("loomd restarts while its ranks run: it re-adopts them and the job suc
 TEST_CASE("a node that never comes back fails its ranks after the node timeout", "[integration]") {
   PlannerProcess planner("127.0.0.1:0", "", /*nodeTimeoutS=*/2);
   auto node = std::make_unique<DaemonProcess>(planner.address, 2, "node-a");
-  client::LoomClient client(planner.address);
+  client::LoomClient client(planner.address, testCredentials().admin);
   auto created = client.createJob(probeSpec(2, 1000, 50));
   REQUIRE(created.isOk());
   v1::Job running = awaitRunning(client, created->job().id());
@@ -92,7 +92,7 @@ TEST_CASE("a node that never comes back fails its ranks after the node timeout",
 TEST_CASE("ranks that end while loomd is down are reported by the restarted loomd", "[integration]") {
   PlannerProcess planner;
   auto node = std::make_unique<DaemonProcess>(planner.address, 2, "node-a");
-  client::LoomClient client(planner.address);
+  client::LoomClient client(planner.address, testCredentials().admin);
   auto created = client.createJob(probeSpec(2, 10, 50));  // about half a second of work
   REQUIRE(created.isOk());
   awaitRunning(client, created->job().id());
@@ -111,7 +111,7 @@ TEST_CASE("ranks that end while the planner is down are reported when it returns
   DaemonProcess node(address, 2, "node-a");
   std::string jobId;
   {
-    client::LoomClient client(address);
+    client::LoomClient client(address, testCredentials().admin);
     auto created = client.createJob(probeSpec(2, 10, 50));
     REQUIRE(created.isOk());
     jobId = created->job().id();
@@ -121,7 +121,7 @@ TEST_CASE("ranks that end while the planner is down are reported when it returns
   planner->process->kill();
   REQUIRE(eventually([&] { return jobProcesses(jobId).empty(); }, std::chrono::seconds(20)));
   auto restarted = std::make_unique<PlannerProcess>(address, stateDir);
-  client::LoomClient client(address);
+  client::LoomClient client(address, testCredentials().admin);
   v1::Job final = awaitFinal(client, jobId);
   INFO(final.reason());
   CHECK(final.state() == v1::SUCCEEDED);

@@ -107,12 +107,25 @@ class ControlPlane:
             time.sleep(0.05)
         return open(path).read().strip()
 
+    def token_file(self, timeout=30):
+        """The admin's token the standalone planner generated into its state directory (mode
+        0600), as a user passes it to loomctl --token-file."""
+        path = os.path.join(self.work, "state", "planner", "admin.token")
+        deadline = time.time() + timeout
+        while not os.path.exists(path):
+            if time.time() > deadline or self.loomd.poll() is not None:
+                raise RuntimeError(f"loomd wrote no {path}")
+            time.sleep(0.05)
+        return path
+
     def ctl(self, *args, timeout=180):
-        return subprocess.run([os.path.join(self.bin_dir, "loomctl"), "--server", self.server, *args],
+        return subprocess.run([os.path.join(self.bin_dir, "loomctl"), "--server", self.server,
+                               "--token-file", self.token_file(), *args],
                               capture_output=True, text=True, timeout=timeout)
 
     def ctl_popen(self, *args):
-        return subprocess.Popen([os.path.join(self.bin_dir, "loomctl"), "--server", self.server, *args],
+        return subprocess.Popen([os.path.join(self.bin_dir, "loomctl"), "--server", self.server,
+                                 "--token-file", self.token_file(), *args],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def submit(self, spec):

@@ -48,7 +48,7 @@ def main():
         plane = ControlPlane(bin_dir, work)
         try:
             plane.http_address()  # written once the planner serves
-            with loom.Client(plane.server, token="ignored-until-planners-check-tokens") as client:
+            with loom.Client(plane.server, token_file=plane.token_file()) as client:
                 # 1. A spec file with paths relative to it.
                 spec = small_llama(bin_dir, work, steps=40, name="from-python")
                 jobs_dir = os.path.join(work, "jobs")
@@ -102,13 +102,18 @@ def main():
                     except loom.LoomError as e:
                         check(e.code == code and words in e.message, f"{what}: {e.code}: {e.message}")
                 try:
+                    loom.Client(plane.server, token="not-a-token").list()
+                    check(False, "an unknown token: no error")
+                except loom.LoomError as e:
+                    check(e.code == "UNAUTHENTICATED", f"an unknown token: {e.code}: {e.message}")
+                try:
                     loom.Client("127.0.0.1:1", timeout=2).get("x")
                     check(False, "an unreachable planner: no error")
                 except loom.LoomError as e:
                     check(e.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"), f"an unreachable planner: {e.code}")
 
             # 4. The example scheduler.
-            env = dict(os.environ, PYTHONPATH=os.path.join(work, "site"))
+            env = dict(os.environ, PYTHONPATH=os.path.join(work, "site"), LOOM_TOKEN_FILE=plane.token_file())
             r = subprocess.run([sys.executable, os.path.join(REPO, "examples", "scheduler", "sweep.py"), path,
                                 "--lr", "1e-3", "3e-3", "--steps", "10", "--server", plane.server],
                                capture_output=True, text=True, timeout=600, env=env)

@@ -39,18 +39,57 @@ def _error(e: grpc.RpcError) -> LoomError:
     return LoomError(e.code().name, e.details() or "")
 
 
+def _read(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise LoomError("INVALID_ARGUMENT", f"{what} {path}: {e.strerror}") from None
+
+
 class Client:
     """A connection to a Loom planner (loom-planner, or `loomd --standalone`).
 
-    `address` is host:port, as `loomctl --server`. `token` is sent as a bearer token with every
-    call (`authorization: Bearer TOKEN`) for planners that require one. `timeout` bounds each
-    unary call in seconds; streams (watch, follow_logs) run until they end. Use it as a context
-    manager, or call close()."""
+    `address` is host:port, as `loomctl --server`. Credentials are loomctl's, with the same
+    environment defaults:
 
-    def __init__(self, address: str = "127.0.0.1:7450", token: Optional[str] = None, *, timeout: float = 30.0):
+    - `token` (LOOM_TOKEN), or `token_file` (LOOM_TOKEN_FILE): a bearer token sent with every
+      call (`authorization: Bearer TOKEN`). A planner without --tokens writes an admin's into
+      its state directory as admin.token.
+    - `ca` (LOOM_CA): the CA certificate that signed the planner's; given, the channel is TLS.
+      `cert` and `key` (LOOM_CERT, LOOM_KEY): a client certificate for mutual TLS.
+      `server_name` (LOOM_SERVER_NAME): the name the planner's certificate carries, when the
+      address is not it.
+
+    `timeout` bounds each unary call in seconds; streams (watch, follow_logs) run until they
+    end. Use it as a context manager, or call close()."""
+
+    def __init__(self, address: str = "127.0.0.1:7450", token: Optional[str] = None, *,
+                 token_file: Optional[str] = None, ca: Optional[str] = None, cert: Optional[str] = None,
+                 key: Optional[str] = None, server_name: Optional[str] = None, timeout: float = 30.0):
+        env = os.environ.get
+        if token is None:
+            token_file = token_file or env("LOOM_TOKEN_FILE")
+            token = _read(token_file, "token file").decode().strip() if token_file else env("LOOM_TOKEN")
+        ca, cert, key = ca or env("LOOM_CA"), cert or env("LOOM_CERT"), key or env("LOOM_KEY")
+        server_name = server_name or env("LOOM_SERVER_NAME")
+        if bool(cert) != bool(key):
+            raise LoomError("INVALID_ARGUMENT", "a client certificate needs both cert and key")
+        if cert and not ca:
+            raise LoomError("INVALID_ARGUMENT", "a client certificate needs TLS: give ca, the CA that signed the "
+                                                "planner's certificate")
         # A Plan has an entry per tensor: larger than gRPC's default 4 MiB for large models.
         options = [("grpc.max_receive_message_length", -1)]
-        self._channel = grpc.insecure_channel(address, options=options)
+        if ca:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(ca, "ca"),
+                private_key=_read(key, "key") if key else None,
+                certificate_chain=_read(cert, "cert") if cert else None)
+            if server_name:
+                options.append(("grpc.ssl_target_name_override", server_name))
+            self._channel = grpc.secure_channel(address, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
         self._jobs = job_pb2_grpc.JobServiceStub(self._channel)
         self._nodes = node_pb2_grpc.NodeServiceStub(self._channel)
         self._metadata = [("authorization", f"Bearer {token}")] if token else []

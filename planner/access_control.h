@@ -1,0 +1,82 @@
+#pragma once
+
+#include <sys/stat.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/security/tokens.h"
+#include "common/status.h"
+
+namespace loom::planner {
+
+class PlannerCore;
+using security::Identity;
+using security::Role;
+
+// Who makes a call. Every call but the health check is authenticated by a bearer token (looked
+// up by its hash in the tokens file) or by a client certificate that TLS has verified against
+// the client CA (CN = user, O = tenant, OU = role). The tokens file is read again whenever it
+// changes, so removing a line revokes that token at once; a file that no longer parses is
+// refused with a logged error and the previous table stays in force.
+class AccessControl {
+ public:
+  static StatusOr<std::unique_ptr<AccessControl>> create(const std::string& tokensFile);
+
+  // A token known to this process only (standalone's own daemon, loomctl run's client).
+  void addToken(const std::string& token, Identity identity);
+  // UNAUTHENTICATED naming what was missing or wrong.
+  StatusOr<Identity> authenticate(const grpc::ServerContextBase& ctx);
+
+ private:
+  explicit AccessControl(std::string tokensFile) : tokensFile_(std::move(tokensFile)) {}
+  Status reloadIfChanged();  // under mu_
+
+  const std::string tokensFile_;
+  std::mutex mu_;
+  struct stat fileStat_ {};
+  std::map<std::string, Identity> fromFile_;   // token hash → who
+  std::map<std::string, Identity> inProcess_;  // token hash → who
+};
+
+// The planner's own tokens when the operator gives no tokens file: `stateDir`/tokens (created on
+// first start with an admin and a node credential), `admin.token` and `node.token` beside it,
+// each mode 0600. Returns the tokens file's path.
+StatusOr<std::string> ensureGeneratedTokens(const std::string& stateDir);
+
+// ---- the rules ----------------------------------------------------------------------------------
+
+// PERMISSION_DENIED unless the caller has one of `roles`; `what` names the call.
+Status requireRole(const Identity& caller, std::initializer_list<Role> roles, std::string_view what);
+// Admins act on every job, users on their tenant's; the refusal names the job's tenant (not its
+// name or anything else about it).
+Status mayActOnJob(const Identity& caller, const std::string& jobId, const std::string& jobTenant,
+                   std::string_view action);
+// A node credential attaches the node it names (or any node: "*").
+Status mayAttachAs(const Identity& caller, const std::string& nodeId);
+
+// The checks a service runs before it acts, in one place.
+class CallGate {
+ public:
+  CallGate(AccessControl* access, PlannerCore* core) : access_(access), core_(core) {}
+
+  // The caller when it holds one of `roles`.
+  StatusOr<Identity> caller(const grpc::ServerContextBase& ctx, std::initializer_list<Role> roles,
+                            std::string_view what);
+  // Calls `done` with OK when the caller (a user or an admin) may `action` job `jobId`, or with
+  // the refusal (and NOT_FOUND for a job that does not exist). `done` runs on the core's loop.
+  void checkJob(const grpc::ServerContextBase& ctx, const std::string& jobId, std::string_view action,
+                std::function<void(const Status&)> done);
+
+ private:
+  AccessControl* access_;
+  PlannerCore* core_;
+};
+
+}  // namespace loom::planner
