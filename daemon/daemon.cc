@@ -318,6 +318,11 @@ void Daemon::launchRank(const LaunchOrder& order, const RankAssignment& assignme
       .workingDir = "",
       .newSession = true,
   };
+  if (!options_.kernelDirs.empty()) {
+    std::string dirs;
+    for (const std::string& dir : options_.kernelDirs) dirs += (dirs.empty() ? "" : ":") + dir;
+    spawn.env["LOOM_KERNEL_DIRS"] = dirs;
+  }
   Status made = files::makeDirs(r.rankDir);
   auto pid = made.isOk() ? process::spawn(spawn) : StatusOr<int>(made);
   if (!pid.isOk()) {

@@ -42,6 +42,9 @@ struct DaemonOptions {
                                 // planner sees this daemon's stream come from
   int slots = 0;                // ranks this node runs at once
   std::string workerPath;       // the loom-worker binary
+  // Where ranks find the kernel plugins their jobs name (LOOM_KERNEL_DIRS); empty: the worker's
+  // own defaults (kernels/loader.h).
+  std::vector<std::string> kernelDirs;
   int64_t tickMs = 100;         // how often ranks are checked (exits, heartbeats, kill deadlines)
 
   Status validate() const;

@@ -13,6 +13,7 @@
 #include "common/version.h"
 #include "daemon/daemon.h"
 #include "daemon/node_metrics.h"
+#include "kernels/loader.h"
 #include "common/security/credential_flags.h"
 #include "planner/planner_server.h"
 #include "planner/server_flags.h"
@@ -58,6 +59,11 @@ int main(int argc, char** argv) {
   app.add_option("--address", options.address,
                  "the address other nodes reach this one at (default: as the planner sees it; standalone: 127.0.0.1)");
   app.add_option("--worker", options.workerPath, "the loom-worker binary")->capture_default_str();
+  options.kernelDirs = loom::kernels::defaultKernelDirectories();
+  app.add_option("--kernel-dir", options.kernelDirs,
+                 "a directory of kernel plugins that jobs may name in kernels.plugins (repeatable; replaces the "
+                 "default, the plugin directories beside loomd)")
+      ->capture_default_str();
   app.add_option("--node-timeout", nodeTimeoutS, "with --standalone: seconds before a silent node's ranks are lost")
       ->capture_default_str();
   app.add_option("--log-level", logLevel, "trace, debug, info, warn or error")->capture_default_str();

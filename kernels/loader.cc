@@ -1,12 +1,15 @@
 #include "kernels/loader.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <set>
+
+#include "kernels/plugin_name.h"
 
 namespace loom::kernels {
 
@@ -66,6 +69,36 @@ StatusOr<std::vector<std::string>> pluginFiles(const std::vector<std::string>& r
   RETURN_IF_ERROR(addAll(requested, requestedBy));
   RETURN_IF_ERROR(addAll(splitPath(environment), "LOOM_KERNEL_PATH"));
   return out;
+}
+
+std::vector<std::string> defaultKernelDirectories() {
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return {};
+  const fs::path lib = fs::path(std::string(exe, static_cast<size_t>(n))).parent_path().parent_path() / "lib";
+  return {(lib / "kernels").string(), lib.string()};
+}
+
+std::vector<std::string> kernelDirectories() {
+  const char* dirs = std::getenv("LOOM_KERNEL_DIRS");
+  return dirs ? splitPath(dirs) : defaultKernelDirectories();
+}
+
+StatusOr<std::string> findPlugin(const std::string& name, const std::vector<std::string>& dirs) {
+  std::string listed;
+  for (const std::string& dir : dirs) listed += (listed.empty() ? "" : ", ") + dir;
+  const std::string shortName = pluginShortName(name);
+  if (shortName.empty())
+    return invalidArgument("kernel plugin \"{}\" is not a plugin name: a job names one (\"cuda\" for "
+                           "libloom_kernels_cuda.so), which loads from the node's kernel directories ({})",
+                           name, listed);
+  for (const std::string& dir : dirs) {
+    const fs::path file = fs::path(dir) / pluginFileName(shortName);
+    std::error_code ec;
+    if (fs::is_regular_file(file, ec)) return file.string();
+  }
+  return notFound("kernel plugin \"{}\" ({}) is in none of this node's kernel directories ({}; loomd --kernel-dir)",
+                  name, pluginFileName(shortName), listed.empty() ? "none" : listed);
 }
 
 StatusOr<const loom_kernel_table*> openPlugin(const std::string& path, const loom_kernel_host* host) {

@@ -17,6 +17,16 @@ namespace loom::kernels {
 StatusOr<std::vector<std::string>> pluginFiles(const std::vector<std::string>& requested, const char* environment,
                                                const char* requestedBy = "the job spec");
 
+// The operator's kernel directories on this node, where a job's plugins are looked up by name
+// (plugin_name.h): LOOM_KERNEL_DIRS (colon-separated; loomd sets it for its ranks from
+// --kernel-dir), else defaultKernelDirectories().
+std::vector<std::string> kernelDirectories();
+// Beside the running binary: ../lib/kernels (the image's) and ../lib (a build tree's).
+std::vector<std::string> defaultKernelDirectories();
+// The file of the plugin `name` ("cuda" or "libloom_kernels_cuda.so") in the first of `dirs` that
+// has it. A path, or a name no directory holds, is refused naming the directories.
+StatusOr<std::string> findPlugin(const std::string& name, const std::vector<std::string>& dirs);
+
 // Opens one plugin: dlopen, the entry symbol, the ABI version (refused with both versions and
 // the file named), the table's header fields, then init(host). The library stays loaded for
 // the life of the process.

@@ -68,25 +68,32 @@ void AccessControl::addToken(const std::string& token, Identity identity) {
   inProcess_[security::tokenHash(token)] = std::move(identity);
 }
 
+StatusOr<Identity> AccessControl::fromBearer(std::string_view value) {
+  const std::string_view prefix = security::kBearerPrefix;
+  if (value.substr(0, prefix.size()) != prefix) return unauthenticated("the authorization is not \"Bearer TOKEN\"");
+  const std::string hash = security::tokenHash(value.substr(prefix.size()));
+  std::lock_guard lock(mu_);
+  if (Status reloaded = reloadIfChanged(); !reloaded.isOk()) {
+    if (reloaded.message() != lastReloadError_)
+      spdlog::error("{}; the tokens read before stay in force", reloaded.message());
+    lastReloadError_ = reloaded.message();
+  }
+  if (auto found = fromFile_.find(hash); found != fromFile_.end()) return found->second;
+  if (auto found = inProcess_.find(hash); found != inProcess_.end()) return found->second;
+  return unauthenticated("the bearer token is not one this planner knows (revoked, mistyped, or another "
+                         "planner's)");
+}
+
+StatusOr<Identity> AccessControl::authenticateHttp(std::string_view authorization) {
+  if (authorization.empty())
+    return unauthenticated("the request carries no credentials: a bearer token (\"Authorization: Bearer TOKEN\")");
+  return fromBearer(authorization);
+}
+
 StatusOr<Identity> AccessControl::authenticate(const grpc::ServerContextBase& ctx) {
   const auto& metadata = ctx.client_metadata();
-  if (auto it = metadata.find(security::kAuthorizationKey); it != metadata.end()) {
-    const std::string_view value(it->second.data(), it->second.size());
-    const std::string_view prefix = security::kBearerPrefix;
-    if (value.substr(0, prefix.size()) != prefix)
-      return unauthenticated("the 'authorization' metadata is not \"Bearer TOKEN\"");
-    const std::string hash = security::tokenHash(value.substr(prefix.size()));
-    std::lock_guard lock(mu_);
-    if (Status reloaded = reloadIfChanged(); !reloaded.isOk()) {
-      static std::string lastError;
-      if (reloaded.message() != lastError) spdlog::error("{}; the tokens read before stay in force", reloaded.message());
-      lastError = reloaded.message();
-    }
-    if (auto found = fromFile_.find(hash); found != fromFile_.end()) return found->second;
-    if (auto found = inProcess_.find(hash); found != inProcess_.end()) return found->second;
-    return unauthenticated("the bearer token is not one this planner knows (revoked, mistyped, or another "
-                           "planner's)");
-  }
+  if (auto it = metadata.find(security::kAuthorizationKey); it != metadata.end())
+    return fromBearer(std::string_view(it->second.data(), it->second.size()));
   if (auto auth = ctx.auth_context(); auth && auth->IsPeerAuthenticated()) {
     auto pems = auth->FindPropertyValues("x509_pem_cert");
     if (!pems.empty()) return certificateIdentity(std::string(pems.front().data(), pems.front().size()));

@@ -33,16 +33,20 @@ class AccessControl {
   void addToken(const std::string& token, Identity identity);
   // UNAUTHENTICATED naming what was missing or wrong.
   StatusOr<Identity> authenticate(const grpc::ServerContextBase& ctx);
+  // The same for an HTTP request's Authorization header (empty: none); tokens only.
+  StatusOr<Identity> authenticateHttp(std::string_view authorization);
 
  private:
   explicit AccessControl(std::string tokensFile) : tokensFile_(std::move(tokensFile)) {}
   Status reloadIfChanged();  // under mu_
+  StatusOr<Identity> fromBearer(std::string_view authorization);
 
   const std::string tokensFile_;
   std::mutex mu_;
   struct stat fileStat_ {};
   std::map<std::string, Identity> fromFile_;   // token hash → who
   std::map<std::string, Identity> inProcess_;  // token hash → who
+  std::string lastReloadError_;  // logged once, not on every call
 };
 
 // The planner's own tokens when the operator gives no tokens file: `stateDir`/tokens (created on

@@ -1,6 +1,7 @@
 #include "planner/job_spec.h"
 
 #include "common/files.h"
+#include "kernels/plugin_name.h"
 #include "planner/deepspeed_auto.h"
 #include "planner/deepspeed_keys.h"
 #include "planner/json_reader.h"
@@ -202,6 +203,12 @@ Status parseTrain(const json& object, JobSpec* spec) {
 Status parseKernels(const json& object, JobSpec* spec) {
   ObjectReader r(object, "kernels");
   RETURN_IF_ERROR(r.readStrings("plugins", &spec->kernelPlugins, {}));
+  for (size_t i = 0; i < spec->kernelPlugins.size(); ++i)
+    if (kernels::pluginShortName(spec->kernelPlugins[i]).empty())
+      return invalidArgument("kernels.plugins[{}]: \"{}\" is not a plugin name: plugins load only from the nodes' "
+                             "kernel directories (loomd --kernel-dir); name one, e.g. \"cuda\" for "
+                             "libloom_kernels_cuda.so",
+                             i, spec->kernelPlugins[i]);
   return r.rejectUnknown();
 }
 
@@ -597,8 +604,6 @@ std::string resolveSpecPaths(const std::string& specJson, const std::string& bas
       {"deepspeed"}};
   for (const auto& keys : kPaths)
     if (json* v = at(keys)) resolve(*v);
-  if (json* plugins = at({"kernels", "plugins"}); plugins && plugins->is_array())
-    for (json& v : *plugins) resolve(v);
   if (json* deepspeed = at({"deepspeed"})) resolveMonitorPaths(*deepspeed, baseDir);
   return root.dump(2);
 }

@@ -88,7 +88,8 @@ StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::start(const PlannerServe
   auto colon = options.listenAddress.rfind(':');
   server->boundAddress_ = options.listenAddress.substr(0, colon) + ":" + std::to_string(port);
   if (!options.httpListenAddress.empty()) {
-    auto web = WebServer::start(options.httpListenAddress, server->core_.get(), server->metrics_.get());
+    auto web = WebServer::start(options.httpListenAddress, server->core_.get(), server->metrics_.get(),
+                                server->access_.get(), options.tls);
     if (web.isOk()) {
       server->web_ = std::move(web).value();
     } else if (options.httpRequired) {

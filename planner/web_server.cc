@@ -52,6 +52,10 @@ int httpStatusOf(StatusCode code) {
       return 400;
     case StatusCode::kNotFound:
       return 404;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kPermissionDenied:
+      return 403;
     case StatusCode::kFailedPrecondition:
       return 409;
     case StatusCode::kUnavailable:
@@ -63,6 +67,7 @@ int httpStatusOf(StatusCode code) {
 
 void sendError(httplib::Response& res, const Status& status) {
   res.status = httpStatusOf(status.code());
+  if (res.status == 401) res.set_header("WWW-Authenticate", "Bearer realm=\"loom\"");
   res.set_content(nlohmann::json{{"error", status.message()}, {"code", statusCodeName(status.code())}}.dump(),
                   "application/json");
 }
@@ -139,29 +144,56 @@ class CollectedLogs final : public LogSink {
 struct WebServer::Impl {
   PlannerCore* core;
   const PlannerMetrics* metrics;
+  AccessControl* access;
   std::unique_ptr<HttpListener> listener;
 
   void routes(httplib::Server& http);
-  void metricsPage(httplib::Response& res);
+  // The caller, when its token names one of `roles`; otherwise nothing, the refusal sent.
+  std::optional<Identity> caller(const httplib::Request& req, httplib::Response& res, std::initializer_list<Role> roles,
+                                 std::string_view what);
+  // Whether `caller` may `action` job `id` (its tenant's, or an admin); the refusal sent if not.
+  bool mayActOn(const Identity& caller, const std::string& id, std::string_view action, httplib::Response& res);
+  void metricsPage(const httplib::Request& req, httplib::Response& res);
   void listJobs(const httplib::Request& req, httplib::Response& res);
-  void getJob(const std::string& id, httplib::Response& res);
+  void getJob(const std::string& id, const httplib::Request& req, httplib::Response& res);
   void jobMetrics(const std::string& id, const httplib::Request& req, httplib::Response& res);
   void jobLogs(const std::string& id, const httplib::Request& req, httplib::Response& res);
-  void listNodes(httplib::Response& res);
+  void listNodes(const httplib::Request& req, httplib::Response& res);
 };
 
+std::optional<Identity> WebServer::Impl::caller(const httplib::Request& req, httplib::Response& res,
+                                                std::initializer_list<Role> roles, std::string_view what) {
+  auto identity = access->authenticateHttp(req.get_header_value("Authorization"));
+  Status allowed = identity.isOk() ? requireRole(*identity, roles, what) : identity.status();
+  if (!allowed.isOk()) {
+    sendError(res, allowed);
+    return std::nullopt;
+  }
+  return *identity;
+}
+
+bool WebServer::Impl::mayActOn(const Identity& caller, const std::string& id, std::string_view action,
+                               httplib::Response& res) {
+  Reply<StatusOr<JobRecord>> reply;
+  core->getJob(id, reply.callback());
+  auto job = reply.wait();
+  Status allowed = !job ? kNoAnswer : job->isOk() ? mayActOnJob(caller, id, (*job)->tenant, action) : job->status();
+  if (!allowed.isOk()) sendError(res, allowed);
+  return allowed.isOk();
+}
+
 void WebServer::Impl::routes(httplib::Server& http) {
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metricsPage(res); });
+  http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) { metricsPage(req, res); });
   http.Get("/api/v1/jobs", [this](const httplib::Request& req, httplib::Response& res) { listJobs(req, res); });
   http.Get(R"(/api/v1/jobs/([^/]+))",
-           [this](const httplib::Request& req, httplib::Response& res) { getJob(req.matches[1], res); });
+           [this](const httplib::Request& req, httplib::Response& res) { getJob(req.matches[1], req, res); });
   http.Get(R"(/api/v1/jobs/([^/]+)/metrics)", [this](const httplib::Request& req, httplib::Response& res) {
     jobMetrics(req.matches[1], req, res);
   });
   http.Get(R"(/api/v1/jobs/([^/]+)/logs)", [this](const httplib::Request& req, httplib::Response& res) {
     jobLogs(req.matches[1], req, res);
   });
-  http.Get("/api/v1/nodes", [this](const httplib::Request&, httplib::Response& res) { listNodes(res); });
+  http.Get("/api/v1/nodes", [this](const httplib::Request& req, httplib::Response& res) { listNodes(req, res); });
   for (const WebAsset& asset : webAssets()) {
     const std::string path = asset.path == "index.html" ? "/" : "/" + asset.path;
     http.Get(path, [&asset](const httplib::Request&, httplib::Response& res) {
@@ -173,7 +205,9 @@ void WebServer::Impl::routes(httplib::Server& http) {
   });
 }
 
-void WebServer::Impl::metricsPage(httplib::Response& res) {
+void WebServer::Impl::metricsPage(const httplib::Request& req, httplib::Response& res) {
+  // Every job's series: an operator's view (Prometheus scrapes with an admin's token).
+  if (!caller(req, res, {Role::kAdmin}, "read /metrics")) return;
   Reply<ClusterSnapshot> reply;
   core->snapshot(reply.callback());
   auto snapshot = reply.wait();
@@ -182,9 +216,12 @@ void WebServer::Impl::metricsPage(httplib::Response& res) {
 }
 
 void WebServer::Impl::listJobs(const httplib::Request& req, httplib::Response& res) {
+  auto who = caller(req, res, {Role::kAdmin, Role::kUser}, "list jobs");
+  if (!who) return;
   auto limit = intParam(req, "limit", 1000);
   if (!limit.isOk()) return sendError(res, limit.status());
   ListQuery query{.pageSize = 1000};
+  if (who->role == Role::kUser) query.tenant = who->tenant;
   for (const auto& name : splitList(req.get_param_value("state"))) {
     v1::JobState state;
     if (!v1::JobState_Parse(name, &state) || state == v1::JOB_STATE_UNSPECIFIED)
@@ -210,7 +247,9 @@ void WebServer::Impl::listJobs(const httplib::Request& req, httplib::Response& r
   sendMessage(res, out);
 }
 
-void WebServer::Impl::getJob(const std::string& id, httplib::Response& res) {
+void WebServer::Impl::getJob(const std::string& id, const httplib::Request& req, httplib::Response& res) {
+  auto who = caller(req, res, {Role::kAdmin, Role::kUser}, "read jobs");
+  if (!who || !mayActOn(*who, id, "read", res)) return;
   Reply<StatusOr<JobUpdate>> reply;
   core->watchJob(id, std::make_shared<FirstUpdate>(reply.callback()));
   auto update = reply.wait();
@@ -223,6 +262,8 @@ void WebServer::Impl::getJob(const std::string& id, httplib::Response& res) {
 }
 
 void WebServer::Impl::jobMetrics(const std::string& id, const httplib::Request& req, httplib::Response& res) {
+  auto who = caller(req, res, {Role::kAdmin, Role::kUser}, "read jobs");
+  if (!who || !mayActOn(*who, id, "read the metrics of", res)) return;
   v1::ListJobMetricsRequest request;
   request.set_job_id(id);
   for (const auto& name : splitList(req.get_param_value("names"))) request.add_names(name);
@@ -251,6 +292,8 @@ void WebServer::Impl::jobMetrics(const std::string& id, const httplib::Request& 
 }
 
 void WebServer::Impl::jobLogs(const std::string& id, const httplib::Request& req, httplib::Response& res) {
+  auto who = caller(req, res, {Role::kAdmin, Role::kUser}, "read jobs");
+  if (!who || !mayActOn(*who, id, "read the logs of", res)) return;
   auto rank = intParam(req, "rank", 0);
   auto tail = intParam(req, "tail", 200);
   auto attempt = intParam(req, "attempt", 0);
@@ -272,7 +315,8 @@ void WebServer::Impl::jobLogs(const std::string& id, const httplib::Request& req
   res.set_content(it == (*logs)->end() ? std::string() : it->second, "text/plain; charset=utf-8");
 }
 
-void WebServer::Impl::listNodes(httplib::Response& res) {
+void WebServer::Impl::listNodes(const httplib::Request& req, httplib::Response& res) {
+  if (!caller(req, res, {Role::kAdmin, Role::kUser}, "list nodes")) return;
   Reply<std::vector<NodeView>> reply;
   core->listNodes(reply.callback());
   auto nodes = reply.wait();
@@ -283,11 +327,23 @@ void WebServer::Impl::listNodes(httplib::Response& res) {
 }
 
 StatusOr<std::unique_ptr<WebServer>> WebServer::start(const std::string& listenAddress, PlannerCore* core,
-                                                     const PlannerMetrics* metrics) {
+                                                     const PlannerMetrics* metrics, AccessControl* access,
+                                                     const security::ServerTls& tls) {
   auto impl = std::make_unique<Impl>();
   impl->core = core;
   impl->metrics = metrics;
-  auto http = std::make_unique<httplib::Server>();
+  impl->access = access;
+  std::unique_ptr<httplib::Server> http;
+  if (tls.enabled()) {
+    // HTTPS with the gRPC port's certificate. Callers authenticate with tokens: browsers hold
+    // no client certificates, so none is asked for.
+    auto https = std::make_unique<httplib::SSLServer>(tls.certFile.c_str(), tls.keyFile.c_str());
+    if (!https->is_valid())
+      return invalidArgument("--http-listen: cannot serve HTTPS with {} and {}", tls.certFile, tls.keyFile);
+    http = std::move(https);
+  } else {
+    http = std::make_unique<httplib::Server>();
+  }
   impl->routes(*http);
   ASSIGN_OR_RETURN(impl->listener, HttpListener::start(std::move(http), listenAddress, "--http-listen"));
   return std::unique_ptr<WebServer>(new WebServer(std::move(impl)));

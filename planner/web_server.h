@@ -3,7 +3,9 @@
 #include <memory>
 #include <string>
 
+#include "common/security/credentials.h"
 #include "common/status.h"
+#include "planner/access_control.h"
 #include "planner/planner_core.h"
 #include "planner/planner_metrics.h"
 
@@ -12,7 +14,9 @@ namespace loom::planner {
 // The planner's HTTP side: Prometheus' /metrics, a read-only JSON API under /api/v1/ (the same
 // messages as the gRPC API, in proto3's JSON mapping), and the web page that reads it (static
 // files built into the binary, planner/web/). Read-only on purpose: changing a job goes through
-// the authenticated gRPC API.
+// the gRPC API. Every route but the page's own files needs a bearer token ("Authorization:
+// Bearer TOKEN"), with the gRPC API's rules: /metrics is an admin's, a user reads its tenant's
+// jobs (access_control.h). HTTPS with the planner's certificate when it serves TLS.
 //
 //   GET /metrics                        text exposition format 0.0.4
 //   GET /api/v1/jobs                    ListJobsResponse (?state=RUNNING&limit=N), without specs
@@ -25,7 +29,8 @@ class WebServer {
  public:
   // `listenAddress` is "host:port" (port 0: any free one).
   static StatusOr<std::unique_ptr<WebServer>> start(const std::string& listenAddress, PlannerCore* core,
-                                                   const PlannerMetrics* metrics);
+                                                   const PlannerMetrics* metrics, AccessControl* access,
+                                                   const security::ServerTls& tls);
   ~WebServer();
 
   // "host:port" with the port actually bound.

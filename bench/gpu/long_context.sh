@@ -24,7 +24,7 @@ for mode in $modes; do
   for seq in $ladder; do
     run=$mode-$seq model="\"config\": \"$here/llama-1b-config.json\", \"init_seed\": 1" kernels=""
     [ "$mode" = whole ] && model="$model, \"loss_block_rows\": $seq"
-    [ "$mode" = fused ] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
+    [ "$mode" = fused ] && kernels="\"kernels\": {\"plugins\": [\"cuda\"]},"
     cat > "$out/loom-$run.json" <<JSON
 {"name": "bench-long-$run", "kind": "train", "resources": {"ranks": 1, "device": "cuda", "device_memory_gb": 139}, $kernels
  "model": {$model},

@@ -32,7 +32,7 @@ profile="" experts=""
 [ -n "${MOE_EXPERTS:-}" ] && experts+="\"expert_parallel\": {\"enabled\": true, \"autoep_size\": 1, $MOE_EXPERTS},"
 for run in $runs; do
   kernels=""
-  [[ $run == *cuda-kernels ]] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
+  [[ $run == *cuda-kernels ]] && kernels="\"kernels\": {\"plugins\": [\"cuda\"]},"
   cat > "$out/loom-$run.json" <<JSON
 {"name": "bench-moe-$run", "kind": "train", "resources": {"ranks": 1, "device": "cuda", "device_memory_gb": 139}, $kernels
  "model": {"config": "$config_dir/config.json", "init_seed": 1},

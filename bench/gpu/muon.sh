@@ -11,7 +11,7 @@
 set -euo pipefail
 bin=$1 out=$2 micro=${3:-8} ga=${4:-1} plugin=${5:-} seq=2048 steps=10
 kernels=""
-[ -n "$plugin" ] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
+[ -n "$plugin" ] && kernels="\"kernels\": {\"plugins\": [\"cuda\"]},"
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 python3 "$here/random_tokens.py" "$out/random.tokens" 320

@@ -13,7 +13,7 @@ mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 config=$here/llama-1b-config.json
 kernels=""
-[ -n "$plugin" ] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
+[ -n "$plugin" ] && kernels="\"kernels\": {\"plugins\": [\"cuda\"]},"
 python3 - "$out" <<'PY'
 import json, random, sys
 out = sys.argv[1]

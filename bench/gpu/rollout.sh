@@ -48,7 +48,7 @@ for run in ${RUNS:-$runs}; do
   [[ $run == eager ]] && graphs=false profile=${PROFILE_PREFILL:-0}
   prompts=$out/prompts.jsonl
   [[ $run == arriving ]] && prompts=$out/arriving.jsonl profile=0
-  [[ $run != reference* && -n $plugin ]] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
+  [[ $run != reference* && -n $plugin ]] && kernels="\"kernels\": {\"plugins\": [\"cuda\"]},"
   cat > "$out/loom-$run.json" <<JSON
 {"name": "bench-rollout-$run", "kind": "rollout", "resources": {"ranks": 1, "device": "cuda", "device_memory_gb": 139},
  $kernels

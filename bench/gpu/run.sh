@@ -35,9 +35,9 @@ cpu_plugin=$(cd "$bin/.." && pwd)/lib/libloom_kernels_cpu.so
 for run in ${RUNS:-$runs}; do
   stage=${run:1:1}
   kernels="" zero="{\"stage\": $stage}"
-  [[ $run == *cuda-kernels ]] && kernels="\"kernels\": {\"plugins\": [\"$plugin\"]},"
+  [[ $run == *cuda-kernels ]] && kernels="\"kernels\": {\"plugins\": [\"cuda\"]},"
   if [[ $run == *offload ]]; then
-    kernels="\"kernels\": {\"plugins\": [\"$cpu_plugin\"]},"
+    kernels="\"kernels\": {\"plugins\": [\"cpu\"]},"
     zero="{\"stage\": $stage, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}"
   fi
   [[ $run == *offload-param ]] && zero="{\"stage\": 3, \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}}"

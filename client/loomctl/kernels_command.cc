@@ -18,7 +18,8 @@ struct LoadedPlugin {
 };
 
 // The plugins a rank on this machine would load, in the worker's order: the requested files
-// (or the spec's kernels.plugins), then LOOM_KERNEL_PATH's.
+// (the command line's, then the spec's kernels.plugins found in the kernel directories), then
+// LOOM_KERNEL_PATH's.
 StatusOr<std::vector<LoadedPlugin>> loadAll(const std::vector<std::string>& requested) {
   ASSIGN_OR_RETURN(std::vector<std::string> files, kernels::pluginFiles(requested, std::getenv("LOOM_KERNEL_PATH"), "the command line or --spec"));
   std::vector<LoadedPlugin> out;
@@ -41,7 +42,12 @@ int kernelsCommand(const GlobalOptions& g, const std::vector<std::string>& files
     if (!text.isOk()) return reportError(text.status());
     auto spec = planner::parseJobSpec(*text, planner::SpecPurpose::kPlan);
     if (!spec.isOk()) return reportError(spec.status().withContext(specFile));
-    requested.insert(requested.end(), spec->kernelPlugins.begin(), spec->kernelPlugins.end());
+    // Looked up as a rank on this machine would: by name, in the kernel directories.
+    for (const std::string& name : spec->kernelPlugins) {
+      auto file = kernels::findPlugin(name, kernels::kernelDirectories());
+      if (!file.isOk()) return reportError(file.status().withContext(specFile + ": kernels.plugins"));
+      requested.push_back(std::move(file).value());
+    }
   }
   auto plugins = loadAll(requested);
   if (!plugins.isOk()) return reportError(plugins.status());

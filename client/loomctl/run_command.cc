@@ -9,6 +9,7 @@
 #include "client/loomctl/progress.h"
 #include "common/files.h"
 #include "common/logging.h"
+#include "common/security/tokens.h"
 #include "daemon/daemon.h"
 #include "planner/job_spec.h"
 #include "planner/planner_server.h"
@@ -73,8 +74,13 @@ int runCommand(const GlobalOptions& g, const RunOptions& options) {
   const std::string jobId = created->job().id();
   std::fprintf(stderr, "job %s: %d rank%s on this machine (state and logs in %s)\n", jobId.c_str(), spec->ranks,
                spec->ranks == 1 ? "" : "s", stateDir.c_str());
-  if (const std::string http = (*server)->httpAddress(); !http.empty())
-    std::fprintf(stderr, "web page: http://%s/#/jobs/%s\n", http.c_str(), jobId.c_str());
+  if (const std::string http = (*server)->httpAddress(); !http.empty()) {
+    // The link carries the run's admin token, as Jupyter's does: the page takes it out of the
+    // address and keeps it for the tab. The planner listens on loopback only.
+    auto token = security::readTokenFile(stateDir + "/planner/admin.token");
+    const std::string query = token.isOk() ? "?token=" + *token : "";
+    std::fprintf(stderr, "web page: http://%s/%s#/jobs/%s\n", http.c_str(), query.c_str(), jobId.c_str());
+  }
 
   std::thread canceller([&] {
     int sig = 0;

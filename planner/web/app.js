@@ -1,6 +1,8 @@
 // Loom's web page: the jobs, one job's curves, events, memory and logs, and the nodes. It reads
 // the planner's JSON API (/api/v1/, the gRPC messages in proto3's JSON mapping: 64-bit integers
-// arrive as strings, enums as their names) and polls it while shown.
+// arrive as strings, enums as their names) and polls it while shown. The API wants a bearer
+// token: the page asks for one and keeps it for the tab (sessionStorage); a link may carry it
+// once as ?token=... (loomctl run prints such a link), which the page takes out of the address.
 "use strict";
 
 const POLL_MS = 2000;
@@ -13,6 +15,17 @@ const view = document.getElementById("view");
 const statusLine = document.getElementById("status");
 let timer = null;
 let page = null; // the page shown: {poll(), ...}
+
+const TOKEN_KEY = "loom-token";
+(function tokenFromLink() {
+  const token = new URLSearchParams(location.search).get("token");
+  if (!token) return;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  history.replaceState(null, "", location.pathname + location.hash);
+})();
+
+// A 401: the token is missing, unknown or revoked.
+class SignInNeeded extends Error {}
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -31,10 +44,13 @@ function svgEl(tag, attrs = {}) {
 }
 
 async function api(path) {
-  const res = await fetch(path, { cache: "no-store" });
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const headers = token ? { Authorization: `Bearer ${token}` } : {};
+  const res = await fetch(path, { cache: "no-store", headers });
   if (!res.ok) {
     let message = res.statusText;
     try { message = (await res.json()).error; } catch (e) { /* not JSON */ }
+    if (res.status === 401) throw new SignInNeeded(message);
     throw new Error(`${path}: ${message}`);
   }
   return path.includes("/logs") ? res.text() : res.json();
@@ -281,6 +297,25 @@ function showError(e) {
   statusLine.className = "status error";
 }
 
+// Asks for a token; polling stops until one is given.
+function signInPage(why) {
+  const input = el("input", { type: "password", id: "token", placeholder: "loom_...", autocomplete: "off" });
+  const form = el("form", { id: "sign-in" },
+    el("h1", {}, "Sign in"),
+    el("p", {}, "This planner answers callers with a bearer token: paste the contents of your token file ",
+      "(loomctl --token-file; a planner started without --tokens writes an admin's into STATE_DIR/admin.token)."),
+    el("p", { class: "error" }, why),
+    input, " ", el("button", { type: "submit" }, "Sign in"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    route();
+  });
+  view.replaceChildren(form);
+  statusLine.textContent = "";
+  input.focus();
+}
+
 async function tick() {
   clearTimeout(timer);
   try {
@@ -288,10 +323,17 @@ async function tick() {
     statusLine.textContent = `updated ${new Date().toLocaleTimeString()}`;
     statusLine.className = "status";
   } catch (e) {
+    if (e instanceof SignInNeeded) return signInPage(e.message);
     showError(e);
   }
   timer = setTimeout(tick, POLL_MS);
 }
+
+document.getElementById("sign-out").addEventListener("click", (event) => {
+  event.preventDefault();
+  sessionStorage.removeItem(TOKEN_KEY);
+  route();
+});
 
 function route() {
   const hash = location.hash.replace(/^#/, "") || "/";

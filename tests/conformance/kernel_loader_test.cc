@@ -176,3 +176,29 @@ TEST_CASE("a plugin whose init fails is refused with its reason", "[kernels]") {
   CHECK(testing::cpuPlugin().swiglu_forward(LOOM_DTYPE_F32, g.data_ptr(), u.data_ptr(), out.data_ptr(), 64, nullptr) ==
         LOOM_KERNEL_OK);
 }
+
+TEST_CASE("a job's plugin names are found in the kernel directories only, never as paths", "[kernels]") {
+  testing::TempDir dir;
+  const std::string a = dir.path() + "/a", b = dir.path() + "/b";
+  std::filesystem::create_directories(a);
+  std::filesystem::create_directories(b);
+  touch(b + "/libloom_kernels_fast.so");
+  touch(a + "/libloom_kernels_cpu.so");
+  touch(b + "/libloom_kernels_cpu.so");
+  CHECK(kernels::findPlugin("fast", {a, b}).value() == b + "/libloom_kernels_fast.so");
+  CHECK(kernels::findPlugin("libloom_kernels_fast.so", {a, b}).value() == b + "/libloom_kernels_fast.so");
+  CHECK(kernels::findPlugin("cpu", {a, b}).value() == a + "/libloom_kernels_cpu.so");  // the first directory's
+
+  for (const std::string& path : {b + "/libloom_kernels_fast.so", std::string("../b/libloom_kernels_fast.so"),
+                                  std::string("libloom_kernels_.so"), std::string("Fast"), std::string("")}) {
+    auto refused = kernels::findPlugin(path, {a, b});
+    INFO(path);
+    REQUIRE_FALSE(refused.isOk());
+    CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+    CHECK(contains(refused.status().message(), "is not a plugin name"));
+  }
+  auto absent = kernels::findPlugin("cuda", {a, b});
+  REQUIRE_FALSE(absent.isOk());
+  CHECK(absent.status().code() == StatusCode::kNotFound);
+  CHECK(contains(absent.status().message(), "in none of this node's kernel directories (" + a + ", " + b));
+}

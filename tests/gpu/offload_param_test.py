@@ -73,7 +73,7 @@ def main():
                                                        f"{host[STEPS]['loss']:.3f})")
         check(device_peak is not None and host_peak is not None and host_peak < device_peak,
               f"offload_param: the device holds less (peak {host_peak} MiB against {device_peak} MiB)")
-        plugins = [cpu_plugin] if os.path.exists(cpu_plugin) else []
+        plugins = ["cpu"] if os.path.exists(cpu_plugin) else []
         both, _ = run(bin_dir, work, "z3-offload-both",
                       {"stage": 3, "offload_param": offload, "offload_optimizer": offload}, plugins)
         for what, named in (("loss", "losses"), ("grad_norm", "gradient norms")):

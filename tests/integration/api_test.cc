@@ -28,6 +28,11 @@ TEST_CASE("malformed specs are INVALID_ARGUMENT naming the field - and nothing i
   expectRejected(client, "{not json", "not valid JSON");
   expectRejected(client, "[1, 2]", "must be a JSON object");
   expectRejected(client, probeSpec(2, 1, 1, {{"colour", "blue"}}), "colour: unknown key");
+  // A plugin by path: a spec never chooses a library for the ranks to load.
+  expectRejected(client, probeSpec(1, 1, 1, {{"kernels", {{"plugins", {"/tmp/evil/libloom_kernels_x.so"}}}}}),
+                 "kernels.plugins[0]: \"/tmp/evil/libloom_kernels_x.so\" is not a plugin name");
+  expectRejected(client, probeSpec(1, 1, 1, {{"kernels", {{"plugins", {"cpu", "../lib/libloom_kernels_cpu.so"}}}}}),
+                 "kernels.plugins[1]");
   expectRejected(client, probeSpec(2, 1, 1, {{"probe", {{"tick_us", 3}}}}), "probe.tick_us: unknown key");
   expectRejected(client, probeSpec(0, 1, 1), "resources.ranks");
   expectRejected(client, probeSpec(-3, 1, 1), "resources.ranks");

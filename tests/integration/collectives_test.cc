@@ -13,9 +13,8 @@ using namespace loom::testing;
 TEST_CASE("a 3-rank probe lists its kernels - benchmarks verified collectives - with the comms logger",
           "[integration]") {
   Standalone cluster(3);
-  const std::string cpuPlugin = std::string(LOOM_BIN_DIR) + "/../lib/libloom_kernels_cpu.so";
   nlohmann::json patch{{"probe", {{"ticks", 0}, {"kernels", true}, {"collectives", {{"min_bytes", 8}, {"max_bytes", 65536}, {"iterations", 3}, {"warmup", 1}}}}},
-                       {"kernels", {{"plugins", {cpuPlugin}}}},
+                       {"kernels", {{"plugins", {"cpu"}}}},
                        {"deepspeed", {{"comms_logger", {{"enabled", true}}}}}};
   auto created = cluster.client->createJob(probeSpec(3, 0, 0, patch));
   REQUIRE(created.isOk());

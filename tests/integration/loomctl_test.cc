@@ -18,11 +18,12 @@ struct Result {
   std::string err;  // stderr
 };
 
-Result loomctl(const std::string& args, const std::string& dir) {
+// `env`: more NAME=VALUE settings of loomctl's environment.
+Result loomctl(const std::string& args, const std::string& dir, const std::string& env = "") {
   std::string errPath = dir + "/loomctl.err";
   // The credentials as a user's environment gives them.
-  std::string cmd = "LOOM_TOKEN_FILE=" + testCredentials().adminTokenFile + " " + binary("loomctl") + " " + args +
-                    " 2>" + errPath;
+  std::string cmd = "LOOM_TOKEN_FILE=" + testCredentials().adminTokenFile + " " + env + " " + binary("loomctl") + " " +
+                    args + " 2>" + errPath;
   Result r;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -269,12 +270,22 @@ TEST_CASE("loomctl kernels lists a plugin's ops - a file that is not a plugin is
   CHECK(listed.out.find("19 of 19 ops") != std::string::npos);
   CHECK(listed.out.find("rms_norm_forward") != std::string::npos);
 
-  // The spec's kernels.plugins, relative to the spec file.
+  // The spec's kernels.plugins are names, looked up in the kernel directories (LOOM_KERNEL_DIRS).
   REQUIRE(files::writeFileAtomic(dir.path() + "/libloom_kernels_fake.so", "not a shared library").isOk());
-  std::string spec = writeSpec(dir, "job.json", probeSpec(1, 1, 1, {{"kernels", {{"plugins", {"libloom_kernels_fake.so"}}}}}));
-  Result bad = loomctl("kernels --spec " + spec, dir.path());
+  std::string spec = writeSpec(dir, "job.json", probeSpec(1, 1, 1, {{"kernels", {{"plugins", {"fake"}}}}}));
+  Result bad = loomctl("kernels --spec " + spec, dir.path(), "LOOM_KERNEL_DIRS=" + dir.path());
   CHECK(bad.exitCode != 0);
   CHECK(bad.err.find(dir.path() + "/libloom_kernels_fake.so") != std::string::npos);
+  Result elsewhere = loomctl("kernels --spec " + spec, dir.path());
+  CHECK(elsewhere.exitCode == 4);
+  CHECK(elsewhere.err.find("kernel plugin \"fake\" (libloom_kernels_fake.so) is in none of this node's kernel "
+                           "directories") != std::string::npos);
+  std::string path = writeSpec(dir, "path.json",
+                               probeSpec(1, 1, 1, {{"kernels", {{"plugins", {dir.path() + "/libloom_kernels_fake.so"}}}}}));
+  Result refused = loomctl("kernels --spec " + path, dir.path());
+  CHECK(refused.exitCode == 2);
+  CHECK(refused.err.find("kernels.plugins[0]: \"" + dir.path() + "/libloom_kernels_fake.so\" is not a plugin name") !=
+        std::string::npos);
 
   Result missing = loomctl("kernels " + dir.path() + "/absent.so", dir.path());
   CHECK(missing.exitCode == 4);

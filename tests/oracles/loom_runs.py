@@ -118,6 +118,11 @@ class ControlPlane:
             time.sleep(0.05)
         return path
 
+    def token(self):
+        """The admin's token itself (for HTTP requests)."""
+        with open(self.token_file()) as f:
+            return f.read().strip()
+
     def ctl(self, *args, timeout=180):
         return subprocess.run([os.path.join(self.bin_dir, "loomctl"), "--server", self.server,
                                "--token-file", self.token_file(), *args],

@@ -53,10 +53,12 @@ def wait_for(what, predicate, timeout=180):
     raise RuntimeError(f"timed out waiting for {what}")
 
 
-def http_get(address, path):
-    """(status, body) of GET http://address/path."""
+def http_get(address, path, token=None):
+    """(status, body) of GET http://address/path, with a bearer token when given."""
+    request = urllib.request.Request(f"http://{address}{path}",
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(f"http://{address}{path}", timeout=30) as r:
+        with urllib.request.urlopen(request, timeout=30) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -83,7 +85,7 @@ def scrape_during_run(plane):
         os.kill(pid, signal.SIGSTOP)
     try:
         time.sleep(1.0)  # the reports already sent reach the planner
-        status, text = http_get(address, "/metrics")
+        status, text = http_get(address, "/metrics", plane.token())
         node_status, node_text = http_get(plane.http_address(name="metrics.address"), "/metrics")
         j = get(plane, job)
     finally:
@@ -194,7 +196,8 @@ def plots(plane, work, artifacts):
     texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
     check("loss" in texts and "lr" in texts, "the SVG's panels are titled by their metrics")
 
-    rows_stored = json.loads(http_get(plane.http_address(), f"/api/v1/jobs/{job}/metrics?page_size=100000")[1])
+    rows_stored = json.loads(http_get(plane.http_address(), f"/api/v1/jobs/{job}/metrics?page_size=100000",
+                                      plane.token())[1])
     check(len(rows_stored["metrics"]) > 200 and not rows_stored["more"],
           f"the JSON API returns all {len(rows_stored['metrics'])} stored rows in one page")
 
@@ -224,13 +227,22 @@ def json_lines(plane, job):
 
 
 def api_errors(plane, address, job):
-    status, body = http_get(address, "/api/v1/jobs/no-such-job")
+    token = plane.token()
+    for path in ("/metrics", "/api/v1/jobs", f"/api/v1/jobs/{job}", "/api/v1/nodes"):
+        status, body = http_get(address, path)
+        check(status == 401 and "no credentials" in json.loads(body)["error"],
+              f"{path} without a token: 401 ({body[:80]})")
+    status, body = http_get(address, "/api/v1/jobs", "loom_not-a-token")
+    check(status == 401 and "not one this planner knows" in body, f"an unknown token: 401 ({body[:80]})")
+    status, _ = http_get(address, "/")
+    check(status == 200, "the page itself needs no token (it asks for one)")
+    status, body = http_get(address, "/api/v1/jobs/no-such-job", token)
     check(status == 404 and "no-such-job" in json.loads(body)["error"], f"/api/v1/jobs/no-such-job: 404 naming it ({body})")
-    status, body = http_get(address, f"/api/v1/jobs/{job}/metrics?page_size=-3")
+    status, body = http_get(address, f"/api/v1/jobs/{job}/metrics?page_size=-3", token)
     check(status == 400 and "page_size" in body, f"a negative page_size: 400 naming it ({body})")
-    status, body = http_get(address, "/api/v1/jobs?state=DONE")
+    status, body = http_get(address, "/api/v1/jobs?state=DONE", token)
     check(status == 400 and "DONE" in body, f"an unknown state: 400 naming it ({body})")
-    status, body = http_get(address, f"/api/v1/jobs/{job}")
+    status, body = http_get(address, f"/api/v1/jobs/{job}", token)
     update = json.loads(body)
     check(status == 200 and update["job"]["id"] == job and update["events"][-1]["state"] == "SUCCEEDED",
           "/api/v1/jobs/ID: the job and its events")

@@ -143,8 +143,7 @@ def policy_gradient(bin_dir, work, model_dir, initial):
         clipped = metrics.get("pg_clip_fraction", -1)
         check(0 < clipped < 1, f"ZeRO {stage}: some tokens' ratios were clipped (pg_clip_fraction {clipped:.3f})")
     # One rank with the CPU kernel plugin, whose fused logprobs take the ignored labels' rows too.
-    plugin = os.path.join(os.path.dirname(bin_dir), "lib", "libloom_kernels_cpu.so")
-    metrics, weights, log = loom_train(bin_dir, work, "pg-plugin", 1, 0, data, model_dir, loss, plugin=plugin)
+    metrics, weights, log = loom_train(bin_dir, work, "pg-plugin", 1, 0, data, model_dir, loss, plugin="cpu")
     compare("policy gradient, 1 rank, the CPU kernel plugin's logprobs", metrics, weights, reference_loss,
             reference_weights, initial)
     check("cpu ops: loom-cpu (all)" in log, "the plugin ran the ops")

@@ -7,7 +7,8 @@ make them.
    from another CA, does not get through the handshake; a revoked token is refused at once.
 2. Tenants: a user of tenant team-b cannot get, watch, read the logs of, cancel, plan or read the
    metrics of team-a's job (PERMISSION_DENIED naming team-a, not the job's name), nor list it;
-   an admin sees both; a client certificate names user, tenant and role.
+   an admin sees both; a client certificate names user, tenant and role. The same over the
+   planner's HTTPS JSON API, whose /metrics is an admin's.
 3. Roles: a node token cannot submit; a user cannot drain; a daemon with a certificate from
    another CA cannot attach; a node certificate attaches only as its own node.
 4. Insecure is explicit: plain text beyond loopback needs --insecure (and warns); server
@@ -16,13 +17,17 @@ make them.
   python3 tests/oracles/security_test.py --bin build/bin
 """
 import argparse
+import http.client
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 import grpc
 
@@ -151,7 +156,7 @@ def main():
         make_credentials(c)
         c.server = f"127.0.0.1:{free_port()}"
         planner = c.start("planner", [
-            os.path.join(bin_dir, "loom-planner"), "--listen", c.server, "--http-listen", "none",
+            os.path.join(bin_dir, "loom-planner"), "--listen", c.server, "--http-listen", "127.0.0.1:0",
             "--state-dir", os.path.join(work, "planner"), "--tokens", c.tokens,
             "--tls-cert", os.path.join(c.certs, "planner.crt"), "--tls-key", os.path.join(c.certs, "planner.key"),
             "--client-ca", os.path.join(c.certs, "ca.crt")])
@@ -250,6 +255,36 @@ def main():
             r = c.loomctl("list", "-o", "json", credentials=c.token("alice"))
             listed = {j["id"] for j in json.loads(r.stdout).get("jobs", [])} if r.returncode == 0 else set()
             check(listed == {job}, f"alice lists her tenant's job only ({listed})")
+
+            # The web server: HTTPS with the planner's certificate, the same tokens and tenants.
+            https = open(os.path.join(work, "planner", "http.address")).read().strip()
+            context = ssl.create_default_context(cafile=os.path.join(c.certs, "ca.crt"))
+
+            def get(path, user):
+                token = open(os.path.join(work, f"{user}.token")).read().strip()
+                request = urllib.request.Request(f"https://{https}{path}",
+                                                 headers={"Authorization": f"Bearer {token}"})
+                try:
+                    with urllib.request.urlopen(request, context=context, timeout=30) as r:
+                        return r.status, r.read().decode()
+                except urllib.error.HTTPError as e:
+                    return e.code, e.read().decode()
+
+            status, body = get("/api/v1/jobs", "bob")
+            check(status == 200 and job not in body, f"HTTPS: bob's /api/v1/jobs does not list team-a's job ({status})")
+            status, body = get(f"/api/v1/jobs/{job}", "bob")
+            check(status == 403 and "tenant team-a" in body, f"HTTPS: bob may not read alice's job: 403 ({body[:120]})")
+            status, body = get(f"/api/v1/jobs/{job}/logs", "alice")
+            check(status == 200, f"HTTPS: alice reads her job's log ({status})")
+            status, body = get("/metrics", "alice")
+            check(status == 403 and "role admin" in body, f"HTTPS: /metrics is an admin's: 403 for alice ({body[:100]})")
+            status, body = get("/metrics", "root")
+            check(status == 200 and "loom_jobs" in body, f"HTTPS: the admin reads /metrics ({status})")
+            try:
+                urllib.request.urlopen(f"http://{https}/api/v1/jobs", timeout=10)
+                check(False, "plain HTTP to the HTTPS port: answered")
+            except (urllib.error.URLError, ConnectionError, http.client.HTTPException) as e:
+                check(True, f"plain HTTP to the HTTPS port gets nothing ({type(e).__name__})")
 
             # 3. Roles.
             r = c.loomctl("submit", spec, credentials=c.token("n1"))

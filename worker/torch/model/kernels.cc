@@ -31,7 +31,14 @@ Status loadKernels(const planner::JobSpec& spec) {
   if (loaded) return Status::ok();
   loaded = true;
   static const loom_kernel_host host = kernels::reference::atenKernelHost();
-  std::vector<std::string> requested = spec.kernelPlugins;
+  // The job names its plugins; the files come from the node's kernel directories only.
+  std::vector<std::string> requested;
+  const std::vector<std::string> dirs = kernels::kernelDirectories();
+  for (const std::string& name : spec.kernelPlugins) {
+    auto file = kernels::findPlugin(name, dirs);
+    if (!file.isOk()) return file.status().withContext("kernels.plugins");
+    requested.push_back(std::move(file).value());
+  }
   // ZeRO-Offload steps the optimizer on the host: on the CPU plugin, as DeepSpeed steps on its
   // CPU Adam, without the job having to name it (after the job's own plugins).
   if (spec.deepspeed.zero.offloadOptimizer == "cpu") {
