@@ -86,9 +86,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool servesPlanner = plannerOptions.tls.enabled() || !plannerOptions.tokensFile.empty() ||
-                             plannerOptions.insecure || plannerOptions.reflection;
+                             !plannerOptions.tenantsFile.empty() || plannerOptions.insecure ||
+                             plannerOptions.reflection;
   if (!standalone && servesPlanner) {
-    std::fprintf(stderr, "loomd: --tls-cert, --tokens, --insecure and --reflection are the planner's: they need "
+    std::fprintf(stderr, "loomd: --tls-cert, --tokens, --tenants, --insecure and --reflection are the planner's: they need "
                          "--standalone (the planner's credentials: --ca, --cert, --key, --token-file)\n");
     return 2;
   }

@@ -153,6 +153,23 @@ StatusOr<Identity> CallGate::caller(const grpc::ServerContextBase& ctx, std::ini
   return identity;
 }
 
+const TenantPolicy* CallGate::policyOf(const std::string& tenant) const {
+  auto it = tenants_.find(tenant);
+  return it == tenants_.end() ? nullptr : &it->second;
+}
+
+Status CallGate::confineSpec(const Identity& caller, const std::string& specJson) const {
+  if (caller.role != Role::kUser) return Status::ok();
+  auto spec = nlohmann::json::parse(specJson, nullptr, /*allow_exceptions=*/false);
+  if (!spec.is_object()) return Status::ok();  // the spec's parser says what is wrong with it
+  return checkSpecPaths(spec, caller.tenant, policyOf(caller.tenant));
+}
+
+Status CallGate::confinePath(const Identity& caller, const std::string& field, const std::string& path) const {
+  if (caller.role != Role::kUser) return Status::ok();
+  return checkPath(field, path, caller.tenant, policyOf(caller.tenant));
+}
+
 void CallGate::checkJob(const grpc::ServerContextBase& ctx, const std::string& jobId, std::string_view action,
                         std::function<void(const Status&)> done) {
   auto identity = access_->authenticate(ctx);

@@ -13,6 +13,7 @@
 
 #include "common/security/tokens.h"
 #include "common/status.h"
+#include "planner/tenants.h"
 
 namespace loom::planner {
 
@@ -68,7 +69,8 @@ Status mayAttachAs(const Identity& caller, const std::string& nodeId);
 // The checks a service runs before it acts, in one place.
 class CallGate {
  public:
-  CallGate(AccessControl* access, PlannerCore* core) : access_(access), core_(core) {}
+  CallGate(AccessControl* access, PlannerCore* core, TenantPolicies tenants)
+      : access_(access), core_(core), tenants_(std::move(tenants)) {}
 
   // The caller when it holds one of `roles`.
   StatusOr<Identity> caller(const grpc::ServerContextBase& ctx, std::initializer_list<Role> roles,
@@ -77,10 +79,17 @@ class CallGate {
   // the refusal (and NOT_FOUND for a job that does not exist). `done` runs on the core's loop.
   void checkJob(const grpc::ServerContextBase& ctx, const std::string& jobId, std::string_view action,
                 std::function<void(const Status&)> done);
+  // A spec as submitted, its paths confined to the caller's tenant's roots (tenants.h) when the
+  // caller is a user (an admin's are not). Run before any file the spec names is read.
+  Status confineSpec(const Identity& caller, const std::string& specJson) const;
+  Status confinePath(const Identity& caller, const std::string& field, const std::string& path) const;
 
  private:
+  const TenantPolicy* policyOf(const std::string& tenant) const;
+
   AccessControl* access_;
   PlannerCore* core_;
+  TenantPolicies tenants_;
 };
 
 }  // namespace loom::planner

@@ -48,11 +48,20 @@ void toProto(const JobRecord& job, v1::Job* out) {
 
 namespace {
 
-// A request's spec text, resolved against its base_dir when it names one.
-StatusOr<std::string> specText(const std::string& specJson, const std::string& baseDir) {
-  if (baseDir.empty()) return specJson;
+// A request's spec text, resolved against its base_dir when it names one; a user's paths are
+// confined to its tenant's directories before any file the spec names (its ds_config) is read.
+StatusOr<std::string> specText(const std::string& specJson, const std::string& baseDir, const Identity& caller,
+                               const CallGate& gate) {
+  if (baseDir.empty()) {
+    RETURN_IF_ERROR(gate.confineSpec(caller, specJson));
+    return specJson;
+  }
   if (baseDir[0] != '/') return invalidArgument("base_dir: \"{}\" is not an absolute path", baseDir);
-  return resolveSpecFile(specJson, baseDir);
+  const std::string resolved = resolveSpecPaths(specJson, baseDir);
+  RETURN_IF_ERROR(gate.confineSpec(caller, resolved));
+  ASSIGN_OR_RETURN(std::string whole, inlineDeepSpeedFile(resolved));
+  RETURN_IF_ERROR(gate.confineSpec(caller, whole));  // the config file's monitors write too
+  return whole;
 }
 
 }  // namespace
@@ -125,7 +134,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
   auto* reactor = ctx->DefaultReactor();
   auto caller = gate_->caller(*ctx, {Role::kAdmin, Role::kUser}, "submit jobs");
   if (!caller.isOk()) return refuse(reactor, caller.status());
-  auto text = specText(request->spec_json(), request->base_dir());
+  auto text = specText(request->spec_json(), request->base_dir(), *caller, *gate_);
   if (!text.isOk()) return refuse(reactor, text.status());
   core_->createJob(std::move(text).value(), request->request_id(), JobOwner{caller->tenant, caller->user},
                    [reactor, response](const StatusOr<JobRecord>& job, bool created) {
@@ -231,7 +240,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ValidateJob(grpc::CallbackServerContex
   auto* reactor = ctx->DefaultReactor();
   auto caller = gate_->caller(*ctx, {Role::kAdmin, Role::kUser}, "validate jobs");
   if (!caller.isOk()) return refuse(reactor, caller.status());
-  auto text = specText(request->spec_json(), request->base_dir());
+  auto text = specText(request->spec_json(), request->base_dir(), *caller, *gate_);
   if (!text.isOk()) return refuse(reactor, text.status());
   // What CreateJob would refuse: the spec, and a train or eval job's plan.
   auto spec = parseJobSpec(*text);

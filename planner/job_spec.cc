@@ -575,6 +575,49 @@ json JobSpec::toJson() const {
   return j;
 }
 
+namespace {
+
+// The keys of a spec that hold file paths: read by the ranks, or written.
+const std::vector<std::vector<const char*>>& pathKeys() {
+  static const std::vector<std::vector<const char*>> keys{
+      {"model", "config"},    {"model", "weights"},     {"data", "train"},           {"data", "eval"},
+      {"data", "rewards"},    {"train", "checkpoint_dir"}, {"train", "loss", "teacher"}, {"eval", "logprobs_output"},
+      {"eval", "kl_reference"}, {"convert", "from"},     {"convert", "output"},       {"convert", "config"},
+      {"rollout", "prompts"}, {"rollout", "output"},    {"rollout", "tokenizer"},
+      // "deepspeed": "ds_config.json", which loomctl then reads in (DeepSpeed users keep it apart).
+      {"deepspeed"},
+      // DeepSpeed's monitors write under output_path.
+      {"deepspeed", "tensorboard", "output_path"}, {"deepspeed", "csv_monitor", "output_path"}};
+  return keys;
+}
+
+// The value at a path of object keys, if every object on the way is there.
+json* valueAt(json& root, const std::vector<const char*>& keys) {
+  json* v = &root;
+  for (const char* key : keys) {
+    if (!v->is_object()) return nullptr;
+    auto found = v->find(key);
+    if (found == v->end()) return nullptr;
+    v = &*found;
+  }
+  return v;
+}
+
+}  // namespace
+
+std::vector<SpecPath> specPaths(const nlohmann::json& spec) {
+  std::vector<SpecPath> out;
+  json copy = spec;
+  for (const auto& keys : pathKeys()) {
+    json* v = valueAt(copy, keys);
+    if (!v || !v->is_string()) continue;
+    std::string field;
+    for (const char* key : keys) field += (field.empty() ? "" : ".") + std::string(key);
+    out.push_back({std::move(field), v->get<std::string>()});
+  }
+  return out;
+}
+
 std::string resolveSpecPaths(const std::string& specJson, const std::string& baseDir) {
   json root = json::parse(specJson, nullptr, /*allow_exceptions=*/false);
   if (!root.is_object() || baseDir.empty()) return specJson;
@@ -584,27 +627,12 @@ std::string resolveSpecPaths(const std::string& specJson, const std::string& bas
     const std::string p = v.get<std::string>();
     if (!p.empty() && p[0] != '/') v = (std::filesystem::path(baseDir) / p).lexically_normal().string();
   };
-  // The value at a path of object keys, if every object on the way is there.
-  auto at = [&](const std::vector<const char*>& keys) -> json* {
-    json* v = &root;
-    for (const char* key : keys) {
-      if (!v->is_object()) return nullptr;
-      auto found = v->find(key);
-      if (found == v->end()) return nullptr;
-      v = &*found;
-    }
-    return v;
-  };
-  static const std::vector<std::vector<const char*>> kPaths{
-      {"model", "config"},    {"model", "weights"},     {"data", "train"},           {"data", "eval"},
-      {"data", "rewards"},    {"train", "checkpoint_dir"}, {"train", "loss", "teacher"}, {"eval", "logprobs_output"},
-      {"eval", "kl_reference"}, {"convert", "from"},     {"convert", "output"},       {"convert", "config"},
-      {"rollout", "prompts"}, {"rollout", "output"},    {"rollout", "tokenizer"},
-      // "deepspeed": "ds_config.json", which loomctl then reads in (DeepSpeed users keep it apart).
-      {"deepspeed"}};
-  for (const auto& keys : kPaths)
-    if (json* v = at(keys)) resolve(*v);
-  if (json* deepspeed = at({"deepspeed"})) resolveMonitorPaths(*deepspeed, baseDir);
+  for (const auto& keys : pathKeys()) {
+    // The monitors' output_path: resolveMonitorPaths below, which also fills in the default.
+    if (keys.size() == 3 && std::string(keys[0]) == "deepspeed") continue;
+    if (json* v = valueAt(root, keys)) resolve(*v);
+  }
+  if (json* deepspeed = valueAt(root, {"deepspeed"})) resolveMonitorPaths(*deepspeed, baseDir);
   return root.dump(2);
 }
 

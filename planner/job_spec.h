@@ -217,6 +217,15 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose 
 // is planned (loomctl plan) but not run by the workers yet"). parseJobSpec(kRun) applies it.
 Status checkRunnable(const JobSpec& spec);
 
+// A file path a spec names: its field ("model.weights") and value as written.
+struct SpecPath {
+  std::string field;
+  std::string path;
+};
+// Every file path of a spec (model, data, checkpoints, outputs, the DeepSpeed config file and its
+// monitors' output_path): what the ranks read or write, and what a tenant's roots confine.
+std::vector<SpecPath> specPaths(const nlohmann::json& spec);
+
 // Makes the file paths of a spec (model, data, checkpoint and output paths) absolute against
 // `baseDir`, the directory of the spec file: the ranks run elsewhere, in another directory.
 // Leaves the text alone when it is not a JSON object (parseJobSpec reports that).

@@ -176,6 +176,7 @@ void PlannerCore::createJob(std::string specJson, std::string requestId, JobOwne
       }
     }
     if (!compiled.isOk()) return done(compiled, false);
+    if (Status fits = fitsQuota(*spec, owner.tenant); !fits.isOk()) return done(fits, false);
     if (Status fits = checkNodeLocalGroupFits(nodeLocalGroup(spec->deepspeed), nodeCapacity()); !fits.isOk())
       return done(fits, false);
     JobRecord job;
@@ -358,6 +359,49 @@ std::vector<NodeCapacity> PlannerCore::nodeCapacity() const {
   return capacity;
 }
 
+Status PlannerCore::fitsQuota(const JobSpec& spec, const std::string& tenant) const {
+  auto quota = options_.quotas.find(tenant);
+  if (tenant.empty() || quota == options_.quotas.end()) return Status::ok();
+  const TenantQuota& q = quota->second;
+  if (q.maxRanks > 0 && spec.ranks > q.maxRanks)
+    return failedPrecondition("resources.ranks: {} ranks is more than tenant {}'s quota of {}: the job would wait "
+                              "for ever",
+                              spec.ranks, tenant, q.maxRanks);
+  if (q.maxGpus > 0 && spec.device == DeviceKind::kCuda && spec.ranks > q.maxGpus)
+    return failedPrecondition("resources.ranks: {} GPUs is more than tenant {}'s quota of {}: the job would wait "
+                              "for ever",
+                              spec.ranks, tenant, q.maxGpus);
+  return Status::ok();
+}
+
+std::string PlannerCore::quotaWait(const JobRecord& job) const {
+  auto quota = options_.quotas.find(job.tenant);
+  if (job.tenant.empty() || quota == options_.quotas.end()) return "";
+  int ranks = 0, gpus = 0;
+  std::set<std::string> running;
+  for (const auto& [nodeId, node] : nodes_) {
+    for (const auto& [jobId, attempt, rank] : node.liveRanks) {
+      auto other = jobs_.find(jobId);
+      if (other == jobs_.end() || other->second.tenant != job.tenant) continue;
+      ++ranks;
+      if (other->second.spec.device == DeviceKind::kCuda) ++gpus;
+      running.insert(jobId);
+    }
+  }
+  const TenantQuota& q = quota->second;
+  const int askedGpus = job.spec.device == DeviceKind::kCuda ? job.spec.ranks : 0;
+  if (q.maxRunningJobs > 0 && static_cast<int>(running.size()) + 1 > q.maxRunningJobs)
+    return fmt::format("waiting for tenant {}'s quota: {} of its {} running jobs are running", job.tenant,
+                       running.size(), q.maxRunningJobs);
+  if (q.maxRanks > 0 && ranks + job.spec.ranks > q.maxRanks)
+    return fmt::format("waiting for tenant {}'s quota: {} ranks asked, {} of its {} in use", job.tenant,
+                       job.spec.ranks, ranks, q.maxRanks);
+  if (q.maxGpus > 0 && askedGpus > 0 && gpus + askedGpus > q.maxGpus)
+    return fmt::format("waiting for tenant {}'s quota: {} GPUs asked, {} of its {} in use", job.tenant, askedGpus,
+                       gpus, q.maxGpus);
+  return "";
+}
+
 void PlannerCore::schedule() {
   for (const auto& id : jobOrder_) {
     JobRecord& job = jobs_.at(id);
@@ -366,6 +410,11 @@ void PlannerCore::schedule() {
       continue;
     }
     waitingSinceMs_.try_emplace(id, clock_->nowMs());
+    if (std::string quota = quotaWait(job); !quota.empty()) {
+      auto effects = JobLifecycle::markWaiting(job, quota, clock_->nowMs());
+      if (!effects.events.empty()) commit(job, effects);
+      continue;
+    }
     const std::vector<NodeCapacity> capacity = nodeCapacity();
     auto placement = placeGang(job.spec.ranks, capacity, nodeLocalGroup(job.spec.deepspeed));
     if (!placement.isOk()) {

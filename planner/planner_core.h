@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/event_loop.h"
 #include "common/status.h"
+#include "planner/tenants.h"
 #include "planner/job.h"
 #include "planner/job_lifecycle.h"
 #include "planner/node_link.h"
@@ -83,6 +84,7 @@ struct ClusterSnapshot {
 
 struct PlannerOptions {
   std::string stateDir;
+  std::map<std::string, TenantQuota> quotas;  // by tenant (tenants.h); a job over its quota waits
   int64_t nodeTimeoutMs = 15'000;        // a node silent this long has lost its ranks
   int64_t nodeHeartbeatIntervalMs = 1'000;
 
@@ -178,6 +180,11 @@ class PlannerCore {
   void releaseAttempt(const JobRecord& job);
   // Every attached node's free and total slots.
   std::vector<NodeCapacity> nodeCapacity() const;
+  // Why `job` must wait for its tenant's quota (the ranks its tenant's jobs hold now); empty
+  // when it need not.
+  std::string quotaWait(const JobRecord& job) const;
+  // At submit: a job larger than its tenant's whole quota would wait for ever.
+  Status fitsQuota(const JobSpec& spec, const std::string& tenant) const;
   void schedule();
   void launch(JobRecord& job, const Placement& placement);
   void reconcileNode(Node& node, const NodeRegistration& registration);

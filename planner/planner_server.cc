@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/files.h"
 #include "planner/access_control.h"
 #include "planner/grpc_services.h"
 #include "planner/planner_metrics.h"
@@ -44,15 +45,22 @@ class WithoutReflection final : public grpc::ServerBuilderOption {
 StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::start(const PlannerServerOptions& options, const Clock* clock) {
   RETURN_IF_ERROR(checkPlainText(options));
   ASSIGN_OR_RETURN(auto credentials, security::serverCredentials(options.tls));
+  TenantPolicies tenants;
+  if (!options.tenantsFile.empty()) {
+    ASSIGN_OR_RETURN(std::string text, files::readFile(options.tenantsFile));
+    ASSIGN_OR_RETURN(tenants, parseTenantsFile(text, options.tenantsFile));
+  }
+  PlannerOptions plannerOptions = options.planner;
+  for (const auto& [name, policy] : tenants) plannerOptions.quotas[name] = policy.quota;
   std::unique_ptr<PlannerServer> server(new PlannerServer());
   // The core first: it takes the state directory's lock before anything is written there.
-  ASSIGN_OR_RETURN(server->core_, PlannerCore::create(options.planner, clock));
+  ASSIGN_OR_RETURN(server->core_, PlannerCore::create(plannerOptions, clock));
   std::string tokensFile = options.tokensFile;
   if (tokensFile.empty()) {
     ASSIGN_OR_RETURN(tokensFile, ensureGeneratedTokens(options.planner.stateDir));
   }
   ASSIGN_OR_RETURN(server->access_, AccessControl::create(tokensFile));
-  server->gate_ = std::make_unique<CallGate>(server->access_.get(), server->core_.get());
+  server->gate_ = std::make_unique<CallGate>(server->access_.get(), server->core_.get(), std::move(tenants));
   const bool plainTextBeyondLoopback = !options.tls.enabled() && !security::isLoopback(options.listenAddress);
   if (plainTextBeyondLoopback)
     spdlog::warn("--insecure: serving plain text on {}: tokens, specs and logs cross the network unencrypted",

@@ -34,6 +34,9 @@ struct PlannerServerOptions {
   security::ServerTls tls;
   // The tokens file (access_control.h); empty: the planner's own, generated into its state dir.
   std::string tokensFile;
+  // The tenants file (tenants.h): each tenant's directories and quotas. Without one a user's
+  // spec may name no path (an admin's are not confined).
+  std::string tenantsFile;
   // Plain text on an address other than loopback: refused unless this is set, and then warned
   // about at start and on every node's attach.
   bool insecure = false;

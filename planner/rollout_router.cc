@@ -259,6 +259,11 @@ grpc::ServerUnaryReactor* RolloutRouter::UpdateWeights(grpc::CallbackServerConte
     return relay;
   }
   if (hasDir) {
+    if (Status allowed = gate_->confinePath(*relay->caller(), "checkpoint_dir", request->checkpoint_dir());
+        !allowed.isOk()) {
+      relay->fail(allowed);
+      return relay;
+    }
     relay->start(*this);
     return relay;
   }

@@ -11,7 +11,11 @@ make them.
    planner's HTTPS JSON API, whose /metrics is an admin's.
 3. Roles: a node token cannot submit; a user cannot drain; a daemon with a certificate from
    another CA cannot attach; a node certificate attaches only as its own node.
-4. Insecure is explicit: plain text beyond loopback needs --insecure (and warns); server
+4. Confined specs: a path outside the tenant's directories, through a symlink or "..", or a
+   monitor's output there, is refused at submit naming the field; nothing is written or stored.
+5. Quotas: a job larger than its tenant's quota is refused; one over the running-jobs quota
+   waits, saying so, and runs once the tenant's other job ends.
+6. Insecure is explicit: plain text beyond loopback needs --insecure (and warns); server
    reflection is off unless asked for.
 
   python3 tests/oracles/security_test.py --bin build/bin
@@ -141,6 +145,19 @@ def make_credentials(c):
                                                                       f"({r.stderr.strip()})")
 
 
+def tenants_file(work):
+    """team-a: its directory, one running job of at most 2 ranks; team-b: its directory. A link
+    inside team-a's directory points out of it."""
+    for d in ("team-a", "team-b", "secret"):
+        os.makedirs(os.path.join(work, d), exist_ok=True)
+    os.symlink(os.path.join(work, "secret"), os.path.join(work, "team-a", "escape"))
+    path = os.path.join(work, "tenants.json")
+    with open(path, "w") as f:
+        json.dump({"team-a": {"roots": [os.path.join(work, "team-a")], "max_running_jobs": 1, "max_ranks": 2},
+                   "team-b": {"roots": [os.path.join(work, "team-b")]}}, f)
+    return path
+
+
 def probe(name, ticks=400):
     return json.dumps({"name": name, "kind": "probe", "resources": {"ranks": 1},
                        "probe": {"ticks": ticks, "tick_ms": 50}, "restart": {"max_restarts": 0}})
@@ -157,7 +174,7 @@ def main():
         c.server = f"127.0.0.1:{free_port()}"
         planner = c.start("planner", [
             os.path.join(bin_dir, "loom-planner"), "--listen", c.server, "--http-listen", "127.0.0.1:0",
-            "--state-dir", os.path.join(work, "planner"), "--tokens", c.tokens,
+            "--state-dir", os.path.join(work, "planner"), "--tokens", c.tokens, "--tenants", tenants_file(work),
             "--tls-cert", os.path.join(c.certs, "planner.crt"), "--tls-key", os.path.join(c.certs, "planner.key"),
             "--client-ca", os.path.join(c.certs, "ca.crt")])
         try:
@@ -293,14 +310,64 @@ def main():
             r = c.loomctl("drain", "n1", credentials=c.token("alice"))
             check(r.returncode == 7 and "PERMISSION_DENIED" in r.stderr and "role admin" in r.stderr,
                   f"a user cannot drain a node ({r.stderr.strip()[:140]})")
+            # 4. Confined specs: every path under the tenant's directories, after symlinks and "..".
+            def submit_as(user, name, patch, ranks=1):
+                s = dict(json.loads(probe(name)), **patch)
+                s["resources"] = {"ranks": ranks}
+                path = os.path.join(work, f"{name}.json")
+                with open(path, "w") as f:
+                    json.dump(s, f)
+                return c.loomctl("submit", path, credentials=c.token(user))
+
+            team_a = os.path.join(work, "team-a")
+            for what, patch, words in (
+                    ("a path outside", {"model": {"config": "/etc/passwd"}},
+                     f"model.config: /etc/passwd lies outside tenant team-a's directories ({team_a})"),
+                    ("a symlink out of it", {"data": {"train": os.path.join(team_a, "escape", "x.tokens")}},
+                     f"(as {os.path.join(work, 'secret', 'x.tokens')})"),
+                    ("'..' out of it", {"train": {"checkpoint_dir": os.path.join(team_a, "..", "team-b", "ckpt")}},
+                     "train.checkpoint_dir: "),
+                    ("the monitors' output", {"deepspeed": {"tensorboard": {"enabled": True, "output_path": "/tmp"}}},
+                     "deepspeed.tensorboard.output_path: /tmp lies outside")):
+                r = submit_as("alice", "confined", patch)
+                check(r.returncode == 7 and "PERMISSION_DENIED" in r.stderr and words in r.stderr,
+                      f"{what} is refused at submit, naming the field ({r.stderr.strip()[:170]})")
+            check(not os.path.exists(os.path.join(work, "team-b", "ckpt")), "... and nothing was written")
+            r = c.loomctl("list", "-o", "json", credentials=c.token("root"))
+            check(not any(j["id"].startswith("confined") for j in json.loads(r.stdout).get("jobs", [])),
+                  "... nor stored")
+
+            # 5. Quotas: team-a runs one job at a time, of at most 2 ranks.
+            r = submit_as("alice", "too-big", {}, ranks=3)
+            check(r.returncode == 1 and "FAILED_PRECONDITION" in r.stderr and "quota of 2" in r.stderr,
+                  f"a job larger than the tenant's quota is refused at submit ({r.stderr.strip()[:150]})")
+            r = submit_as("alice", "second", {})
+            second = r.stdout.strip()
+            deadline = time.time() + 20
+            while True:
+                got = json.loads(c.loomctl("get", second, "-o", "json", credentials=c.token("alice")).stdout)
+                if "quota" in got.get("reason", "") or time.time() > deadline:
+                    break
+                time.sleep(0.2)
+            check(got["state"] == "PENDING" and "waiting for tenant team-a's quota: 1 of its 1 running jobs" in
+                  got["reason"], f"a second team-a job waits for the quota, saying so ({got.get('reason')})")
             r = c.loomctl("cancel", job, credentials=c.token("alice"))
-            check(r.returncode == 0, "alice cancels her job")
+            check(r.returncode == 0, "alice cancels her first job")
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                got = json.loads(c.loomctl("get", second, "-o", "json", credentials=c.token("alice")).stdout)
+                if got["state"] == "RUNNING":
+                    break
+                time.sleep(0.2)
+            check(got["state"] == "RUNNING", f"... then the second runs ({got['state']}: {got.get('reason')})")
+            r = c.loomctl("cancel", second, credentials=c.token("alice"))
+            check(r.returncode == 0, "alice cancels her second job")
             r = c.loomctl("cancel", bobs, credentials=c.token("root"))
             check(r.returncode == 0, "the admin cancels bob's job")
         finally:
             c.close()
 
-        # 4. Plain text beyond loopback needs --insecure; reflection when asked for.
+        # 6. Plain text beyond loopback needs --insecure; reflection when asked for.
         state = os.path.join(work, "insecure")
         r = subprocess.run([os.path.join(bin_dir, "loom-planner"), "--listen", "0.0.0.0:0", "--http-listen", "none",
                             "--state-dir", state], capture_output=True, text=True, timeout=30)
