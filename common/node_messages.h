@@ -37,6 +37,7 @@ struct NodeRegistration {
   int slots = 0;
   std::vector<RankReport> ranks;  // the latest report of every rank the daemon holds
   std::string instanceId;         // new for every daemon process
+  int gpus = 0;                   // GPUs offered, one per rank of a cuda job; 0: not counted
 };
 
 struct MasterEndpoint {

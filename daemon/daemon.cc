@@ -3,11 +3,14 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
 #include <netinet/in.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -213,7 +216,8 @@ Status Daemon::recoverRecords() {
 
 NodeRegistration Daemon::registration() {
   NodeRegistration reg{.nodeId = options_.nodeId, .hostname = "", .address = options_.address,
-                       .slots = options_.slots, .ranks = {}, .instanceId = instanceId_};
+                       .slots = options_.slots, .ranks = {}, .instanceId = instanceId_,
+                       .gpus = static_cast<int>(options_.gpus.size())};
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   reg.hostname = host;
@@ -271,6 +275,17 @@ void Daemon::onLaunch(LaunchOrder order) {
         prepared = port.status();
       }
     }
+    std::vector<int> gpus;
+    if (prepared.isOk()) {
+      auto assigned = assignGpus(order);
+      if (assigned.isOk()) {
+        gpus = std::move(assigned).value();
+      } else {
+        prepared = assigned.status();
+      }
+    }
+    std::string visible;
+    for (int gpu : gpus) visible += (visible.empty() ? "" : ",") + std::to_string(gpu);
     for (const auto& assignment : order.ranks) {
       if (!prepared.isOk()) {
         RankRecord r{.jobId = order.jobId, .attempt = order.attempt, .rank = assignment.rank,
@@ -280,14 +295,38 @@ void Daemon::onLaunch(LaunchOrder order) {
         report(stored, RankEvent::kLaunchFailed, prepared.toString());
         continue;
       }
-      launchRank(order, assignment, dir);
+      const int gpu = gpus.empty() ? -1 : gpus.at(static_cast<size_t>(assignment.localRank));
+      launchRank(order, assignment, dir, gpu, visible);
     }
   });
 }
 
-void Daemon::launchRank(const LaunchOrder& order, const RankAssignment& assignment, const std::string& dir) {
+StatusOr<std::vector<int>> Daemon::assignGpus(const LaunchOrder& order) const {
+  if (options_.gpus.empty()) return std::vector<int>{};
+  auto spec = nlohmann::json::parse(order.specJson, nullptr, /*allow_exceptions=*/false);
+  const bool cuda = spec.is_object() && spec.value("resources", nlohmann::json::object()).value("device", "") == "cuda";
+  if (!cuda) return std::vector<int>{};
+  // Free: the node's GPUs (a multiset) less those its live ranks hold.
+  std::multiset<int> free(options_.gpus.begin(), options_.gpus.end());
+  for (const auto& [key, r] : ranks_) {
+    if (r.exited || r.gpu < 0) continue;
+    if (auto held = free.find(r.gpu); held != free.end()) free.erase(held);
+  }
+  const size_t needed = order.ranks.size();
+  if (free.size() < needed)
+    return failedPrecondition("node {}: {} free GPU{} for {} rank{} of a cuda job (loomd --gpus)", options_.nodeId,
+                              free.size(), free.size() == 1 ? "" : "s", needed, needed == 1 ? "" : "s");
+  // Local rank i takes the i-th: CUDA_VISIBLE_DEVICES lists them in that order.
+  std::vector<int> gpus(free.begin(), free.end());
+  gpus.resize(needed);
+  return gpus;
+}
+
+void Daemon::launchRank(const LaunchOrder& order, const RankAssignment& assignment, const std::string& dir, int gpu,
+                        const std::string& visibleGpus) {
   RankRecord r{.jobId = order.jobId, .attempt = order.attempt, .rank = assignment.rank,
                .localRank = assignment.localRank};
+  r.gpu = gpu;
   r.logPath = LogServer::logPath(options_.stateDir + "/jobs", order.jobId, order.attempt, assignment.rank);
   r.rankDir = fmt::format("{}/rank-{}", dir, assignment.rank);
   r.heartbeatTimeoutMs = order.heartbeatTimeoutMs;
@@ -318,6 +357,12 @@ void Daemon::launchRank(const LaunchOrder& order, const RankAssignment& assignme
       .workingDir = "",
       .newSession = true,
   };
+  if (!visibleGpus.empty()) {
+    // The attempt's GPUs on this node, local rank i's at index i; PCI bus order, as the indices
+    // of --gpus and of /proc/driver/nvidia/gpus are.
+    spawn.env["CUDA_VISIBLE_DEVICES"] = visibleGpus;
+    spawn.env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+  }
   if (!options_.kernelDirs.empty()) {
     std::string dirs;
     for (const std::string& dir : options_.kernelDirs) dirs += (dirs.empty() ? "" : ":") + dir;
@@ -469,6 +514,35 @@ void Daemon::onLogCancel(int64_t requestId) { logs_->cancel(requestId); }
 void Daemon::onDisconnected() {
   loop_->post([this] { counters_.plannerConnected = false; });
   if (logs_) logs_->cancelAll();
+}
+
+std::vector<int> detectGpus() {
+  std::error_code ec;
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    (void)entry;
+    ++count;
+  }
+  std::vector<int> gpus(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) gpus[static_cast<size_t>(i)] = i;
+  return gpus;
+}
+
+StatusOr<std::vector<int>> parseGpuList(const std::string& text) {
+  std::vector<int> gpus;
+  if (text == "none") return gpus;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, comma - begin);
+    char* end = nullptr;
+    const long index = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || index < 0 || index > 1023)
+      return invalidArgument("--gpus: \"{}\" is not a GPU index (write 0,1,2,3, or none)", item);
+    gpus.push_back(static_cast<int>(index));
+    begin = comma + 1;
+  }
+  return gpus;
 }
 
 }  // namespace loom::daemon

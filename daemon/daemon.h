@@ -45,10 +45,20 @@ struct DaemonOptions {
   // Where ranks find the kernel plugins their jobs name (LOOM_KERNEL_DIRS); empty: the worker's
   // own defaults (kernels/loader.h).
   std::vector<std::string> kernelDirs;
+  // The GPUs this node offers, by CUDA index (PCI bus order): each rank of a cuda job takes one,
+  // and sees its attempt's GPUs on this node through CUDA_VISIBLE_DEVICES, so two jobs never
+  // share one. An index given twice is two slots on one GPU. Empty: GPUs are not counted.
+  std::vector<int> gpus;
   int64_t tickMs = 100;         // how often ranks are checked (exits, heartbeats, kill deadlines)
 
   Status validate() const;
 };
+
+// The GPUs the NVIDIA driver lists (/proc/driver/nvidia/gpus, one entry per GPU): CUDA indices
+// 0..N-1 in PCI bus order. Empty without the driver.
+std::vector<int> detectGpus();
+// loomd --gpus: "0,1,2,3" (an index twice: two slots on one GPU), or "none".
+StatusOr<std::vector<int>> parseGpuList(const std::string& text);
 
 // loomd's core: launches the rank processes the planner orders, watches them (exit, heartbeats),
 // stops them (SIGTERM, grace, SIGKILL to the whole process group), keeps their logs, and reports
@@ -83,7 +93,12 @@ class Daemon final : public PlannerOrders {
  private:
   Daemon(const DaemonOptions& options, const Clock* clock);
   Status recoverRecords();
-  void launchRank(const LaunchOrder& order, const RankAssignment& assignment, const std::string& attemptDir);
+  // `gpu`: the GPU the rank holds (-1: none); `visibleGpus`: its CUDA_VISIBLE_DEVICES.
+  void launchRank(const LaunchOrder& order, const RankAssignment& assignment, const std::string& attemptDir, int gpu,
+                  const std::string& visibleGpus);
+  // The GPUs for a launch's ranks, by local rank (empty when the job is not a cuda job or the
+  // node does not count GPUs); FailedPrecondition when too few are free.
+  StatusOr<std::vector<int>> assignGpus(const LaunchOrder& order) const;
   void onWorkerMessage(const WorkerMessage& message);
   void tick();
   void markExited(RankRecord& record, int exitCode, int signal, const std::string& detail);

@@ -59,6 +59,12 @@ int main(int argc, char** argv) {
   app.add_option("--address", options.address,
                  "the address other nodes reach this one at (default: as the planner sees it; standalone: 127.0.0.1)");
   app.add_option("--worker", options.workerPath, "the loom-worker binary")->capture_default_str();
+  std::string gpuList = "auto";
+  app.add_option("--gpus", gpuList,
+                 "the GPUs this node offers, by CUDA index: each rank of a cuda job takes one, seen through "
+                 "CUDA_VISIBLE_DEVICES (0,1,2,3; an index twice shares that GPU between two ranks; none: not "
+                 "counted; auto: those /proc/driver/nvidia/gpus lists)")
+      ->capture_default_str();
   options.kernelDirs = loom::kernels::defaultKernelDirectories();
   app.add_option("--kernel-dir", options.kernelDirs,
                  "a directory of kernel plugins that jobs may name in kernels.plugins (repeatable; replaces the "
@@ -97,6 +103,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loomd: --http-listen serves the planner's web page: it needs --standalone (the node's own "
                          "/metrics: --metrics-listen)\n");
     return 2;
+  }
+
+  if (gpuList == "auto") {
+    options.gpus = loom::daemon::detectGpus();
+  } else {
+    auto gpus = loom::daemon::parseGpuList(gpuList);
+    if (!gpus.isOk()) {
+      std::fprintf(stderr, "loomd: %s\n", gpus.status().message().c_str());
+      return 2;
+    }
+    options.gpus = std::move(gpus).value();
   }
 
   loom::initLogging("loomd", logLevel);

@@ -13,7 +13,8 @@ std::string recordToJson(const RankRecord& r) {
               {"service_address", r.lastReport.serviceAddress}};
   return json{{"job_id", r.jobId}, {"attempt", r.attempt}, {"rank", r.rank}, {"local_rank", r.localRank},
               {"pid", r.pid}, {"start_time", r.startTime}, {"log_path", r.logPath}, {"rank_dir", r.rankDir},
-              {"heartbeat_timeout_ms", r.heartbeatTimeoutMs}, {"exited", r.exited}, {"last_report", report}}
+              {"heartbeat_timeout_ms", r.heartbeatTimeoutMs}, {"exited", r.exited}, {"gpu", r.gpu},
+              {"last_report", report}}
       .dump();
 }
 
@@ -31,6 +32,7 @@ StatusOr<RankRecord> recordFromJson(const std::string& text) {
     r.rankDir = j.at("rank_dir");
     r.heartbeatTimeoutMs = j.at("heartbeat_timeout_ms");
     r.exited = j.at("exited");
+    r.gpu = j.value("gpu", -1);  // records written before GPUs were counted hold none
     const json& rep = j.at("last_report");
     r.lastReport = RankReport{.jobId = r.jobId, .attempt = r.attempt, .rank = r.rank,
                               .event = static_cast<RankEvent>(rep.at("event").get<int>()), .pid = rep.at("pid"),

@@ -22,6 +22,7 @@ struct RankRecord {
   std::string logPath;
   std::string rankDir;     // per-rank scratch; the worker writes exit_status there
   int64_t heartbeatTimeoutMs = 0;
+  int gpu = -1;            // the GPU it holds (DaemonOptions::gpus), -1: none
   RankReport lastReport;   // the latest lifecycle report (STARTED / READY / EXITED / ...)
   bool exited = false;
 

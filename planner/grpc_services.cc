@@ -110,6 +110,8 @@ void toProto(const NodeView& n, v1::Node* node) {
   node->set_address(n.address);
   node->set_slots(n.slots);
   node->set_used_slots(n.usedSlots);
+  node->set_gpus(n.gpus);
+  node->set_used_gpus(n.usedGpus);
   node->set_connected(n.connected);
   node->set_last_seen_ms(n.lastSeenMs);
   node->set_cordoned(n.cordoned);

@@ -25,7 +25,8 @@ Status checkNodeLocalGroupFits(const NodeLocalGroup& group, const std::vector<No
                             largest == 1 ? "" : "s");
 }
 
-StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes, const NodeLocalGroup& group) {
+StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes, const NodeLocalGroup& group,
+                              const std::string& unit) {
   const int groupSize = std::max(1, group.size);
   std::sort(nodes.begin(), nodes.end(), [](const NodeCapacity& a, const NodeCapacity& b) {
     return a.freeSlots != b.freeSlots ? a.freeSlots > b.freeSlots : a.nodeId < b.nodeId;
@@ -37,7 +38,7 @@ StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes, const 
   }
   if (total < ranks) {
     return Status(StatusCode::kResourceExhausted,
-                  fmt::format("waiting for nodes: needs {} slots, the {} attached node{} {} {} in all", ranks,
+                  fmt::format("waiting for nodes: needs {} {}s, the {} attached node{} {} {} in all", ranks, unit,
                               nodes.size(), nodes.size() == 1 ? "" : "s", nodes.size() == 1 ? "has" : "have", total));
   }
   if (free < ranks) {
@@ -47,7 +48,7 @@ StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes, const 
       detail += fmt::format("{} {}", n.nodeId, n.freeSlots);
     }
     return Status(StatusCode::kResourceExhausted,
-                  fmt::format("waiting for {} free slot{}: {} free on {} node{}{}", ranks, ranks == 1 ? "" : "s", free,
+                  fmt::format("waiting for {} free {}{}: {} free on {} node{}{}", ranks, unit, ranks == 1 ? "" : "s", free,
                               nodes.size(), nodes.size() == 1 ? "" : "s", detail.empty() ? "" : " (" + detail + ")"));
   }
   // Prefer the single node with the fewest free slots that still holds the whole gang, leaving

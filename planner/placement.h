@@ -28,7 +28,10 @@ NodeLocalGroup nodeLocalGroup(const DeepSpeedConfig& ds);
 // possible, consecutive ranks on one node. A node takes a multiple of `group.size` ranks, so that
 // every such group lies inside one node. ResourceExhausted, with the free slots named, when the
 // gang does not fit.
-StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes, const NodeLocalGroup& group = {});
+// `unit` names what the capacities count, for the messages ("slot"; for a cuda
+// job on nodes that count their GPUs: "GPU slot").
+StatusOr<Placement> placeGang(int ranks, std::vector<NodeCapacity> nodes, const NodeLocalGroup& group = {},
+                              const std::string& unit = "slot");
 
 // At submit: FailedPrecondition when no attached node has the slots for one such group (the job
 // would wait for ever); OK when none is attached yet.

@@ -348,13 +348,27 @@ void PlannerCore::releaseAttempt(const JobRecord& job) {
 
 // ---- placement --------------------------------------------------------------------------------
 
-std::vector<NodeCapacity> PlannerCore::nodeCapacity() const {
+int PlannerCore::usedGpus(const Node& node) const {
+  int used = 0;
+  for (const auto& [jobId, attempt, rank] : node.liveRanks) {
+    auto job = jobs_.find(jobId);
+    if (job != jobs_.end() && job->second.spec.device == DeviceKind::kCuda) ++used;
+  }
+  return used;
+}
+
+std::vector<NodeCapacity> PlannerCore::nodeCapacity(bool cuda) const {
   std::vector<NodeCapacity> capacity;
   for (const auto& [nodeId, node] : nodes_) {
     if (!node.link) continue;
     // A cordoned node still counts for what could fit (a job is not refused during a drain), not for placing.
-    const int free = cordons_.count(nodeId) ? 0 : node.view.slots - static_cast<int>(node.liveRanks.size());
-    capacity.push_back({.nodeId = nodeId, .freeSlots = free, .totalSlots = node.view.slots});
+    int free = cordons_.count(nodeId) ? 0 : node.view.slots - static_cast<int>(node.liveRanks.size());
+    int total = node.view.slots;
+    if (cuda && node.view.gpus > 0) {
+      free = std::min(free, node.view.gpus - usedGpus(node));
+      total = std::min(total, node.view.gpus);
+    }
+    capacity.push_back({.nodeId = nodeId, .freeSlots = free, .totalSlots = total});
   }
   return capacity;
 }
@@ -415,8 +429,12 @@ void PlannerCore::schedule() {
       if (!effects.events.empty()) commit(job, effects);
       continue;
     }
-    const std::vector<NodeCapacity> capacity = nodeCapacity();
-    auto placement = placeGang(job.spec.ranks, capacity, nodeLocalGroup(job.spec.deepspeed));
+    const bool cuda = job.spec.device == DeviceKind::kCuda;
+    const std::vector<NodeCapacity> capacity = nodeCapacity(cuda);
+    const bool countsGpus = cuda && std::any_of(nodes_.begin(), nodes_.end(),
+                                                [](const auto& n) { return n.second.link && n.second.view.gpus > 0; });
+    auto placement = placeGang(job.spec.ranks, capacity, nodeLocalGroup(job.spec.deepspeed),
+                               countsGpus ? "GPU slot" : "slot");
     if (!placement.isOk()) {
       std::string reason = capacity.empty() ? "waiting for a node to attach" : placement.status().message();
       for (const NodeCapacity& node : capacity) {

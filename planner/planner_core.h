@@ -49,6 +49,8 @@ struct NodeView {
   std::string address;
   int slots = 0;
   int usedSlots = 0;
+  int gpus = 0;  // 0: not counted (cuda ranks take slots only)
+  int usedGpus = 0;
   bool connected = false;
   int64_t lastSeenMs = 0;
   bool cordoned = false;     // no new ranks are placed here (drained)
@@ -179,7 +181,10 @@ class PlannerCore {
   void abandonPendingLaunch(JobRecord& job);
   void releaseAttempt(const JobRecord& job);
   // Every attached node's free and total slots.
-  std::vector<NodeCapacity> nodeCapacity() const;
+  // What each attached node can take now: slots, or for a cuda job on a node that counts its
+  // GPUs, the fewer of its free slots and free GPUs.
+  std::vector<NodeCapacity> nodeCapacity(bool cuda = false) const;
+  int usedGpus(const Node& node) const;  // ranks of cuda jobs on it
   // Why `job` must wait for its tenant's quota (the ranks its tenant's jobs hold now); empty
   // when it need not.
   std::string quotaWait(const JobRecord& job) const;

@@ -38,10 +38,12 @@ void PlannerCore::nodeRegistered(std::shared_ptr<NodeLink> link, NodeRegistratio
     node.view.hostname = registration.hostname;
     node.view.address = registration.address;
     node.view.slots = registration.slots;
+    node.view.gpus = registration.gpus;
     node.view.connected = true;
     node.view.lastSeenMs = clock_->nowMs();
     node.detachedSinceMs = 0;
-    spdlog::info("node {} attached: {} slots, address {}, holding {} ranks", registration.nodeId, registration.slots,
+    spdlog::info("node {} attached: {} slots, {} GPUs, address {}, holding {} ranks", registration.nodeId,
+                 registration.slots, registration.gpus > 0 ? std::to_string(registration.gpus) : "uncounted",
                  registration.address, registration.ranks.size());
     reconcileNode(node, registration);
     schedule();
@@ -176,6 +178,7 @@ void PlannerCore::setPlacementObserver(std::function<void(double)> observer) {
 
 NodeView PlannerCore::viewOf(const std::string& nodeId) const {
   NodeView view = nodes_.at(nodeId).view;
+  view.usedGpus = usedGpus(nodes_.at(nodeId));
   if (auto c = cordons_.find(nodeId); c != cordons_.end()) {
     view.cordoned = true;
     view.cordonReason = c->second.reason;

@@ -237,6 +237,12 @@ std::string PlannerMetrics::render(const ClusterSnapshot& snapshot) const {
     out.gauge("loom_node_slots", "Rank slots of an attached node.", node.slots, {{"node", node.nodeId}});
     out.gauge("loom_node_slots_used", "Rank slots of a node that hold a rank.", node.usedSlots,
               {{"node", node.nodeId}});
+    if (node.gpus > 0) {
+      out.gauge("loom_node_gpus", "GPUs a node offers to ranks of cuda jobs (loomd --gpus).", node.gpus,
+                {{"node", node.nodeId}});
+      out.gauge("loom_node_gpus_used", "GPUs of a node held by ranks of cuda jobs.", node.usedGpus,
+                {{"node", node.nodeId}});
+    }
   }
   out.gauge("loom_nodes", "Node daemons known to the planner, by state.", connected, {{"state", "connected"}});
   out.gauge("loom_nodes", "", detached, {{"state", "detached"}});

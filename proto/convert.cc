@@ -72,12 +72,13 @@ v1::Register toProto(const NodeRegistration& in) {
   out.set_slots(in.slots);
   for (const auto& r : in.ranks) *out.add_ranks() = toProto(r);
   out.set_instance_id(in.instanceId);
+  out.set_gpus(in.gpus);
   return out;
 }
 
 NodeRegistration fromProto(const v1::Register& in) {
   NodeRegistration out{.nodeId = in.node_id(), .hostname = in.hostname(), .address = in.address(), .slots = in.slots(),
-                       .ranks = {}, .instanceId = in.instance_id()};
+                       .ranks = {}, .instanceId = in.instance_id(), .gpus = in.gpus()};
   for (const auto& r : in.ranks()) out.ranks.push_back(fromProto(r));
   return out;
 }

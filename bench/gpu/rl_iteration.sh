@@ -40,7 +40,7 @@ cat > "$out/train.json" <<JSON
 JSON
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 server=127.0.0.1:$port
-"$bin/loomd" --standalone --listen "$server" --state-dir "$out/state" --slots 2 > "$out/loomd.log" 2>&1 &
+"$bin/loomd" --standalone --listen "$server" --state-dir "$out/state" --slots 2 --gpus 0,0 > "$out/loomd.log" 2>&1 &
 loomd=$!
 trap 'kill $loomd 2>/dev/null; wait $loomd 2>/dev/null || true' EXIT
 for _ in $(seq 100); do

@@ -34,10 +34,13 @@ int nodesCommand(const GlobalOptions& g) {
     std::puts(toJson(response).c_str());
     return 0;
   }
-  std::printf("%-20s %-16s %-10s %-9s %-20s %s\n", "NODE", "ADDRESS", "SLOTS", "STATE", "LAST SEEN", "CORDONED");
+  std::printf("%-20s %-16s %-10s %-8s %-9s %-20s %s\n", "NODE", "ADDRESS", "SLOTS", "GPUS", "STATE", "LAST SEEN",
+              "CORDONED");
   for (const auto& n : *nodes) {
-    std::printf("%-20s %-16s %-10s %-9s %-20s %s\n", n.node_id().c_str(), n.address().c_str(),
-                fmt::format("{}/{}", n.used_slots(), n.slots()).c_str(), n.connected() ? "attached" : "lost",
+    std::printf("%-20s %-16s %-10s %-8s %-9s %-20s %s\n", n.node_id().c_str(), n.address().c_str(),
+                fmt::format("{}/{}", n.used_slots(), n.slots()).c_str(),
+                n.gpus() > 0 ? fmt::format("{}/{}", n.used_gpus(), n.gpus()).c_str() : "-",
+                n.connected() ? "attached" : "lost",
                 formatTime(n.last_seen_ms()).c_str(), n.cordoned() ? n.cordon_reason().c_str() : "-");
   }
   return 0;

@@ -61,6 +61,7 @@ int runCommand(const GlobalOptions& g, const RunOptions& options) {
   daemon::DaemonOptions daemonOptions{.stateDir = stateDir, .nodeId = "local", .address = "127.0.0.1",
                                       .slots = options.slots > 0 ? options.slots : spec->ranks,
                                       .workerPath = files::selfDir() + "/loom-worker", .tickMs = 50};
+  daemonOptions.gpus = daemon::detectGpus();
   auto nodeChannel = (*server)->inProcessChannel(security::Role::kNode);
   auto clientChannel = (*server)->inProcessChannel(security::Role::kAdmin);
   if (!nodeChannel.isOk() || !clientChannel.isOk())

@@ -123,7 +123,7 @@ function jobsPage() {
 function nodesPage() {
   const body = el("tbody");
   view.replaceChildren(el("h1", {}, "Nodes"), el("table", { id: "nodes" },
-    el("thead", {}, el("tr", {}, ...["Node", "Host", "Address", "Slots", "Used", "Connected", "Cordon", "Last seen"]
+    el("thead", {}, el("tr", {}, ...["Node", "Host", "Address", "Slots", "Used", "GPUs", "Connected", "Cordon", "Last seen"]
       .map((h) => el("th", {}, h)))), body));
   return {
     async poll() {
@@ -131,9 +131,10 @@ function nodesPage() {
       body.replaceChildren(...nodes.map((n) => el("tr", {},
         el("td", {}, n.node_id), el("td", {}, n.hostname), el("td", {}, n.address),
         el("td", { class: "num" }, n.slots), el("td", { class: "num" }, n.used_slots),
+        el("td", { class: "num" }, n.gpus ? `${n.used_gpus}/${n.gpus}` : "-"),
         el("td", {}, n.connected ? "yes" : "no"), el("td", { class: "reason" }, n.cordoned ? n.cordon_reason || "cordoned" : ""),
         el("td", { class: "num" }, age(n.last_seen_ms)))));
-      if (!nodes.length) body.append(el("tr", {}, el("td", { colspan: 8, class: "empty" }, "No node has attached.")));
+      if (!nodes.length) body.append(el("tr", {}, el("td", { colspan: 9, class: "empty" }, "No node has attached.")));
     },
   };
 }

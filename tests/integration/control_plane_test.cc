@@ -199,3 +199,76 @@ TEST_CASE("a second loomd with a node id already attached is refused", "[integra
   REQUIRE(nodes->size() == 1);
   CHECK((*nodes)[0].slots() == 2);  // the first daemon kept its place
 }
+
+namespace {
+
+// NAME's value in a live process's environment ("" when absent).
+std::string environmentOf(int pid, const std::string& name) {
+  auto text = files::readFile("/proc/" + std::to_string(pid) + "/environ");
+  if (!text.isOk()) return "";
+  const std::string prefix = name + "=";
+  for (size_t begin = 0; begin < text->size();) {
+    const size_t end = std::min(text->find('\0', begin), text->size());
+    if (text->compare(begin, prefix.size(), prefix) == 0) return text->substr(begin + prefix.size(), end - begin - prefix.size());
+    begin = end + 1;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("GPUs are placement resources: two cuda jobs on a two-GPU node see different GPUs, a third waits",
+          "[integration]") {
+  // Fake devices: a probe job touches no GPU, so the node's two GPUs need not exist.
+  PlannerProcess planner;
+  DaemonProcess node(planner.address, 4, "node-a", "", {"--gpus", "0,1"});
+  client::LoomClient client(planner.address, testCredentials().admin);
+  auto cuda = [](const std::string& name, int ranks) {
+    return probeSpec(ranks, 1000, 50, {{"name", name}, {"resources", {{"ranks", ranks}, {"device", "cuda"}}}});
+  };
+  auto a = client.createJob(cuda("gpu-a", 1));
+  auto b = client.createJob(cuda("gpu-b", 1));
+  REQUIRE(a.isOk());
+  REQUIRE(b.isOk());
+  v1::Job runningA = awaitRunning(client, a->job().id());
+  v1::Job runningB = awaitRunning(client, b->job().id());
+  const std::string gpuA = environmentOf(runningA.ranks(0).pid(), "CUDA_VISIBLE_DEVICES");
+  const std::string gpuB = environmentOf(runningB.ranks(0).pid(), "CUDA_VISIBLE_DEVICES");
+  CHECK(std::set<std::string>{gpuA, gpuB} == std::set<std::string>{"0", "1"});
+  CHECK(environmentOf(runningA.ranks(0).pid(), "CUDA_DEVICE_ORDER") == "PCI_BUS_ID");
+
+  // The node has slots left but no GPU: a third cuda job waits, a cpu job runs.
+  auto c = client.createJob(cuda("gpu-c", 1));
+  auto cpu = client.createJob(probeSpec(1, 1000, 50, {{"name", "cpu-d"}}));
+  REQUIRE(c.isOk());
+  REQUIRE(cpu.isOk());
+  v1::Job runningCpu = awaitRunning(client, cpu->job().id());
+  CHECK(environmentOf(runningCpu.ranks(0).pid(), "CUDA_VISIBLE_DEVICES").empty());
+  REQUIRE(eventually(
+      [&] {
+        auto job = client.getJob(c->job().id());
+        return job.isOk() && job->reason() == "waiting for 1 free GPU slot: 0 free on 1 node (node-a 0)";
+      },
+      std::chrono::seconds(10)));
+  auto nodes = client.listNodes();
+  REQUIRE(nodes.isOk());
+  REQUIRE(nodes->size() == 1);
+  CHECK((*nodes)[0].gpus() == 2);
+  CHECK((*nodes)[0].used_gpus() == 2);
+
+  // A's GPU goes to C once A has ended.
+  REQUIRE(client.cancelJob(a->job().id()).isOk());
+  v1::Job runningC = awaitRunning(client, c->job().id());
+  CHECK(environmentOf(runningC.ranks(0).pid(), "CUDA_VISIBLE_DEVICES") == gpuA);
+  // A three-rank cuda job is larger than the node's GPUs: it waits, saying so.
+  auto big = client.createJob(cuda("gpu-big", 3));
+  REQUIRE(big.isOk());
+  REQUIRE(eventually(
+      [&] {
+        auto job = client.getJob(big->job().id());
+        return job.isOk() && job->reason() == "waiting for nodes: needs 3 GPU slots, the 1 attached node has 2 in all";
+      },
+      std::chrono::seconds(10)));
+  for (const auto& id : {b->job().id(), c->job().id(), cpu->job().id(), big->job().id()})
+    REQUIRE(client.cancelJob(id).isOk());
+}
