@@ -9,12 +9,32 @@
 #include <sstream>
 
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 extern char** environ;
 
 namespace loom::process {
+
+StatusOr<RunAs> lookupUser(const std::string& name) {
+  std::vector<char> buffer(16384);
+  struct passwd entry {};
+  struct passwd* found = nullptr;
+  const int rc = ::getpwnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  if (rc != 0 || !found) return notFound("user {} is not in this machine's user database", name);
+  RunAs user{.name = name, .uid = found->pw_uid, .gid = found->pw_gid, .groups = {}, .home = found->pw_dir};
+  int count = 64;
+  std::vector<gid_t> groups(static_cast<size_t>(count));
+  if (::getgrouplist(name.c_str(), found->pw_gid, groups.data(), &count) < 0) {
+    groups.resize(static_cast<size_t>(count));
+    ::getgrouplist(name.c_str(), found->pw_gid, groups.data(), &count);
+  }
+  groups.resize(static_cast<size_t>(count));
+  user.groups = std::move(groups);
+  return user;
+}
 
 StatusOr<int> spawn(const SpawnOptions& options) {
   // Everything the child needs is prepared before fork: after fork only async-signal-safe calls.
@@ -73,6 +93,14 @@ StatusOr<int> spawn(const SpawnOptions& options) {
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
     if (!options.workingDir.empty() && ::chdir(options.workingDir.c_str()) != 0) {
+      int err = errno;
+      (void)!::write(errPipe[1], &err, sizeof err);
+      ::_exit(127);
+    }
+    // Groups, then the group, then the user: once the user changes, the rest cannot.
+    if (options.runAs &&
+        (::setgroups(options.runAs->groups.size(), options.runAs->groups.data()) != 0 ||
+         ::setgid(options.runAs->gid) != 0 || ::setuid(options.runAs->uid) != 0)) {
       int err = errno;
       (void)!::write(errPipe[1], &err, sizeof err);
       ::_exit(127);

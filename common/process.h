@@ -1,13 +1,27 @@
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 
 namespace loom::process {
+
+// An unprivileged user a child runs as (loomd --run-as).
+struct RunAs {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;  // its supplementary groups
+  std::string home;
+};
+// The user's ids and groups from the system's user database; NotFound naming it.
+StatusOr<RunAs> lookupUser(const std::string& name);
 
 struct SpawnOptions {
   std::string executable;
@@ -16,6 +30,7 @@ struct SpawnOptions {
   std::string logPath;                        // stdout and stderr appended here; empty: inherit
   std::string workingDir;                     // empty: inherit
   bool newSession = true;                     // own session and process group (setsid)
+  std::optional<RunAs> runAs;                 // drop to this user before exec (the log is opened first)
 };
 
 // Starts a child process. It is the leader of its own process group, so a signal to -pid

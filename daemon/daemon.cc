@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -114,6 +115,12 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options, st
   ASSIGN_OR_RETURN(d->reports_, ReportSocket::open(options.stateDir + "/report.sock", [self](WorkerMessage m) {
                      self->loop_->post([self, m = std::move(m)] { self->onWorkerMessage(m); });
                    }));
+  if (options.runAs) {
+    // The ranks' user, and only it (and root), may send reports.
+    const std::string& socket = d->reports_->path();
+    if (::chown(socket.c_str(), options.runAs->uid, options.runAs->gid) != 0 || ::chmod(socket.c_str(), 0600) != 0)
+      return errnoStatus("giving the report socket " + socket + " to " + options.runAs->name);
+  }
   d->logs_ = std::make_unique<LogServer>(
       options.stateDir + "/jobs",
       [self](const std::string& jobId, int attempt, int rank) {
@@ -369,6 +376,13 @@ void Daemon::launchRank(const LaunchOrder& order, const RankAssignment& assignme
     spawn.env["LOOM_KERNEL_DIRS"] = dirs;
   }
   Status made = files::makeDirs(r.rankDir);
+  if (options_.runAs) {
+    spawn.runAs = options_.runAs;
+    spawn.env["USER"] = spawn.env["LOGNAME"] = options_.runAs->name;
+    spawn.env["HOME"] = options_.runAs->home;
+    if (made.isOk() && ::chown(r.rankDir.c_str(), options_.runAs->uid, options_.runAs->gid) != 0)
+      made = errnoStatus("chown " + r.rankDir + " to " + options_.runAs->name);
+  }
   auto pid = made.isOk() ? process::spawn(spawn) : StatusOr<int>(made);
   if (!pid.isOk()) {
     r.exited = true;

@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/event_loop.h"
+#include "common/process.h"
 #include "common/status.h"
 #include "daemon/log_server.h"
 #include "daemon/planner_link.h"
@@ -49,6 +50,9 @@ struct DaemonOptions {
   // and sees its attempt's GPUs on this node through CUDA_VISIBLE_DEVICES, so two jobs never
   // share one. An index given twice is two slots on one GPU. Empty: GPUs are not counted.
   std::vector<int> gpus;
+  // The unprivileged user ranks run as (loomd --run-as); none: loomd's own. The ranks' scratch
+  // directories and the report socket are theirs; the state directory must let them in.
+  std::optional<process::RunAs> runAs;
   int64_t tickMs = 100;         // how often ranks are checked (exits, heartbeats, kill deadlines)
 
   Status validate() const;

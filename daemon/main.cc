@@ -59,6 +59,10 @@ int main(int argc, char** argv) {
   app.add_option("--address", options.address,
                  "the address other nodes reach this one at (default: as the planner sees it; standalone: 127.0.0.1)");
   app.add_option("--worker", options.workerPath, "the loom-worker binary")->capture_default_str();
+  std::string runAs;
+  app.add_option("--run-as", runAs,
+                 "run ranks as this unprivileged user (loomd as root); their scratch directories and the report "
+                 "socket become theirs, and --state-dir must let them in");
   std::string gpuList = "auto";
   app.add_option("--gpus", gpuList,
                  "the GPUs this node offers, by CUDA index: each rank of a cuda job takes one, seen through "
@@ -114,6 +118,19 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.gpus = std::move(gpus).value();
+  }
+
+  if (!runAs.empty()) {
+    auto user = loom::process::lookupUser(runAs);
+    if (!user.isOk()) {
+      std::fprintf(stderr, "loomd: --run-as: %s\n", user.status().message().c_str());
+      return 2;
+    }
+    if (::geteuid() != 0 && user->uid != ::geteuid()) {
+      std::fprintf(stderr, "loomd: --run-as %s needs loomd to run as root\n", runAs.c_str());
+      return 2;
+    }
+    options.runAs = std::move(user).value();
   }
 
   loom::initLogging("loomd", logLevel);

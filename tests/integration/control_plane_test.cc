@@ -1,8 +1,12 @@
 // A job goes from the API through the planner and node daemons to real rank processes.
 #include <set>
+#include <sstream>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/files.h"
-
+#include "common/process.h"
 #include "tests/catch.h"
 #include "tests/integration/cluster.h"
 
@@ -271,4 +275,46 @@ TEST_CASE("GPUs are placement resources: two cuda jobs on a two-GPU node see dif
       std::chrono::seconds(10)));
   for (const auto& id : {b->job().id(), c->job().id(), cpu->job().id(), big->job().id()})
     REQUIRE(client.cancelJob(id).isOk());
+}
+
+TEST_CASE("loomd --run-as: ranks run as the unprivileged user, and the job still reports and succeeds",
+          "[integration]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: loomd --run-as needs root (CI runs as root)");
+    return;
+  }
+  auto nobody = process::lookupUser("nobody");
+  REQUIRE(nobody.isOk());
+  PlannerProcess planner;
+  TempDir state;
+  REQUIRE(::chmod(state.path().c_str(), 0755) == 0);  // the ranks' user must reach its rank directory
+  DaemonProcess node(planner.address, 2, "node-a", state.path(), {"--run-as", "nobody"});
+  client::LoomClient client(planner.address, testCredentials().admin);
+  auto created = client.createJob(probeSpec(2, 40, 50));
+  REQUIRE(created.isOk());
+  v1::Job running = awaitRunning(client, created->job().id());
+  for (const auto& rank : running.ranks()) {
+    auto status = files::readFile("/proc/" + std::to_string(rank.pid()) + "/status");
+    REQUIRE(status.isOk());
+    const auto uid = status->find("\nUid:");
+    REQUIRE(uid != std::string::npos);
+    std::istringstream fields(status->substr(uid + 5));
+    uid_t real = 0, effective = 0;
+    fields >> real >> effective;
+    CHECK(real == nobody->uid);
+    CHECK(effective == nobody->uid);
+  }
+  CHECK(awaitFinal(client, created->job().id()).state() == v1::SUCCEEDED);
+  struct stat socket {};
+  REQUIRE(::stat((state.path() + "/report.sock").c_str(), &socket) == 0);
+  CHECK(socket.st_uid == nobody->uid);
+  CHECK((socket.st_mode & 0777) == 0600);
+
+  // A user the machine does not know is refused at start, named.
+  TempDir other;
+  Child unknown(binary("loomd"), {"--planner", planner.address, "--state-dir", other.path(), "--run-as", "no-such-user"},
+                other.path() + "/loomd.log");
+  REQUIRE(eventually([&] { return !process::isAlive(unknown.pid()); }, std::chrono::seconds(10)));
+  CHECK(files::readFile(other.path() + "/loomd.log").value().find("--run-as: user no-such-user is not in") !=
+        std::string::npos);
 }
