@@ -21,7 +21,7 @@ Status forEachJsonLine(const std::string& path, const std::string& field,
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(raw);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // a parse error, or out_of_range: a number too large
       return where(invalidArgument("not valid JSON: {}", e.what()));
     }
     if (Status s = line(j, number); !s.isOk()) return where(s);

@@ -425,6 +425,7 @@ ZeroConfig ZeroConfig::sizedFor(int64_t hiddenSize) const {
 }
 
 StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world, bool training) {
+  if (!object.is_object()) return invalidArgument("deepspeed: must be a JSON object, got {}", object.type_name());
   DeepSpeedConfig c;
   ObjectReader r(object, "deepspeed");
   RETURN_IF_ERROR(parseParallelSections(r, &c));

@@ -412,7 +412,7 @@ StatusOr<JobSpec> parseJobSpec(const std::string& specJson, SpecPurpose purpose)
   json root;
   try {
     root = json::parse(specJson);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a parse error, or out_of_range: a number too large
     return invalidArgument("spec is not valid JSON: {}", e.what());
   }
   if (!root.is_object()) return invalidArgument("spec: must be a JSON object, got {}", root.type_name());

@@ -123,6 +123,7 @@ StatusOr<const json*> ObjectReader::readObject(const std::string& key) {
 }
 
 Status ObjectReader::rejectUnknown() const {
+  if (!object_.is_object()) return invalidArgument("{}: must be a JSON object", where_);
   for (auto it = object_.begin(); it != object_.end(); ++it) {
     if (!seen_.count(it.key())) return invalidArgument("{}: unknown key", pathOf(it.key()));
   }

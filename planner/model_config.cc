@@ -260,7 +260,7 @@ StatusOr<ModelConfig> parseModelConfig(const std::string& text, const std::strin
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a parse error, or out_of_range: a number too large
     return invalidArgument("{}: not valid JSON: {}", source, e.what());
   }
   if (!j.is_object()) return invalidArgument("{}: must be a JSON object", source);

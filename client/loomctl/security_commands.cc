@@ -73,7 +73,7 @@ int certsCommand(const CertsOptions& options) {
     requests.emplace_back("planner", std::move(planner));
   }
   for (const auto& node : options.nodes)
-    requests.emplace_back("nodes/" + node,
+    requests.emplace_back("nodes/" + (node == "*" ? std::string("any-node") : node),
                           security::CertificateRequest{.subject = {.commonName = node, .organizationalUnit = "node"},
                                                        .clientAuth = true,
                                                        .days = options.days});

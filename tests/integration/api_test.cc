@@ -27,6 +27,8 @@ TEST_CASE("malformed specs are INVALID_ARGUMENT naming the field - and nothing i
   client::LoomClient& client = *cluster.client;
   expectRejected(client, "{not json", "not valid JSON");
   expectRejected(client, "[1, 2]", "must be a JSON object");
+  // A number past a double's range (found by tests/fuzz): refused, not a planner that stops.
+  expectRejected(client, R"({"name": "p", "kind": "probe", "resources": {"ranks": 3e2768}})", "number overflow");
   expectRejected(client, probeSpec(2, 1, 1, {{"colour", "blue"}}), "colour: unknown key");
   // A plugin by path: a spec never chooses a library for the ranks to load.
   expectRejected(client, probeSpec(1, 1, 1, {{"kernels", {{"plugins", {"/tmp/evil/libloom_kernels_x.so"}}}}}),

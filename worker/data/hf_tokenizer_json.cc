@@ -276,7 +276,7 @@ StatusOr<HfTokenizerSpec> parseTokenizerJson(std::string_view text) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a parse error, or out_of_range: a number too large
     return invalidArgument("not valid JSON: {}", e.what());
   }
   const Node root(j, "");

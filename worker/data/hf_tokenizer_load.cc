@@ -23,7 +23,7 @@ StatusOr<json> readOptionalJsonObject(const std::string& path) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a parse error, or out_of_range: a number too large
     return invalidArgument("{}: not valid JSON: {}", path, e.what());
   }
   if (!j.is_object()) return invalidArgument("{}: must hold a JSON object, got {}", path, j.type_name());

@@ -117,7 +117,7 @@ Status addJsonLines(std::string_view text, const std::string& path, const std::s
     json j;
     try {
       j = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // a parse error, or out_of_range: a number too large
       // nlohmann's position is within the line; the line number is ours.
       std::string what = e.what();
       size_t column = what.find("column ");

@@ -97,7 +97,7 @@ StatusOr<TokenFileHeader> parseHeader(const std::string& text) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a parse error, or out_of_range: a number too large
     return invalidArgument("header is not valid JSON: {}", e.what());
   }
   if (!j.is_object()) return invalidArgument("header must be a JSON object, got {}", j.type_name());
