@@ -5,15 +5,21 @@
    --strict` (unknown fields refused) against Kubernetes 1.37.
 2. GPU nodes request nvidia.com/gpu and run one rank per GPU; the planner serves HTTP and both
    daemons' /metrics are announced to Prometheus.
-3. A broken manifest (a misspelt field, a wrong type) fails validation, naming what is wrong.
+3. Security: the planner serves TLS from its Secrets, as a non-root user on a read-only root file
+   system without capabilities; loomd dials with the planner's CA and a node token, keeps only
+   the capabilities it uses on the ranks and runs them as nobody; the tenants file is JSON.
+4. A broken manifest (a misspelt field, a wrong type) fails validation, naming what is wrong.
 
   python3 tests/deploy/manifests_test.py
 """
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+
+import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -80,6 +86,32 @@ def main():
             check("--http-listen=0.0.0.0:7451" in text and "--metrics-listen=0.0.0.0:7452" in text
                   and text.count('prometheus.io/scrape: "true"') == 2,
                   f"{name}: the planner serves HTTP, loomd its node's /metrics, both announced to Prometheus")
+
+        # Security: the planner serves TLS with its Secrets as a non-root user with nothing to
+        # escalate to; loomd dials with the CA and a node token, keeps four capabilities and
+        # runs ranks as nobody; the tenants file is JSON.
+        for name, text in renders.items():
+            docs = [d for d in yaml.safe_load_all(text) if d]
+            planner = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+            loomd = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+            args = planner["containers"][0]["args"]
+            secrets = {v["secret"]["secretName"] for v in planner["volumes"] if "secret" in v}
+            check(planner["securityContext"]["runAsNonRoot"] is True
+                  and planner["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+                  and planner["containers"][0]["securityContext"]["capabilities"]["drop"] == ["ALL"]
+                  and {"--tls-cert=/etc/loom/tls/planner.crt", "--client-ca=/etc/loom/tls/ca.crt",
+                       "--tokens=/etc/loom/tokens/tokens"} <= set(args)
+                  and secrets == {"loom-planner-tls", "loom-tokens"}
+                  and "tcpSocket" in planner["containers"][0]["readinessProbe"],
+                  f"{name}: the planner serves TLS from its Secrets, non-root, read-only, no capabilities")
+            largs = loomd["containers"][0]["args"]
+            caps = loomd["containers"][0]["securityContext"]["capabilities"]
+            check({"--ca=/etc/loom/node/ca.crt", "--token-file=/etc/loom/node/node.token", "--run-as=nobody"}
+                  <= set(largs) and caps["drop"] == ["ALL"] and sorted(caps["add"]) == ["CHOWN", "KILL", "SETGID",
+                                                                                     "SETUID"],
+                  f"{name}: loomd dials with the CA and a node token, keeps 4 capabilities, runs ranks as nobody")
+            tenants = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["tenants.json"]
+            check(isinstance(json.loads(tenants), dict), f"{name}: the tenants file is a JSON object")
 
         # A misspelt field and a wrong type: each refused, named.
         base = renders["kustomize base"]
