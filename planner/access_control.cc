@@ -96,7 +96,15 @@ StatusOr<Identity> AccessControl::authenticate(const grpc::ServerContextBase& ct
     return fromBearer(std::string_view(it->second.data(), it->second.size()));
   if (auto auth = ctx.auth_context(); auth && auth->IsPeerAuthenticated()) {
     auto pems = auth->FindPropertyValues("x509_pem_cert");
-    if (!pems.empty()) return certificateIdentity(std::string(pems.front().data(), pems.front().size()));
+    if (!pems.empty()) {
+      std::string pem(pems.front().data(), pems.front().size());
+      std::lock_guard lock(mu_);
+      if (auto cached = certificates_.find(pem); cached != certificates_.end()) return cached->second;
+      if (certificates_.size() >= kMaxCachedCertificates) certificates_.clear();
+      auto identity = certificateIdentity(pem);
+      certificates_.emplace(std::move(pem), identity);
+      return identity;
+    }
   }
   return unauthenticated("the call carries no credentials: a bearer token (\"authorization: Bearer TOKEN\"; "
                          "loomctl --token-file) or a client certificate (loomctl --cert and --key over TLS)");

@@ -48,6 +48,10 @@ class AccessControl {
   std::map<std::string, Identity> fromFile_;   // token hash → who
   std::map<std::string, Identity> inProcess_;  // token hash → who
   std::string lastReloadError_;  // logged once, not on every call
+  // Verified client certificates already read (PEM → who): reading one with OpenSSL costs more
+  // than the call. Bounded: cleared past kMaxCachedCertificates.
+  std::map<std::string, StatusOr<Identity>> certificates_;
+  static constexpr size_t kMaxCachedCertificates = 4096;
 };
 
 // The planner's own tokens when the operator gives no tokens file: `stateDir`/tokens (created on
