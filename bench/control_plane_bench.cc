@@ -98,7 +98,8 @@ Load measure(const std::string& address, const loom::security::ClientCredentials
     args.SetInt("grpc.channel_id", c);
     own.push_back(std::make_unique<loom::client::LoomClient>(loom::security::makeChannel(address, credentials, args)));
   }
-  const std::string waiting = fmt::format(R"({{"name": "wait", "kind": "probe", "resources": {{"ranks": {}}}}})", slots + 1);
+  const std::string waiting =
+      fmt::format(R"({{"name": "wait", "kind": "probe", "resources": {{"ranks": {}}}}})", slots + 1);
   auto first = own[0]->createJob(waiting);
   if (!first.isOk()) throw std::runtime_error(first.status().toString());
   const std::string jobId = first->job().id();

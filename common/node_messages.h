@@ -76,6 +76,9 @@ struct LaunchOrder {
   // A train or eval job's Plan as serialized loom.v1.Plan bytes (the daemon passes them on to the
   // ranks as they are); empty for a job kind without one.
   std::string plan;
+  // What the planner presents to the attempt's rank 0 when it relays a call to a service the
+  // rank serves (RolloutService): the rank answers no other caller (LOOM_SERVICE_TOKEN).
+  std::string serviceToken;
 };
 
 // Stops an attempt's ranks: a signal, then SIGKILL after the grace period. A preemption sends

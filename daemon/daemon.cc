@@ -364,6 +364,7 @@ void Daemon::launchRank(const LaunchOrder& order, const RankAssignment& assignme
       .workingDir = "",
       .newSession = true,
   };
+  if (!order.serviceToken.empty()) spawn.env["LOOM_SERVICE_TOKEN"] = order.serviceToken;
   if (!visibleGpus.empty()) {
     // The attempt's GPUs on this node, local rank i's at index i; PCI bus order, as the indices
     // of --gpus and of /proc/driver/nvidia/gpus are.

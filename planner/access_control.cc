@@ -141,7 +141,8 @@ Status mayActOnJob(const Identity& caller, const std::string& jobId, const std::
                    std::string_view action) {
   if (caller.role == Role::kAdmin) return Status::ok();
   if (caller.role == Role::kUser && caller.tenant == jobTenant) return Status::ok();
-  if (caller.role == Role::kNode) return requireRole(caller, {Role::kAdmin, Role::kUser}, std::string(action) + " jobs");
+  if (caller.role == Role::kNode)
+    return requireRole(caller, {Role::kAdmin, Role::kUser}, std::string(action) + " jobs");
   return permissionDenied(fmt::format("job {} belongs to {}; {} may not {} it", jobId,
                                       jobTenant.empty() ? "no tenant (an admin's)" : "tenant " + jobTenant,
                                       caller.describe(), action));

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/files.h"
+#include "common/security/tokens.h"
 #include "common/human_bytes.h"
 #include "planner/job_plan.h"
 #include "planner/placement.h"
@@ -59,6 +60,12 @@ StatusOr<std::unique_ptr<PlannerCore>> PlannerCore::create(const PlannerOptions&
     return store.status();
   }
   std::unique_ptr<PlannerCore> core(new PlannerCore(options, clock, std::move(store).value(), lockFd));
+  const std::string keyPath = options.stateDir + "/service.key";
+  if (!files::exists(keyPath)) {
+    ASSIGN_OR_RETURN(std::string key, security::generateToken());
+    RETURN_IF_ERROR(files::writeFileAtomic(keyPath, key + "\n", 0600));
+  }
+  ASSIGN_OR_RETURN(core->serviceKey_, security::readTokenFile(keyPath));
   Status recovered;
   core->loop_->runSync([&] { recovered = core->recover(); });
   RETURN_IF_ERROR(recovered);
@@ -388,6 +395,10 @@ Status PlannerCore::fitsQuota(const JobSpec& spec, const std::string& tenant) co
   return Status::ok();
 }
 
+std::string PlannerCore::serviceToken(const std::string& jobId, int attempt) const {
+  return security::hmacSha256Hex(serviceKey_, jobId + "/" + std::to_string(attempt));
+}
+
 std::string PlannerCore::quotaWait(const JobRecord& job) const {
   auto quota = options_.quotas.find(job.tenant);
   if (job.tenant.empty() || quota == options_.quotas.end()) return "";
@@ -474,7 +485,7 @@ void PlannerCore::launch(JobRecord& job, const Placement& placement) {
                       .worldSize = job.spec.ranks, .localWorldSize = static_cast<int>(nodeRanks.ranks.size()),
                       .masterAddr = "", .masterPort = 0, .pickMasterPort = false,
                       .heartbeatTimeoutMs = job.spec.heartbeatTimeoutMs, .gracePeriodMs = job.spec.gracePeriodMs,
-                      .groupRank = groupRank++, .plan = plan};
+                      .groupRank = groupRank++, .plan = plan, .serviceToken = serviceToken(job.id, job.attempt)};
     for (size_t i = 0; i < nodeRanks.ranks.size(); ++i) {
       order.ranks.push_back({.rank = nodeRanks.ranks[i], .localRank = static_cast<int>(i)});
       node.liveRanks.insert({job.id, job.attempt, nodeRanks.ranks[i]});

@@ -139,6 +139,9 @@ class PlannerCore {
   void nodeDetached(const std::shared_ptr<NodeLink>& link);
 
   int64_t nodeHeartbeatIntervalMs() const { return options_.nodeHeartbeatIntervalMs; }
+  // The planner's credential at the services of an attempt's rank 0 (RolloutService): derived
+  // from a key kept in the state directory, so that it outlives a planner restart. Thread-safe.
+  std::string serviceToken(const std::string& jobId, int attempt) const;
 
   // Ends every stream (watchers, log readers, node links) so that the gRPC server can stop.
   void closeStreams();
@@ -203,6 +206,7 @@ class PlannerCore {
   NodeView viewOf(const std::string& nodeId) const;
 
   PlannerOptions options_;
+  std::string serviceKey_;  // STATE_DIR/service.key (mode 0600), made on first start
   const Clock* clock_;
   std::unique_ptr<StateStore> store_;
   std::map<std::string, JobRecord> jobs_;

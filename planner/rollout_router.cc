@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "common/security/credentials.h"
 #include "planner/grpc_services.h"
 #include "planner/write_queue.h"
 
@@ -210,19 +211,19 @@ void RolloutRouter::route(const StatusOr<Identity>& caller, const std::string& j
     if (Status allowed = mayActOnJob(caller, job->id, job->tenant, "use"); !allowed.isOk()) return done(allowed);
     auto address = rolloutServiceAddress(*job);
     if (!address.isOk()) return done(address.status());
-    done(stubFor(*address));
+    done(stubFor(*address, core_->serviceToken(job->id, job->attempt)));
   });
 }
 
-std::shared_ptr<Stub> RolloutRouter::stubFor(const std::string& address) {
+std::shared_ptr<Stub> RolloutRouter::stubFor(const std::string& address, const std::string& token) {
   std::lock_guard lock(mu_);
-  auto& stub = stubs_[address];
+  // An attempt's rank serves on a port of its own: one channel per address, with its token.
+  auto& stub = stubs_[address + " " + token];
   if (!stub) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    stub = v1::RolloutService::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    stub = v1::RolloutService::NewStub(security::makeChannel(address, {.token = token}, args));
   }
   return stub;
 }

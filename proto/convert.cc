@@ -116,6 +116,7 @@ v1::Launch toProto(const LaunchOrder& in) {
   out.set_attempt(in.attempt);
   out.set_spec_json(in.specJson);
   out.set_plan(in.plan);
+  out.set_service_token(in.serviceToken);
   for (const auto& r : in.ranks) {
     auto* a = out.add_ranks();
     a->set_rank(r.rank);
@@ -137,7 +138,8 @@ LaunchOrder fromProto(const v1::Launch& in) {
                   .worldSize = in.world_size(), .localWorldSize = in.local_world_size(),
                   .masterAddr = in.master_addr(), .masterPort = in.master_port(),
                   .pickMasterPort = in.pick_master_port(), .heartbeatTimeoutMs = in.heartbeat_timeout_ms(),
-                  .gracePeriodMs = in.grace_period_ms(), .groupRank = in.group_rank(), .plan = in.plan()};
+                  .gracePeriodMs = in.grace_period_ms(), .groupRank = in.group_rank(), .plan = in.plan(),
+                  .serviceToken = in.service_token()};
   for (const auto& r : in.ranks()) out.ranks.push_back({.rank = r.rank(), .localRank = r.local_rank()});
   return out;
 }

@@ -1,12 +1,15 @@
 #include "worker/rollout_service.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
+#include "common/security/credentials.h"
+#include "common/security/tokens.h"
 #include "loom/v1/rollout.grpc.pb.h"
 #include "planner/write_queue.h"
 #include "proto/convert.h"
@@ -267,22 +270,56 @@ rollout::StatusReply replyWith(grpc::ServerUnaryReactor* reactor, v1::RolloutSta
   };
 }
 
+// A Generate call refused before it starts.
+class RefusedGenerate final : public GenerateWriter {
+ public:
+  explicit RefusedGenerate(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+// The planner relays the clients' calls here with the attempt's service token (loomd hands it to
+// the rank as LOOM_SERVICE_TOKEN); anyone else who reaches the port is refused.
+grpc::Status checkPlanner(const grpc::ServerContextBase& ctx, const std::string& token) {
+  if (token.empty()) return grpc::Status::OK;
+  const auto& metadata = ctx.client_metadata();
+  auto it = metadata.find(security::kAuthorizationKey);
+  const std::string expected = security::kBearerPrefix + token;
+  if (it == metadata.end() ||
+      !security::constantTimeEquals(std::string_view(it->second.data(), it->second.size()), expected))
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "this rank's RolloutService answers the planner only: call the planner's");
+  return grpc::Status::OK;
+}
+
 }  // namespace
 
 struct RolloutServer::Service final : v1::RolloutService::CallbackService {
-  Service(RolloutInbox& inbox, planner::SamplingParams defaults) : inbox(inbox), defaults(std::move(defaults)) {}
+  Service(RolloutInbox& inbox, planner::SamplingParams defaults, std::string token)
+      : inbox(inbox), defaults(std::move(defaults)), token(std::move(token)) {}
 
-  GenerateWriter* Generate(grpc::CallbackServerContext*, const v1::GenerateRequest* request) override {
+  // A unary call's refusal, or nothing when the planner calls.
+  grpc::ServerUnaryReactor* refused(grpc::CallbackServerContext* ctx) {
+    grpc::Status status = checkPlanner(*ctx, token);
+    if (status.ok()) return nullptr;
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(status);
+    return reactor;
+  }
+
+  GenerateWriter* Generate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) override {
+    if (grpc::Status status = checkPlanner(*ctx, token); !status.ok()) return new RefusedGenerate(status);
     return new GenerateReactor(inbox, defaults, *request);
   }
-  grpc::ServerUnaryReactor* GenerateBatch(grpc::CallbackServerContext*, const v1::GenerateBatchRequest* request,
+  grpc::ServerUnaryReactor* GenerateBatch(grpc::CallbackServerContext* ctx, const v1::GenerateBatchRequest* request,
                                           v1::GenerateBatchResponse* response) override {
+    if (auto* refusal = refused(ctx)) return refusal;
     auto* call = new BatchCall(inbox, response);
     call->start(*request, defaults);
     return call;
   }
   grpc::ServerUnaryReactor* UpdateWeights(grpc::CallbackServerContext* ctx, const v1::UpdateWeightsRequest* request,
                                           v1::RolloutStatus* response) override {
+    if (auto* refusal = refused(ctx)) return refusal;
     auto* reactor = ctx->DefaultReactor();
     if (request->checkpoint_dir().empty()) {
       reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -302,18 +339,21 @@ struct RolloutServer::Service final : v1::RolloutService::CallbackService {
   }
   grpc::ServerUnaryReactor* Pause(grpc::CallbackServerContext* ctx, const v1::RolloutJobRequest*,
                                   v1::RolloutStatus* response) override {
+    if (auto* refusal = refused(ctx)) return refusal;
     auto* reactor = ctx->DefaultReactor();
     inbox.setPaused({.pause = true, .reply = replyWith(reactor, response)});
     return reactor;
   }
   grpc::ServerUnaryReactor* Resume(grpc::CallbackServerContext* ctx, const v1::RolloutJobRequest*,
                                    v1::RolloutStatus* response) override {
+    if (auto* refusal = refused(ctx)) return refusal;
     auto* reactor = ctx->DefaultReactor();
     inbox.setPaused({.pause = false, .reply = replyWith(reactor, response)});
     return reactor;
   }
   grpc::ServerUnaryReactor* GetRolloutStatus(grpc::CallbackServerContext* ctx, const v1::RolloutJobRequest*,
                                              v1::RolloutStatus* response) override {
+    if (auto* refusal = refused(ctx)) return refusal;
     auto* reactor = ctx->DefaultReactor();
     toProto(inbox.status(), response);
     reactor->Finish(grpc::Status::OK);
@@ -322,12 +362,14 @@ struct RolloutServer::Service final : v1::RolloutService::CallbackService {
 
   RolloutInbox& inbox;
   planner::SamplingParams defaults;
+  std::string token;  // LOOM_SERVICE_TOKEN; empty: a rank started without one answers anyone
 };
 
 StatusOr<std::unique_ptr<RolloutServer>> RolloutServer::start(const std::string& host, RolloutInbox& inbox,
                                                               const planner::SamplingParams& defaults) {
   std::unique_ptr<RolloutServer> server(new RolloutServer());
-  server->service_ = std::make_unique<Service>(inbox, defaults);
+  const char* token = std::getenv("LOOM_SERVICE_TOKEN");
+  server->service_ = std::make_unique<Service>(inbox, defaults, token ? token : "");
   const std::string bracketed = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   grpc::ServerBuilder builder;
   int port = 0;

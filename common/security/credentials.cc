@@ -64,7 +64,8 @@ std::shared_ptr<grpc::Channel> makeChannel(const std::string& address, const Cli
 
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> serverCredentials(const ServerTls& tls) {
   if (!tls.enabled()) {
-    if (!tls.clientCaFile.empty()) return invalidArgument("a client CA needs TLS: give the server's certificate and key");
+    if (!tls.clientCaFile.empty())
+      return invalidArgument("a client CA needs TLS: give the server's certificate and key");
     return grpc::InsecureServerCredentials();
   }
   if (tls.keyFile.empty()) return invalidArgument("TLS needs the certificate's private key too");

@@ -126,6 +126,23 @@ std::string tokensFileLine(const TokenEntry& entry) {
   return fmt::format("{} {} {} {}\n", entry.hash, id.user, id.tenant.empty() ? "-" : id.tenant, roleName(id.role));
 }
 
+std::string hmacSha256Hex(std::string_view key, std::string_view message) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> mac{};
+  size_t length = 0;
+  EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, key.data(), key.size(),
+            reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac.data(), mac.size(), &length);
+  std::string hex;
+  for (size_t i = 0; i < length; ++i) hex += fmt::format("{:02x}", mac[i]);
+  return hex;
+}
+
+bool constantTimeEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 StatusOr<std::string> readTokenFile(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, files::readFile(path));
   const auto begin = text.find_first_not_of(" \t\r\n");

@@ -44,6 +44,12 @@ StatusOr<std::vector<TokenEntry>> parseTokensFile(std::string_view text, const s
 // One line of the tokens file for `entry`, newline included.
 std::string tokensFileLine(const TokenEntry& entry);
 
+// HMAC-SHA256 of `message` under `key`, in hex: a credential the planner derives for one job's
+// attempt instead of storing it.
+std::string hmacSha256Hex(std::string_view key, std::string_view message);
+// Equal strings, compared in time that does not depend on where they differ.
+bool constantTimeEquals(std::string_view a, std::string_view b);
+
 // A token read from a file (surrounding whitespace dropped); errors name the file.
 StatusOr<std::string> readTokenFile(const std::string& path);
 

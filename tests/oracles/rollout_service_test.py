@@ -28,6 +28,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import grpc  # noqa: E402
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast  # noqa: E402
@@ -116,6 +117,18 @@ def run(bin_dir, work):
         first = plane.status(job)
         check(int(first.get("kv_blocks_total", 0)) == 12,
               f"served: rank 0 serves, KV cache of {first.get('kv_blocks_total')} blocks")
+
+        # Rank 0's own port answers the planner only (its attempt's service token).
+        rank0 = json.loads(plane.ctl("get", job, "-o", "json").stdout)["ranks"][0]["service_address"]
+        channel = grpc.insecure_channel(rank0)
+        for method in ("GetRolloutStatus", "UpdateWeights"):
+            try:
+                channel.unary_unary(f"/loom.v1.RolloutService/{method}")(b"", timeout=10)
+                check(False, f"rank 0's {method} answered a caller without the planner's token")
+            except grpc.RpcError as e:
+                check(e.code() == grpc.StatusCode.UNAUTHENTICATED and "answers the planner only" in e.details(),
+                      f"rank 0's own {method} refuses a direct caller: {e.code().name}")
+        channel.close()
 
         # 1. Generate and GenerateBatch against transformers on weights A.
         prompts = prompts_of([3, 17, 40, 1, 25, 9], seed=3)
