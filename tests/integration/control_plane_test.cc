@@ -1,4 +1,5 @@
 // A job goes from the API through the planner and node daemons to real rank processes.
+#include <filesystem>
 #include <set>
 #include <sstream>
 
@@ -285,6 +286,16 @@ TEST_CASE("loomd --run-as: ranks run as the unprivileged user, and the job still
   }
   auto nobody = process::lookupUser("nobody");
   REQUIRE(nobody.isOk());
+  // The ranks' user must be able to run the build's loom-worker: every directory above it open
+  // to others (a clone under /root, mode 0700, is not).
+  for (std::filesystem::path p = std::filesystem::canonical(binary("loom-worker")).parent_path();; p = p.parent_path()) {
+    struct stat dir {};
+    if (::stat(p.c_str(), &dir) == 0 && (dir.st_mode & S_IXOTH) == 0) {
+      WARN("skipped: user nobody cannot reach loom-worker (" << p.string() << " is closed to others)");
+      return;
+    }
+    if (p == p.root_path()) break;
+  }
   PlannerProcess planner;
   TempDir state;
   REQUIRE(::chmod(state.path().c_str(), 0755) == 0);  // the ranks' user must reach its rank directory
