@@ -7,6 +7,8 @@ one's final and lowest loss.
       [--server 127.0.0.1:7450] [--steps 100]
 
 The planner places the jobs as its nodes' slots allow; the others wait (their reason says why).
+The credentials come from the environment, as loomctl's do: LOOM_TOKEN_FILE (a planner without
+--tokens writes an admin's into STATE_DIR/admin.token), and LOOM_CA, LOOM_CERT, LOOM_KEY for TLS.
 """
 import argparse
 import json
