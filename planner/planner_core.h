@@ -77,7 +77,8 @@ struct JobPage {
 
 // What /metrics shows of the planner's state, copied on its loop.
 struct ClusterSnapshot {
-  std::map<JobState, int> jobsByState;
+  // tenant ("": admins' jobs) → state → jobs
+  std::map<std::string, std::map<JobState, int>> jobsByTenant;
   int64_t restarts = 0;     // over every job: relaunches after a failed attempt
   int64_t preemptions = 0;  // and after a preemption
   std::vector<JobRecord> liveJobs;  // jobs whose attempt may have ranks alive

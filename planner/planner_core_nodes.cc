@@ -159,7 +159,7 @@ void PlannerCore::snapshot(std::function<void(ClusterSnapshot)> done) {
   loop_->post([this, done = std::move(done)] {
     ClusterSnapshot out;
     for (const auto& [id, job] : jobs_) {
-      out.jobsByState[job.state] += 1;
+      out.jobsByTenant[job.tenant][job.state] += 1;
       out.restarts += job.restarts;
       out.preemptions += job.preemptions;
       if (hasLiveAttempt(job.state)) out.liveJobs.push_back(job);

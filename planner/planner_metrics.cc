@@ -91,8 +91,11 @@ class Families {
 
 void addJobSeries(const JobRecord& job, Families& out) {
   const std::vector<ClientMetric::Label> jobLabel{{"job", job.id}};
-  out.gauge("loom_job_info", "A live job: its name and kind (value 1).", 1,
-            {{"job", job.id}, {"name", job.spec.name}, {"kind", jobKindName(job.spec.kind)}});
+  out.gauge("loom_job_info", "A live job: its name, kind and tenant (value 1).", 1,
+            {{"job", job.id},
+             {"name", job.spec.name},
+             {"kind", jobKindName(job.spec.kind)},
+             {"tenant", job.tenant}});
   out.gauge("loom_job_attempt", "The job's current attempt (1 for the first launch).", job.attempt, jobLabel);
   int64_t step = 0;
   for (const auto& r : job.ranks) step = std::max(step, r.step);
@@ -221,11 +224,16 @@ void PlannerMetrics::observeRpc(const std::string& method, int code, double seco
 
 std::string PlannerMetrics::render(const ClusterSnapshot& snapshot) const {
   Families out;
-  for (JobState state : {JobState::kPending, JobState::kLaunching, JobState::kRunning, JobState::kRestarting,
-                         JobState::kCancelling, JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
-    auto it = snapshot.jobsByState.find(state);
-    out.gauge("loom_jobs", "Jobs by state.", it == snapshot.jobsByState.end() ? 0 : it->second,
-              {{"state", jobStateName(state)}});
+  // Every state of every tenant that has jobs (and of no tenant: admins' jobs), 0 included.
+  auto tenants = snapshot.jobsByTenant;
+  tenants.try_emplace("");
+  for (const auto& [tenant, byState] : tenants) {
+    for (JobState state : {JobState::kPending, JobState::kLaunching, JobState::kRunning, JobState::kRestarting,
+                           JobState::kCancelling, JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
+      auto it = byState.find(state);
+      out.gauge("loom_jobs", "Jobs by state and tenant (\"\": an admin's).", it == byState.end() ? 0 : it->second,
+                {{"state", jobStateName(state)}, {"tenant", tenant}});
+    }
   }
   out.counter("loom_job_restarts_total", "Relaunches of jobs, by cause (a failed attempt, or a preemption).",
               static_cast<double>(snapshot.restarts), {{"cause", "failure"}});

@@ -107,9 +107,11 @@ def scrape_during_run(plane):
             key = ("loom_job_memory_bytes", frozenset({("job", job), ("rank", str(rank)), ("kind", kind)}))
             check(s.get(key) == r["metrics"][f"memory.{kind}_bytes"],
                   f"loom_job_memory_bytes{{rank={rank}, kind={kind}}} equals the rank's report")
-    check(s.get(("loom_jobs", frozenset({("state", "RUNNING")}))) == 1, "loom_jobs{state=RUNNING} is 1")
-    check(s.get(("loom_job_info", frozenset({("job", job), ("name", "running"), ("kind", "train")}))) == 1,
-          "loom_job_info names the job's name and kind")
+    check(s.get(("loom_jobs", frozenset({("state", "RUNNING"), ("tenant", "")}))) == 1,
+          "loom_jobs{state=RUNNING,tenant=\"\"} is 1 (an admin's job)")
+    info = frozenset({("job", job), ("name", "running"), ("kind", "train"), ("tenant", "")})
+    check(s.get(("loom_job_info", info)) == 1,
+          "loom_job_info names the job's name, kind and tenant")
     check(s.get(("loom_nodes", frozenset({("state", "connected")}))) == 1, "loom_nodes{state=connected} is 1")
     check(s.get(("loom_node_slots_used", frozenset({("node", j["ranks"][0]["node_id"])}))) == 2,
           "loom_node_slots_used is 2 on the node")

@@ -46,7 +46,8 @@ TEST_CASE("planner metrics - the text has every job series with exact values, an
   metrics.observeRpc("/loom.v1.JobService/WatchJob", 1, 30, false);
   metrics.observePlacementWait(0.2);
   ClusterSnapshot snapshot;
-  snapshot.jobsByState = {{JobState::kRunning, 1}, {JobState::kSucceeded, 4}};
+  snapshot.jobsByTenant = {{"", {{JobState::kRunning, 1}, {JobState::kSucceeded, 4}}},
+                           {"team-a", {{JobState::kPending, 2}}}};
   snapshot.restarts = 2;
   snapshot.preemptions = 1;
   snapshot.liveJobs = {runningJob()};
@@ -61,8 +62,10 @@ TEST_CASE("planner metrics - the text has every job series with exact values, an
   CHECK(contains(text, R"(loom_job_memory_bytes{job="train-1",rank="1",kind="peak_rss"} 2048)"));
   CHECK(contains(text, R"(loom_job_collective_bus_bandwidth_bytes_per_second{job="train-1",op="all_reduce"} 1500000000)"));
   CHECK(contains(text, R"(loom_job_metric{job="train-1",name="moe.aux_loss"} 0.25)"));
-  CHECK(contains(text, R"(loom_jobs{state="SUCCEEDED"} 4)"));
-  CHECK(contains(text, R"(loom_jobs{state="FAILED"} 0)"));
+  CHECK(contains(text, R"(loom_jobs{state="SUCCEEDED",tenant=""} 4)"));
+  CHECK(contains(text, R"(loom_jobs{state="FAILED",tenant=""} 0)"));
+  CHECK(contains(text, R"(loom_jobs{state="PENDING",tenant="team-a"} 2)"));
+  CHECK(contains(text, R"(loom_jobs{state="RUNNING",tenant="team-a"} 0)"));
   CHECK(contains(text, R"(loom_job_restarts_total{cause="preemption"} 1)"));
   CHECK(contains(text, R"(loom_node_slots_used{node="n1"} 2)"));
   CHECK(contains(text, R"(loom_grpc_server_handled_total{code="NOT_FOUND",method="/loom.v1.JobService/GetJob"} 1)"));
