@@ -26,6 +26,8 @@ void toProto(const JobRecord& job, v1::Job* out) {
   out->set_restarts(job.restarts);
   out->set_max_restarts(job.spec.maxRestarts);
   out->set_preemptions(job.preemptions);
+  out->set_tenant(job.tenant);
+  out->set_owner(job.owner);
   out->set_world_size(job.spec.ranks);
   out->set_spec_json(job.specJson);
   out->set_create_time_ms(job.createTimeMs);

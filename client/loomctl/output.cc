@@ -44,6 +44,8 @@ std::string describeJob(const v1::Job& job) {
   std::string out;
   out += fmt::format("Job:       {}\n", job.id());
   out += fmt::format("Kind:      {} ({} rank{})\n", job.kind(), job.world_size(), job.world_size() == 1 ? "" : "s");
+  if (!job.owner().empty())
+    out += fmt::format("Owner:     {}{}\n", job.owner(), job.tenant().empty() ? "" : " (tenant " + job.tenant() + ")");
   out += fmt::format("State:     {}\n", client::stateName(job.state()));
   out += fmt::format("Reason:    {}\n", job.reason());
   out += fmt::format("Attempt:   {} (restarts {} of {}{})\n", job.attempt(), job.restarts(), job.max_restarts(),

@@ -105,7 +105,7 @@ function stateBadge(state, id) {
 function jobsPage() {
   const body = el("tbody");
   view.replaceChildren(el("h1", {}, "Jobs"), el("table", { id: "jobs" },
-    el("thead", {}, el("tr", {}, ...["Job", "Name", "Kind", "State", "Reason", "Ranks", "Restarts", "Age"]
+    el("thead", {}, el("tr", {}, ...["Job", "Name", "Kind", "State", "Reason", "Tenant", "Ranks", "Restarts", "Age"]
       .map((h) => el("th", {}, h)))), body));
   return {
     async poll() {
@@ -113,9 +113,9 @@ function jobsPage() {
       body.replaceChildren(...jobs.slice().reverse().map((j) => el("tr", { "data-job": j.id },
         el("td", {}, el("a", { href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id)),
         el("td", {}, j.name), el("td", {}, j.kind), el("td", {}, stateBadge(j.state)),
-        el("td", { class: "reason" }, j.reason), el("td", { class: "num" }, j.world_size),
+        el("td", { class: "reason" }, j.reason), el("td", {}, j.tenant || "-"), el("td", { class: "num" }, j.world_size),
         el("td", { class: "num" }, j.restarts), el("td", { class: "num" }, age(j.create_time_ms)))));
-      if (!jobs.length) body.append(el("tr", {}, el("td", { colspan: 8, class: "empty" }, "No jobs yet.")));
+      if (!jobs.length) body.append(el("tr", {}, el("td", { colspan: 9, class: "empty" }, "No jobs yet.")));
     },
   };
 }

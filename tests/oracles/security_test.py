@@ -262,8 +262,11 @@ def main():
             r = c.loomctl("list", credentials=c.token("bob"))
             check(r.returncode == 0 and job not in r.stdout, "bob's list does not show team-a's job")
             r = c.loomctl("get", job, "-o", "json", credentials=c.cert("alice"))
-            check(r.returncode == 0 and json.loads(r.stdout)["state"] in ("PENDING", "LAUNCHING", "RUNNING"),
-                  "alice's client certificate reads her tenant's job")
+            got = json.loads(r.stdout) if r.returncode == 0 else {}
+            check(got.get("state") in ("PENDING", "LAUNCHING", "RUNNING") and got.get("tenant") == "team-a"
+                  and got.get("owner") == "alice",
+                  f"alice's client certificate reads her tenant's job, which names its tenant and owner ({got.get('tenant')}, "
+                  f"{got.get('owner')})")
             r = c.loomctl("submit", spec, credentials=c.cert("bob"))
             bobs = r.stdout.strip()
             r = c.loomctl("list", "-o", "json", credentials=c.token("root"))
