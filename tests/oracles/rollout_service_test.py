@@ -237,7 +237,9 @@ def run(bin_dir, work):
         check(r.returncode == 0 and finish_of([head] + rest) == "aborted" and not tokens_of([head] + rest),
               f"UpdateWeights --abort: the paused stream ends with finish reason aborted ({finish_of([head] + rest)})")
         plane.ctl("rollout", "resume", job)
-        for _ in range(5):  # until the pause catches the stream in flight, holding blocks
+        # Until the pause catches the stream in flight, holding blocks: a busy machine lets the
+        # 150 tokens finish before a pause arrives now and then.
+        for _ in range(20):
             stream = plane.ctl_popen("generate", job, "--token-ids", ",".join(map(str, prompts[2])),
                                      "--sampling", greedy_sampling(150), "-o", "json")
             head = wait_tokens(stream)
