@@ -249,12 +249,15 @@ void WebServer::Impl::listJobs(const httplib::Request& req, httplib::Response& r
 
 void WebServer::Impl::getJob(const std::string& id, const httplib::Request& req, httplib::Response& res) {
   auto who = caller(req, res, {Role::kAdmin, Role::kUser}, "read jobs");
-  if (!who || !mayActOn(*who, id, "read", res)) return;
+  if (!who) return;
   Reply<StatusOr<JobUpdate>> reply;
   core->watchJob(id, std::make_shared<FirstUpdate>(reply.callback()));
   auto update = reply.wait();
   if (!update) return sendError(res, kNoAnswer);
   if (!update->isOk()) return sendError(res, update->status());
+  // The update holds the job: its tenant decides, without a second lookup.
+  const JobRecord& job = (*update)->job;
+  if (Status allowed = mayActOnJob(*who, job.id, job.tenant, "read"); !allowed.isOk()) return sendError(res, allowed);
   (*update)->metrics.clear();  // /metrics has them all, page by page
   v1::JobUpdate out;
   toProto(**update, &out);
