@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "common/security/certificates.h"
+
 // The planner <-> node daemon protocol as plain structs (proto/loom/v1/node.proto on the wire;
 // proto/convert.h translates). The planner core and the daemon work with these only.
 namespace loom {
@@ -79,6 +81,9 @@ struct LaunchOrder {
   // What the planner presents to the attempt's rank 0 when it relays a call to a service the
   // rank serves (RolloutService): the rank answers no other caller (LOOM_SERVICE_TOKEN).
   std::string serviceToken;
+  // The order of a served rollout's rank 0 only: the certificate and key its service listens
+  // with, issued by the planner for this attempt (see planner/rank_services.h).
+  security::PemPair serviceCertificate;
 };
 
 // Stops an attempt's ranks: a signal, then SIGKILL after the grace period. A preemption sends

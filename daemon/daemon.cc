@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -66,6 +67,20 @@ StatusOr<int> pickFreePort() {
     }
   }
   return bindAndRelease(0);
+}
+
+// A served rollout's rank 0 listens with the certificate the planner issued for its attempt:
+// written beside its log, readable by the rank's user only.
+Status writeServiceCertificate(const std::string& rankDir, const security::PemPair& pair,
+                               const std::optional<process::RunAs>& runAs) {
+  for (const auto& [name, text, mode] : {std::tuple{"service.crt", &pair.certificate, 0644u},
+                                         std::tuple{"service.key", &pair.privateKey, 0600u}}) {
+    const std::string path = rankDir + "/" + name;
+    RETURN_IF_ERROR(files::writeFileAtomic(path, *text, mode));
+    if (runAs && ::chown(path.c_str(), runAs->uid, runAs->gid) != 0)
+      return errnoStatus("chown " + path + " to " + runAs->name);
+  }
+  return Status::ok();
 }
 
 // The worker writes its exit code here just before exiting, so that a daemon which was not its
@@ -383,6 +398,11 @@ void Daemon::launchRank(const LaunchOrder& order, const RankAssignment& assignme
     spawn.env["HOME"] = options_.runAs->home;
     if (made.isOk() && ::chown(r.rankDir.c_str(), options_.runAs->uid, options_.runAs->gid) != 0)
       made = errnoStatus("chown " + r.rankDir + " to " + options_.runAs->name);
+  }
+  if (made.isOk() && !order.serviceCertificate.certificate.empty() && assignment.rank == 0) {
+    made = writeServiceCertificate(r.rankDir, order.serviceCertificate, options_.runAs);
+    spawn.env["LOOM_SERVICE_CERT"] = r.rankDir + "/service.crt";
+    spawn.env["LOOM_SERVICE_KEY"] = r.rankDir + "/service.key";
   }
   auto pid = made.isOk() ? process::spawn(spawn) : StatusOr<int>(made);
   if (!pid.isOk()) {

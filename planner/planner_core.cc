@@ -11,7 +11,6 @@
 #include <spdlog/spdlog.h>
 
 #include "common/files.h"
-#include "common/security/tokens.h"
 #include "common/human_bytes.h"
 #include "planner/job_plan.h"
 #include "planner/placement.h"
@@ -60,12 +59,7 @@ StatusOr<std::unique_ptr<PlannerCore>> PlannerCore::create(const PlannerOptions&
     return store.status();
   }
   std::unique_ptr<PlannerCore> core(new PlannerCore(options, clock, std::move(store).value(), lockFd));
-  const std::string keyPath = options.stateDir + "/service.key";
-  if (!files::exists(keyPath)) {
-    ASSIGN_OR_RETURN(std::string key, security::generateToken());
-    RETURN_IF_ERROR(files::writeFileAtomic(keyPath, key + "\n", 0600));
-  }
-  ASSIGN_OR_RETURN(core->serviceKey_, security::readTokenFile(keyPath));
+  ASSIGN_OR_RETURN(core->rankServices_, RankServiceAuthority::open(options.stateDir));
   Status recovered;
   core->loop_->runSync([&] { recovered = core->recover(); });
   RETURN_IF_ERROR(recovered);
@@ -395,10 +389,6 @@ Status PlannerCore::fitsQuota(const JobSpec& spec, const std::string& tenant) co
   return Status::ok();
 }
 
-std::string PlannerCore::serviceToken(const std::string& jobId, int attempt) const {
-  return security::hmacSha256Hex(serviceKey_, jobId + "/" + std::to_string(attempt));
-}
-
 std::string PlannerCore::quotaWait(const JobRecord& job) const {
   auto quota = options_.quotas.find(job.tenant);
   if (job.tenant.empty() || quota == options_.quotas.end()) return "";
@@ -485,7 +475,7 @@ void PlannerCore::launch(JobRecord& job, const Placement& placement) {
                       .worldSize = job.spec.ranks, .localWorldSize = static_cast<int>(nodeRanks.ranks.size()),
                       .masterAddr = "", .masterPort = 0, .pickMasterPort = false,
                       .heartbeatTimeoutMs = job.spec.heartbeatTimeoutMs, .gracePeriodMs = job.spec.gracePeriodMs,
-                      .groupRank = groupRank++, .plan = plan, .serviceToken = serviceToken(job.id, job.attempt)};
+                      .groupRank = groupRank++, .plan = plan, .serviceToken = rankServices_.token(job.id, job.attempt)};
     for (size_t i = 0; i < nodeRanks.ranks.size(); ++i) {
       order.ranks.push_back({.rank = nodeRanks.ranks[i], .localRank = static_cast<int>(i)});
       node.liveRanks.insert({job.id, job.attempt, nodeRanks.ranks[i]});
@@ -493,6 +483,15 @@ void PlannerCore::launch(JobRecord& job, const Placement& placement) {
     node.view.usedSlots = static_cast<int>(node.liveRanks.size());
     bool holdsRankZero = !nodeRanks.ranks.empty() && nodeRanks.ranks.front() == 0;
     if (holdsRankZero) {
+      if (job.spec.kind == JobKind::kRollout && job.spec.rollout.serve) {
+        auto certificate = rankServices_.issue(job.id, job.attempt);
+        if (certificate.isOk()) {
+          order.serviceCertificate = std::move(certificate).value();
+        } else {
+          spdlog::error("job {}: no certificate for rank 0's service ({}): the planner cannot reach it",
+                        job.id, certificate.status().toString());
+        }
+      }
       // torchrun compatibility: MASTER_ADDR/MASTER_PORT are rank 0's node and a port it picks
       // free; the other nodes launch once that port is known.
       order.pickMasterPort = true;

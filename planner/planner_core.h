@@ -16,6 +16,7 @@
 #include "planner/job_lifecycle.h"
 #include "planner/node_link.h"
 #include "planner/placement.h"
+#include "planner/rank_services.h"
 #include "planner/state_store.h"
 
 namespace loom::planner {
@@ -140,9 +141,9 @@ class PlannerCore {
   void nodeDetached(const std::shared_ptr<NodeLink>& link);
 
   int64_t nodeHeartbeatIntervalMs() const { return options_.nodeHeartbeatIntervalMs; }
-  // The planner's credential at the services of an attempt's rank 0 (RolloutService): derived
-  // from a key kept in the state directory, so that it outlives a planner restart. Thread-safe.
-  std::string serviceToken(const std::string& jobId, int attempt) const;
+  // How the planner reaches the services of an attempt's rank 0 (RolloutService). Thread-safe:
+  // set once at open.
+  const RankServiceAuthority& rankServices() const { return rankServices_; }
 
   // Ends every stream (watchers, log readers, node links) so that the gRPC server can stop.
   void closeStreams();
@@ -207,7 +208,7 @@ class PlannerCore {
   NodeView viewOf(const std::string& nodeId) const;
 
   PlannerOptions options_;
-  std::string serviceKey_;  // STATE_DIR/service.key (mode 0600), made on first start
+  RankServiceAuthority rankServices_;  // from STATE_DIR, made on first start
   const Clock* clock_;
   std::unique_ptr<StateStore> store_;
   std::map<std::string, JobRecord> jobs_;

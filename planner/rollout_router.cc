@@ -211,19 +211,19 @@ void RolloutRouter::route(const StatusOr<Identity>& caller, const std::string& j
     if (Status allowed = mayActOnJob(caller, job->id, job->tenant, "use"); !allowed.isOk()) return done(allowed);
     auto address = rolloutServiceAddress(*job);
     if (!address.isOk()) return done(address.status());
-    done(stubFor(*address, core_->serviceToken(job->id, job->attempt)));
+    done(stubFor(*address, core_->rankServices().client(job->id, job->attempt)));
   });
 }
 
-std::shared_ptr<Stub> RolloutRouter::stubFor(const std::string& address, const std::string& token) {
+std::shared_ptr<Stub> RolloutRouter::stubFor(const std::string& address, const security::ClientCredentials& credentials) {
   std::lock_guard lock(mu_);
-  // An attempt's rank serves on a port of its own: one channel per address, with its token.
-  auto& stub = stubs_[address + " " + token];
+  // An attempt's rank serves on a port of its own, with its own name and token: one channel each.
+  auto& stub = stubs_[address + " " + credentials.serverName];
   if (!stub) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    stub = v1::RolloutService::NewStub(security::makeChannel(address, {.token = token}, args));
+    stub = v1::RolloutService::NewStub(security::makeChannel(address, credentials, args));
   }
   return stub;
 }

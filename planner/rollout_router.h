@@ -47,12 +47,13 @@ class RolloutRouter final : public v1::RolloutService::CallbackService {
              std::function<void(const StatusOr<std::shared_ptr<v1::RolloutService::Stub>>&)> done);
 
  private:
-  std::shared_ptr<v1::RolloutService::Stub> stubFor(const std::string& address, const std::string& token);
+  std::shared_ptr<v1::RolloutService::Stub> stubFor(const std::string& address,
+                                                    const security::ClientCredentials& credentials);
 
   PlannerCore* core_;
   CallGate* gate_;
   std::mutex mu_;
-  std::map<std::string, std::shared_ptr<v1::RolloutService::Stub>> stubs_;  // by address and token
+  std::map<std::string, std::shared_ptr<v1::RolloutService::Stub>> stubs_;  // by address and attempt
 };
 
 }  // namespace loom::planner

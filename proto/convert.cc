@@ -117,6 +117,8 @@ v1::Launch toProto(const LaunchOrder& in) {
   out.set_spec_json(in.specJson);
   out.set_plan(in.plan);
   out.set_service_token(in.serviceToken);
+  out.set_service_certificate(in.serviceCertificate.certificate);
+  out.set_service_key(in.serviceCertificate.privateKey);
   for (const auto& r : in.ranks) {
     auto* a = out.add_ranks();
     a->set_rank(r.rank);
@@ -139,7 +141,8 @@ LaunchOrder fromProto(const v1::Launch& in) {
                   .masterAddr = in.master_addr(), .masterPort = in.master_port(),
                   .pickMasterPort = in.pick_master_port(), .heartbeatTimeoutMs = in.heartbeat_timeout_ms(),
                   .gracePeriodMs = in.grace_period_ms(), .groupRank = in.group_rank(), .plan = in.plan(),
-                  .serviceToken = in.service_token()};
+                  .serviceToken = in.service_token(),
+                  .serviceCertificate = {.certificate = in.service_certificate(), .privateKey = in.service_key()}};
   for (const auto& r : in.ranks()) out.ranks.push_back({.rank = r.rank(), .localRank = r.local_rank()});
   return out;
 }

@@ -371,9 +371,18 @@ StatusOr<std::unique_ptr<RolloutServer>> RolloutServer::start(const std::string&
   const char* token = std::getenv("LOOM_SERVICE_TOKEN");
   server->service_ = std::make_unique<Service>(inbox, defaults, token ? token : "");
   const std::string bracketed = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  // TLS with the certificate the planner issued for this attempt (loomd writes it beside the
+  // rank's log); a rank started by hand, without one, serves plain text.
+  security::ServerTls tls;
+  if (const char* cert = std::getenv("LOOM_SERVICE_CERT")) tls.certFile = cert;
+  if (const char* key = std::getenv("LOOM_SERVICE_KEY")) tls.keyFile = key;
+  auto credentials = security::serverCredentials(tls);
+  if (!credentials.isOk())
+    return Status(credentials.status().code(),
+                  "rollout service: LOOM_SERVICE_CERT/LOOM_SERVICE_KEY: " + credentials.status().message());
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(bracketed + ":0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(bracketed + ":0", *credentials, &port);
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);

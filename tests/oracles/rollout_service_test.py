@@ -21,6 +21,8 @@ import argparse
 import json
 import os
 import shutil
+import ssl
+import subprocess
 import sys
 import tempfile
 import time
@@ -118,17 +120,33 @@ def run(bin_dir, work):
         check(int(first.get("kv_blocks_total", 0)) == 12,
               f"served: rank 0 serves, KV cache of {first.get('kv_blocks_total')} blocks")
 
-        # Rank 0's own port answers the planner only (its attempt's service token).
+        # Rank 0's own port serves TLS with a certificate for this attempt alone, from the
+        # planner's own CA, and answers the planner only (its attempt's service token).
         rank0 = json.loads(plane.ctl("get", job, "-o", "json").stdout)["ranks"][0]["service_address"]
-        channel = grpc.insecure_channel(rank0)
-        for method in ("GetRolloutStatus", "UpdateWeights"):
-            try:
-                channel.unary_unary(f"/loom.v1.RolloutService/{method}")(b"", timeout=10)
-                check(False, f"rank 0's {method} answered a caller without the planner's token")
-            except grpc.RpcError as e:
-                check(e.code() == grpc.StatusCode.UNAUTHENTICATED and "answers the planner only" in e.details(),
-                      f"rank 0's own {method} refuses a direct caller: {e.code().name}")
-        channel.close()
+        host, port = rank0.rsplit(":", 1)
+        served = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName"], capture_output=True,
+                                text=True, input=ssl.get_server_certificate((host, int(port))))
+        name = served.stdout.split("DNS:")[-1].strip()
+        check(name.startswith("attempt-1.") and name.endswith(".rank.loom"),
+              f"rank 0 serves TLS as its attempt ({name!r})")
+        with open(os.path.join(work, "state", "planner", "service-ca.crt"), "rb") as f:
+            service_ca = grpc.ssl_channel_credentials(root_certificates=f.read())
+        for what, channel, code, says in [
+                ("a plain-text caller", grpc.insecure_channel(rank0), grpc.StatusCode.UNAVAILABLE, ""),
+                ("a caller expecting attempt 2", grpc.secure_channel(
+                    rank0, service_ca, options=[("grpc.ssl_target_name_override", "attempt-2." + name[10:])]),
+                 grpc.StatusCode.UNAVAILABLE, ""),
+                ("a TLS caller without the planner's token", grpc.secure_channel(
+                    rank0, service_ca, options=[("grpc.ssl_target_name_override", name)]),
+                 grpc.StatusCode.UNAUTHENTICATED, "answers the planner only")]:
+            for method in ("GetRolloutStatus", "UpdateWeights"):
+                try:
+                    channel.unary_unary(f"/loom.v1.RolloutService/{method}")(b"", timeout=10)
+                    check(False, f"rank 0's {method} answered {what}")
+                except grpc.RpcError as e:
+                    check(e.code() == code and says in e.details(),
+                          f"rank 0's own {method} refuses {what}: {e.code().name}")
+            channel.close()
 
         # 1. Generate and GenerateBatch against transformers on weights A.
         prompts = prompts_of([3, 17, 40, 1, 25, 9], seed=3)
