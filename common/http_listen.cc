@@ -7,6 +7,17 @@
 
 namespace loom {
 
+StatusOr<std::unique_ptr<httplib::Server>> makeHttpServer(const std::string& certFile, const std::string& keyFile,
+                                                          const std::string& option) {
+  if (certFile.empty() && keyFile.empty()) return std::make_unique<httplib::Server>();
+  if (certFile.empty() || keyFile.empty()) return invalidArgument("{}: HTTPS needs both a certificate and its key", option);
+  auto https = std::make_unique<httplib::SSLServer>(certFile.c_str(), keyFile.c_str());
+  if (!https->is_valid())
+    return invalidArgument("{}: cannot serve HTTPS with {} and {} (not a PEM certificate and its key?)", option,
+                           certFile, keyFile);
+  return std::unique_ptr<httplib::Server>(std::move(https));
+}
+
 StatusOr<std::unique_ptr<HttpListener>> HttpListener::start(std::unique_ptr<httplib::Server> server,
                                                             const std::string& address, const std::string& option) {
   const auto colon = address.rfind(':');

@@ -10,6 +10,11 @@
 
 namespace loom {
 
+// An HTTPS server with this certificate and key (PEM files), or plain HTTP when both are empty;
+// errors name `option`, the flag the files came from.
+StatusOr<std::unique_ptr<httplib::Server>> makeHttpServer(const std::string& certFile, const std::string& keyFile,
+                                                          const std::string& option);
+
 // An httplib server with its routes set, listening on "host:port" (port 0: any free one) on a
 // thread of its own until stop() or destruction. `option` names the command-line flag the
 // address came from, for the error when it cannot be bound.

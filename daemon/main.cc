@@ -15,6 +15,7 @@
 #include "daemon/node_metrics.h"
 #include "kernels/loader.h"
 #include "common/security/credential_flags.h"
+#include "common/security/tokens.h"
 #include "planner/planner_server.h"
 #include "planner/server_flags.h"
 
@@ -52,6 +53,16 @@ int main(int argc, char** argv) {
   std::string metricsListen;
   app.add_option("--metrics-listen", metricsListen,
                  "serve this node's Prometheus /metrics here (host:port; port 0: any free one)");
+  std::string metricsTokenFile;
+  loom::daemon::NodeMetricsAccess metricsAccess;
+  bool metricsInsecure = false;
+  app.add_option("--metrics-token-file", metricsTokenFile,
+                 "a file holding the token scrapers of /metrics present (Authorization: Bearer); needed beyond "
+                 "loopback");
+  app.add_option("--metrics-tls-cert", metricsAccess.tlsCertFile, "serve /metrics over HTTPS with this certificate");
+  app.add_option("--metrics-tls-key", metricsAccess.tlsKeyFile, "the --metrics-tls-cert's private key");
+  app.add_flag("--metrics-insecure", metricsInsecure,
+               "serve /metrics beyond loopback to anyone, without --metrics-token-file (logs a warning)");
   app.add_option("--state-dir", options.stateDir, "directory for rank records, logs and (standalone) the job database")
       ->required();
   app.add_option("--slots", options.slots, "ranks this node runs at once")->capture_default_str();
@@ -107,6 +118,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loomd: --http-listen serves the planner's web page: it needs --standalone (the node's own "
                          "/metrics: --metrics-listen)\n");
     return 2;
+  }
+
+  if (!metricsListen.empty() && metricsTokenFile.empty() && !metricsInsecure &&
+      !loom::security::isLoopback(metricsListen)) {
+    std::fprintf(stderr, "loomd: --metrics-listen %s is beyond loopback: give --metrics-token-file (the token "
+                         "Prometheus presents), or --metrics-insecure to serve it to anyone\n",
+                 metricsListen.c_str());
+    return 2;
+  }
+  if (!metricsTokenFile.empty()) {
+    auto token = loom::security::readTokenFile(metricsTokenFile);
+    if (!token.isOk()) {
+      std::fprintf(stderr, "loomd: --metrics-token-file: %s\n", token.status().message().c_str());
+      return 2;
+    }
+    metricsAccess.token = std::move(token).value();
   }
 
   if (gpuList == "auto") {
@@ -193,7 +220,7 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<loom::daemon::NodeMetricsServer> metrics;
   if (!metricsListen.empty()) {
-    auto served = loom::daemon::NodeMetricsServer::start(metricsListen, (*daemon).get());
+    auto served = loom::daemon::NodeMetricsServer::start(metricsListen, (*daemon).get(), metricsAccess);
     if (!served.isOk()) {
       spdlog::error("{}", served.status().toString());
       (*daemon)->shutdown();
@@ -202,7 +229,10 @@ int main(int argc, char** argv) {
     metrics = std::move(served).value();
     auto written = loom::files::writeFileAtomic(options.stateDir + "/metrics.address", metrics->boundAddress() + "\n");
     if (!written.isOk()) spdlog::warn("{}", written.toString());
-    spdlog::info("node metrics on http://{}/metrics", metrics->boundAddress());
+    spdlog::info("node metrics on {}://{}/metrics{}", metricsAccess.tlsCertFile.empty() ? "http" : "https",
+                 metrics->boundAddress(), metricsAccess.token.empty() ? "" : " (scrapers present --metrics-token-file)");
+    if (metricsInsecure && metricsAccess.token.empty())
+      spdlog::warn("--metrics-insecure: anyone who reaches {} reads this node's metrics", metrics->boundAddress());
   }
   const std::string signal = loom::awaitTerminationSignal(signals);
   if (drainOnSigterm && signal == "SIGTERM") {

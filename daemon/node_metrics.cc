@@ -9,6 +9,8 @@
 
 #include "common/http_listen.h"
 #include "common/prometheus_text.h"
+#include "common/security/credentials.h"
+#include "common/security/tokens.h"
 
 namespace loom::daemon {
 
@@ -111,9 +113,22 @@ std::string renderNodeMetrics(const NodeSnapshot& s) {
 }
 
 StatusOr<std::unique_ptr<NodeMetricsServer>> NodeMetricsServer::start(const std::string& listenAddress,
-                                                                       Daemon* daemon) {
-  auto http = std::make_unique<httplib::Server>();
-  http->Get("/metrics", [daemon](const httplib::Request&, httplib::Response& res) {
+                                                                       Daemon* daemon,
+                                                                       const NodeMetricsAccess& access) {
+  ASSIGN_OR_RETURN(std::unique_ptr<httplib::Server> http,
+                   makeHttpServer(access.tlsCertFile, access.tlsKeyFile, "--metrics-tls-cert"));
+  http->Get("/metrics", [daemon, token = access.token](const httplib::Request& req, httplib::Response& res) {
+    if (!token.empty() &&
+        !security::constantTimeEquals(req.get_header_value("Authorization"), security::kBearerPrefix + token)) {
+      res.status = 401;
+      res.set_header("WWW-Authenticate", "Bearer realm=\"loomd\"");
+      res.set_content(req.has_header("Authorization")
+                          ? "this token is not loomd's scrape token (--metrics-token-file)\n"
+                          : "no credentials: send \"Authorization: Bearer TOKEN\" with loomd's scrape token "
+                            "(--metrics-token-file)\n",
+                      "text/plain");
+      return;
+    }
     auto promise = std::make_shared<std::promise<NodeSnapshot>>();
     auto future = promise->get_future();
     daemon->snapshot([promise](NodeSnapshot s) { promise->set_value(std::move(s)); });

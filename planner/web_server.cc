@@ -336,17 +336,10 @@ StatusOr<std::unique_ptr<WebServer>> WebServer::start(const std::string& listenA
   impl->core = core;
   impl->metrics = metrics;
   impl->access = access;
-  std::unique_ptr<httplib::Server> http;
-  if (tls.enabled()) {
-    // HTTPS with the gRPC port's certificate. Callers authenticate with tokens: browsers hold
-    // no client certificates, so none is asked for.
-    auto https = std::make_unique<httplib::SSLServer>(tls.certFile.c_str(), tls.keyFile.c_str());
-    if (!https->is_valid())
-      return invalidArgument("--http-listen: cannot serve HTTPS with {} and {}", tls.certFile, tls.keyFile);
-    http = std::move(https);
-  } else {
-    http = std::make_unique<httplib::Server>();
-  }
+  // HTTPS with the gRPC port's certificate. Callers authenticate with tokens: browsers hold no
+  // client certificates, so none is asked for.
+  ASSIGN_OR_RETURN(std::unique_ptr<httplib::Server> http,
+                   makeHttpServer(tls.certFile, tls.keyFile, "--http-listen"));
   impl->routes(*http);
   ASSIGN_OR_RETURN(impl->listener, HttpListener::start(std::move(http), listenAddress, "--http-listen"));
   return std::unique_ptr<WebServer>(new WebServer(std::move(impl)));

@@ -72,11 +72,17 @@ int certsCommand(const CertsOptions& options) {
     for (const auto& name : options.plannerNames) planner.altNames.push_back(name);
     requests.emplace_back("planner", std::move(planner));
   }
-  for (const auto& node : options.nodes)
-    requests.emplace_back("nodes/" + (node == "*" ? std::string("any-node") : node),
-                          security::CertificateRequest{.subject = {.commonName = node, .organizationalUnit = "node"},
-                                                       .clientAuth = true,
-                                                       .days = options.days});
+  for (const auto& node : options.nodes) {
+    // A node's certificate attaches it to the planner, and serves its /metrics over HTTPS
+    // (loomd --metrics-tls-cert) under the name "loomd", which scrapers expect (and the node id).
+    security::CertificateRequest request{.subject = {.commonName = node, .organizationalUnit = "node"},
+                                         .altNames = {"loomd"},
+                                         .serverAuth = true,
+                                         .clientAuth = true,
+                                         .days = options.days};
+    if (node != "*") request.altNames.push_back(node);
+    requests.emplace_back("nodes/" + (node == "*" ? std::string("any-node") : node), std::move(request));
+  }
   for (const auto& client : options.clients) {
     auto subject = clientSubject(client);
     if (!subject.isOk()) return reportError(subject.status());

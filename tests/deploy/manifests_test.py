@@ -6,7 +6,7 @@
 2. GPU nodes request nvidia.com/gpu and run one rank per GPU; the planner serves HTTP and both
    daemons' /metrics are announced to Prometheus.
 3. Security: the planner serves TLS from its Secrets, as a non-root user on a read-only root file
-   system without capabilities; loomd dials with the planner's CA and a node token, keeps only
+   system without capabilities; loomd dials with mutual TLS (a node certificate), keeps only
    the capabilities it uses on the ranks and runs them as nobody; the tenants file is JSON.
 4. A broken manifest (a misspelt field, a wrong type) fails validation, naming what is wrong.
 
@@ -106,10 +106,14 @@ def main():
                   f"{name}: the planner serves TLS from its Secrets, non-root, read-only, no capabilities")
             largs = loomd["containers"][0]["args"]
             caps = loomd["containers"][0]["securityContext"]["capabilities"]
-            check({"--ca=/etc/loom/node/ca.crt", "--token-file=/etc/loom/node/node.token", "--run-as=nobody"}
-                  <= set(largs) and caps["drop"] == ["ALL"] and sorted(caps["add"]) == ["CHOWN", "KILL", "SETGID",
-                                                                                     "SETUID"],
-                  f"{name}: loomd dials with the CA and a node token, keeps 4 capabilities, runs ranks as nobody")
+            check({"--ca=/etc/loom/node/ca.crt", "--cert=/etc/loom/node/node.crt", "--key=/etc/loom/node/node.key",
+                   "--run-as=nobody"} <= set(largs)
+                  and caps["drop"] == ["ALL"] and sorted(caps["add"]) == ["CHOWN", "KILL", "SETGID", "SETUID"],
+                  f"{name}: loomd dials with mutual TLS, keeps 4 capabilities, runs ranks as nobody")
+            check({"--metrics-tls-cert=/etc/loom/node/node.crt", "--metrics-tls-key=/etc/loom/node/node.key",
+                   "--metrics-token-file=/etc/loom/node/metrics.token"} <= set(largs)
+                  and "prometheus.io/scheme: https" in text,
+                  f"{name}: loomd serves /metrics over HTTPS to scrapers with the scrape token")
             tenants = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["tenants.json"]
             check(isinstance(json.loads(tenants), dict), f"{name}: the tenants file is a JSON object")
 

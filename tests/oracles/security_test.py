@@ -25,6 +25,7 @@ import http.client
 import json
 import os
 import re
+import socket
 import ssl
 import subprocess
 import sys
@@ -178,10 +179,16 @@ def main():
             "--tls-cert", os.path.join(c.certs, "planner.crt"), "--tls-key", os.path.join(c.certs, "planner.key"),
             "--client-ca", os.path.join(c.certs, "ca.crt")])
         try:
+            scrape_token = os.path.join(work, "scrape.token")
+            with open(scrape_token, "w") as f:
+                f.write("scrape-me\n")
             c.start("n1", [os.path.join(bin_dir, "loomd"), "--planner", c.server, "--node-id", "n1", "--slots", "2",
                            "--state-dir", os.path.join(work, "n1"), "--ca", os.path.join(c.certs, "ca.crt"),
                            "--cert", os.path.join(c.certs, "nodes", "n1.crt"),
-                           "--key", os.path.join(c.certs, "nodes", "n1.key")])
+                           "--key", os.path.join(c.certs, "nodes", "n1.key"),
+                           "--metrics-listen", "127.0.0.1:0", "--metrics-token-file", scrape_token,
+                           "--metrics-tls-cert", os.path.join(c.certs, "nodes", "n1.crt"),
+                           "--metrics-tls-key", os.path.join(c.certs, "nodes", "n1.key")])
             # The same node id with the other CA's certificate, and n1's certificate as node n2.
             c.start("impostor", [os.path.join(bin_dir, "loomd"), "--planner", c.server, "--node-id", "n1-other",
                                  "--slots", "2", "--state-dir", os.path.join(work, "impostor"),
@@ -298,6 +305,37 @@ def main():
             check(status == 200, f"HTTPS: alice reads her job's log ({status})")
             status, body = get("/metrics", "alice")
             check(status == 403 and "role admin" in body, f"HTTPS: /metrics is an admin's: 403 for alice ({body[:100]})")
+
+            # loomd's own /metrics: HTTPS with the node's certificate, whose name is "loomd" (as a
+            # Prometheus scrape config's tls_config.server_name says), and only for scrapers with
+            # its --metrics-token-file.
+            host, port = open(os.path.join(work, "n1", "metrics.address")).read().strip().rsplit(":", 1)
+
+            def scrape(token, tls=True):
+                request = "GET /metrics HTTP/1.1\r\nHost: loomd\r\nConnection: close\r\n"
+                request += f"Authorization: Bearer {token}\r\n" if token else ""
+                try:
+                    with socket.create_connection((host, int(port)), timeout=30) as raw:
+                        conn = context.wrap_socket(raw, server_hostname="loomd") if tls else raw
+                        conn.sendall((request + "\r\n").encode())
+                        reply = b""
+                        while chunk := conn.recv(65536):
+                            reply += chunk
+                except (OSError, ssl.SSLError) as e:
+                    return None, str(e)
+                head, _, body = reply.decode(errors="replace").partition("\r\n\r\n")
+                fields = head.split(" ", 2)
+                return (int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None), body
+
+            status, body = scrape(None)
+            check(status == 401 and "--metrics-token-file" in body, f"loomd /metrics without a token: 401 ({body.strip()})")
+            status, body = scrape("guess")
+            check(status == 401 and "not loomd's scrape token" in body, f"loomd /metrics, a wrong token: 401 ({status})")
+            status, body = scrape("scrape-me")
+            check(status == 200 and 'loom_node_slots{node="n1"} 2' in body,
+                  f"loomd /metrics over HTTPS with the scrape token ({status})")
+            status, body = scrape("scrape-me", tls=False)
+            check(status != 200, f"loomd /metrics refuses plain HTTP on its HTTPS port ({status})")
             status, body = get("/metrics", "root")
             check(status == 200 and "loom_jobs" in body, f"HTTPS: the admin reads /metrics ({status})")
             try:
@@ -370,7 +408,13 @@ def main():
         finally:
             c.close()
 
-        # 6. Plain text beyond loopback needs --insecure; reflection when asked for.
+        # 6. Plain text beyond loopback needs --insecure; reflection when asked for. loomd's
+        # /metrics beyond loopback needs a scrape token, or --metrics-insecure.
+        r = subprocess.run([os.path.join(bin_dir, "loomd"), "--planner", "127.0.0.1:1", "--metrics-listen", "0.0.0.0:0",
+                            "--state-dir", os.path.join(work, "open-metrics")], capture_output=True, text=True,
+                           timeout=30)
+        check(r.returncode == 2 and "--metrics-token-file" in r.stderr and "--metrics-insecure" in r.stderr,
+              f"loomd /metrics on 0.0.0.0 without a scrape token is refused ({r.stderr.strip()[-160:]})")
         state = os.path.join(work, "insecure")
         r = subprocess.run([os.path.join(bin_dir, "loom-planner"), "--listen", "0.0.0.0:0", "--http-listen", "none",
                             "--state-dir", state], capture_output=True, text=True, timeout=30)
