@@ -1,11 +1,10 @@
 #include "daemon/daemon.h"
+#include "daemon/gpus.h"
 
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <random>
-#include <set>
 #include <thread>
 #include <tuple>
 
@@ -306,8 +305,7 @@ void Daemon::onLaunch(LaunchOrder order) {
         prepared = assigned.status();
       }
     }
-    std::string visible;
-    for (int gpu : gpus) visible += (visible.empty() ? "" : ",") + std::to_string(gpu);
+    const std::string visible = visibleDevices(gpus);
     for (const auto& assignment : order.ranks) {
       if (!prepared.isOk()) {
         RankRecord r{.jobId = order.jobId, .attempt = order.attempt, .rank = assignment.rank,
@@ -328,20 +326,17 @@ StatusOr<std::vector<int>> Daemon::assignGpus(const LaunchOrder& order) const {
   auto spec = nlohmann::json::parse(order.specJson, nullptr, /*allow_exceptions=*/false);
   const bool cuda = spec.is_object() && spec.value("resources", nlohmann::json::object()).value("device", "") == "cuda";
   if (!cuda) return std::vector<int>{};
-  // Free: the node's GPUs (a multiset) less those its live ranks hold.
-  std::multiset<int> free(options_.gpus.begin(), options_.gpus.end());
+  std::vector<int> held;
   for (const auto& [key, r] : ranks_) {
-    if (r.exited || r.gpu < 0) continue;
-    if (auto held = free.find(r.gpu); held != free.end()) free.erase(held);
+    if (!r.exited && r.gpu >= 0) held.push_back(r.gpu);
   }
   const size_t needed = order.ranks.size();
+  std::vector<int> free = freeGpus(options_.gpus, held);
   if (free.size() < needed)
     return failedPrecondition("node {}: {} free GPU{} for {} rank{} of a cuda job (loomd --gpus)", options_.nodeId,
                               free.size(), free.size() == 1 ? "" : "s", needed, needed == 1 ? "" : "s");
-  // Local rank i takes the i-th: CUDA_VISIBLE_DEVICES lists them in that order.
-  std::vector<int> gpus(free.begin(), free.end());
-  gpus.resize(needed);
-  return gpus;
+  free.resize(needed);
+  return free;
 }
 
 void Daemon::launchRank(const LaunchOrder& order, const RankAssignment& assignment, const std::string& dir, int gpu,
@@ -549,35 +544,6 @@ void Daemon::onLogCancel(int64_t requestId) { logs_->cancel(requestId); }
 void Daemon::onDisconnected() {
   loop_->post([this] { counters_.plannerConnected = false; });
   if (logs_) logs_->cancelAll();
-}
-
-std::vector<int> detectGpus() {
-  std::error_code ec;
-  int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
-    (void)entry;
-    ++count;
-  }
-  std::vector<int> gpus(static_cast<size_t>(count));
-  for (int i = 0; i < count; ++i) gpus[static_cast<size_t>(i)] = i;
-  return gpus;
-}
-
-StatusOr<std::vector<int>> parseGpuList(const std::string& text) {
-  std::vector<int> gpus;
-  if (text == "none") return gpus;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t comma = std::min(text.find(',', begin), text.size());
-    const std::string item = text.substr(begin, comma - begin);
-    char* end = nullptr;
-    const long index = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || index < 0 || index > 1023)
-      return invalidArgument("--gpus: \"{}\" is not a GPU index (write 0,1,2,3, or none)", item);
-    gpus.push_back(static_cast<int>(index));
-    begin = comma + 1;
-  }
-  return gpus;
 }
 
 }  // namespace loom::daemon

@@ -58,12 +58,6 @@ struct DaemonOptions {
   Status validate() const;
 };
 
-// The GPUs the NVIDIA driver lists (/proc/driver/nvidia/gpus, one entry per GPU): CUDA indices
-// 0..N-1 in PCI bus order. Empty without the driver.
-std::vector<int> detectGpus();
-// loomd --gpus: "0,1,2,3" (an index twice: two slots on one GPU), or "none".
-StatusOr<std::vector<int>> parseGpuList(const std::string& text);
-
 // loomd's core: launches the rank processes the planner orders, watches them (exit, heartbeats),
 // stops them (SIGTERM, grace, SIGKILL to the whole process group), keeps their logs, and reports
 // all of it up the planner link. State lives on one loop thread; records are persisted under

@@ -12,6 +12,7 @@
 #include "common/signals.h"
 #include "common/version.h"
 #include "daemon/daemon.h"
+#include "daemon/gpus.h"
 #include "daemon/node_metrics.h"
 #include "kernels/loader.h"
 #include "common/security/credential_flags.h"

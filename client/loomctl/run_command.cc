@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "common/security/tokens.h"
 #include "daemon/daemon.h"
+#include "daemon/gpus.h"
 #include "planner/job_spec.h"
 #include "planner/planner_server.h"
 
