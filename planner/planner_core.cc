@@ -177,7 +177,9 @@ void PlannerCore::createJob(std::string specJson, std::string requestId, JobOwne
       }
     }
     if (!compiled.isOk()) return done(compiled, false);
-    if (Status fits = fitsQuota(*spec, owner.tenant); !fits.isOk()) return done(fits, false);
+    if (auto quota = options_.quotas.find(owner.tenant); !owner.tenant.empty() && quota != options_.quotas.end()) {
+      if (Status fits = fitsQuota(*spec, owner.tenant, quota->second); !fits.isOk()) return done(fits, false);
+    }
     if (Status fits = checkNodeLocalGroupFits(nodeLocalGroup(spec->deepspeed), nodeCapacity()); !fits.isOk())
       return done(fits, false);
     JobRecord job;
@@ -374,50 +376,25 @@ std::vector<NodeCapacity> PlannerCore::nodeCapacity(bool cuda) const {
   return capacity;
 }
 
-Status PlannerCore::fitsQuota(const JobSpec& spec, const std::string& tenant) const {
-  auto quota = options_.quotas.find(tenant);
-  if (tenant.empty() || quota == options_.quotas.end()) return Status::ok();
-  const TenantQuota& q = quota->second;
-  if (q.maxRanks > 0 && spec.ranks > q.maxRanks)
-    return failedPrecondition("resources.ranks: {} ranks is more than tenant {}'s quota of {}: the job would wait "
-                              "for ever",
-                              spec.ranks, tenant, q.maxRanks);
-  if (q.maxGpus > 0 && spec.device == DeviceKind::kCuda && spec.ranks > q.maxGpus)
-    return failedPrecondition("resources.ranks: {} GPUs is more than tenant {}'s quota of {}: the job would wait "
-                              "for ever",
-                              spec.ranks, tenant, q.maxGpus);
-  return Status::ok();
-}
-
-std::string PlannerCore::quotaWait(const JobRecord& job) const {
-  auto quota = options_.quotas.find(job.tenant);
-  if (job.tenant.empty() || quota == options_.quotas.end()) return "";
-  int ranks = 0, gpus = 0;
-  std::set<std::string> running;
+std::map<std::string, TenantUsage> PlannerCore::tenantUsage() const {
+  std::map<std::string, TenantUsage> usage;
+  std::set<std::string> counted;
   for (const auto& [nodeId, node] : nodes_) {
     for (const auto& [jobId, attempt, rank] : node.liveRanks) {
-      auto other = jobs_.find(jobId);
-      if (other == jobs_.end() || other->second.tenant != job.tenant) continue;
-      ++ranks;
-      if (other->second.spec.device == DeviceKind::kCuda) ++gpus;
-      running.insert(jobId);
+      auto job = jobs_.find(jobId);
+      if (job == jobs_.end() || job->second.tenant.empty()) continue;
+      TenantUsage& held = usage[job->second.tenant];
+      ++held.ranks;
+      if (job->second.spec.device == DeviceKind::kCuda) ++held.gpus;
+      if (counted.insert(jobId).second) ++held.runningJobs;
     }
   }
-  const TenantQuota& q = quota->second;
-  const int askedGpus = job.spec.device == DeviceKind::kCuda ? job.spec.ranks : 0;
-  if (q.maxRunningJobs > 0 && static_cast<int>(running.size()) + 1 > q.maxRunningJobs)
-    return fmt::format("waiting for tenant {}'s quota: {} of its {} running jobs are running", job.tenant,
-                       running.size(), q.maxRunningJobs);
-  if (q.maxRanks > 0 && ranks + job.spec.ranks > q.maxRanks)
-    return fmt::format("waiting for tenant {}'s quota: {} ranks asked, {} of its {} in use", job.tenant,
-                       job.spec.ranks, ranks, q.maxRanks);
-  if (q.maxGpus > 0 && askedGpus > 0 && gpus + askedGpus > q.maxGpus)
-    return fmt::format("waiting for tenant {}'s quota: {} GPUs asked, {} of its {} in use", job.tenant, askedGpus,
-                       gpus, q.maxGpus);
-  return "";
+  return usage;
 }
 
 void PlannerCore::schedule() {
+  // What each tenant's jobs hold: counted once a pass, when a pending job has a quota.
+  std::optional<std::map<std::string, TenantUsage>> usage;
   for (const auto& id : jobOrder_) {
     JobRecord& job = jobs_.at(id);
     if (job.state != JobState::kPending) {
@@ -425,10 +402,14 @@ void PlannerCore::schedule() {
       continue;
     }
     waitingSinceMs_.try_emplace(id, clock_->nowMs());
-    if (std::string quota = quotaWait(job); !quota.empty()) {
-      auto effects = JobLifecycle::markWaiting(job, quota, clock_->nowMs());
-      if (!effects.events.empty()) commit(job, effects);
-      continue;
+    auto quota = job.tenant.empty() ? options_.quotas.end() : options_.quotas.find(job.tenant);
+    if (quota != options_.quotas.end()) {
+      if (!usage) usage = tenantUsage();
+      if (std::string wait = quotaWait(job.spec, job.tenant, quota->second, (*usage)[job.tenant]); !wait.empty()) {
+        auto effects = JobLifecycle::markWaiting(job, wait, clock_->nowMs());
+        if (!effects.events.empty()) commit(job, effects);
+        continue;
+      }
     }
     const bool cuda = job.spec.device == DeviceKind::kCuda;
     const std::vector<NodeCapacity> capacity = nodeCapacity(cuda);
@@ -447,6 +428,7 @@ void PlannerCore::schedule() {
       continue;
     }
     launch(job, *placement);
+    if (usage && !job.tenant.empty()) (*usage)[job.tenant].add(job.spec);
   }
 }
 

@@ -16,6 +16,7 @@
 #include "planner/job_lifecycle.h"
 #include "planner/node_link.h"
 #include "planner/placement.h"
+#include "planner/quotas.h"
 #include "planner/rank_services.h"
 #include "planner/state_store.h"
 
@@ -190,11 +191,8 @@ class PlannerCore {
   // GPUs, the fewer of its free slots and free GPUs.
   std::vector<NodeCapacity> nodeCapacity(bool cuda = false) const;
   int usedGpus(const Node& node) const;  // ranks of cuda jobs on it
-  // Why `job` must wait for its tenant's quota (the ranks its tenant's jobs hold now); empty
-  // when it need not.
-  std::string quotaWait(const JobRecord& job) const;
-  // At submit: a job larger than its tenant's whole quota would wait for ever.
-  Status fitsQuota(const JobSpec& spec, const std::string& tenant) const;
+  // What each tenant's running jobs hold (their live ranks), for its quota.
+  std::map<std::string, TenantUsage> tenantUsage() const;
   void schedule();
   void launch(JobRecord& job, const Placement& placement);
   void reconcileNode(Node& node, const NodeRegistration& registration);
