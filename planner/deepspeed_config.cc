@@ -340,6 +340,17 @@ Status parseMonitor(const json& object, const std::string& key, MonitorConfig* s
   return m.rejectUnknown();
 }
 
+Status parseWandb(const json& object, WandbConfig* w) {
+  ObjectReader r(object, "deepspeed.wandb");
+  RETURN_IF_ERROR(r.readBool("enabled", &w->enabled));
+  RETURN_IF_ERROR(r.readString("group", &w->group, false));
+  RETURN_IF_ERROR(r.readString("team", &w->team, false));
+  RETURN_IF_ERROR(r.readString("project", &w->project, false));
+  RETURN_IF_ERROR(r.readString("dir", &w->dir, false));
+  if (w->enabled && w->project.empty()) return invalidArgument("deepspeed.wandb.project: empty (wandb needs a project)");
+  return r.rejectUnknown();
+}
+
 Status parseActivationCheckpointing(const json& object, ActivationCheckpointingConfig* c) {
   ObjectReader a(object, "deepspeed.activation_checkpointing");
   c->enabled = true;
@@ -461,6 +472,8 @@ StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world
     ASSIGN_OR_RETURN(const json* section, r.readObject(key));
     if (section) RETURN_IF_ERROR(parseMonitor(*section, key, monitor));
   }
+  ASSIGN_OR_RETURN(const json* wandb, r.readObject("wandb"));
+  if (wandb) RETURN_IF_ERROR(parseWandb(*wandb, &c.wandb));
   ASSIGN_OR_RETURN(const json* checkpointing, r.readObject("activation_checkpointing"));
   if (checkpointing) RETURN_IF_ERROR(parseActivationCheckpointing(*checkpointing, &c.activationCheckpointing));
   for (auto it = object.begin(); it != object.end(); ++it) {
@@ -468,14 +481,15 @@ StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world
         "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
         "scheduler", "fp16", "bf16", "bfloat16", "gradient_clipping", "steps_per_print", "zero_optimization",
         "comms_logger", "tensor_parallel", "expert_parallel", "sequence_parallel_size",
-        "seq_parallel_communication_data_type", "activation_checkpointing", "tensorboard", "csv_monitor", "wall_clock_breakdown"};
+        "seq_parallel_communication_data_type", "activation_checkpointing", "tensorboard", "csv_monitor", "wandb",
+        "wall_clock_breakdown"};
     if (!kKnown.count(it.key()))
       return invalidArgument("deepspeed.{}: not supported by this version (supported: {})", it.key(),
                              "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, "
                              "optimizer, scheduler, fp16, bf16, gradient_clipping, steps_per_print, "
                              "zero_optimization, comms_logger, tensor_parallel, expert_parallel, "
                              "sequence_parallel_size, seq_parallel_communication_data_type, "
-                             "activation_checkpointing, tensorboard, csv_monitor, wall_clock_breakdown");
+                             "activation_checkpointing, tensorboard, csv_monitor, wandb, wall_clock_breakdown");
   }
   return c;
 }
@@ -493,6 +507,16 @@ void resolveMonitorPaths(json& deepspeed, const std::string& baseDir) {
     if (path != section->end() && !path->is_string()) continue;  // the parser names the wrong type
     const std::string p = path == section->end() ? std::string() : path->get<std::string>();
     if (p.empty() || p[0] != '/') (*section)["output_path"] = (std::filesystem::path(baseDir) / p).lexically_normal().string();
+  }
+  auto wandb = deepspeed.find("wandb");
+  if (wandb != deepspeed.end() && wandb->is_object()) {
+    auto dir = wandb->find("dir");
+    if (dir != wandb->end() && !dir->is_string()) return;  // the parser names the wrong type
+    const std::string d = dir == wandb->end() ? std::string() : dir->get<std::string>();
+    if (d.empty() || d[0] != '/') {
+      const std::filesystem::path base(baseDir);
+      (*wandb)["dir"] = (d.empty() ? base : base / d).lexically_normal().string();
+    }
   }
 }
 
@@ -571,6 +595,10 @@ json DeepSpeedConfig::toJson() const {
       {"csv_monitor",
        {{"enabled", csvMonitor.enabled}, {"output_path", csvMonitor.outputPath}, {"job_name", csvMonitor.jobName}}},
   };
+  // Only when on: its `dir` is Loom's, which DeepSpeed's own parser would refuse.
+  if (wandb.enabled)
+    j["wandb"] = {{"enabled", true}, {"group", wandb.group}, {"team", wandb.team}, {"project", wandb.project},
+                  {"dir", wandb.dir}};
   if (scheduler.type != SchedulerType::kConstant) {
     const auto& s = scheduler;
     json params{{"warmup_num_steps", s.warmupNumSteps}, {"warmup_type", s.warmupLinear ? "linear" : "log"}};

@@ -35,6 +35,18 @@ struct MonitorConfig {
   std::string directory() const;
 };
 
+// DeepSpeed's wandb section (its monitor/config.py WandbConfig): rank 0 writes the run as wandb
+// does in offline mode, under dir/wandb/, for `wandb sync` to upload.
+struct WandbConfig {
+  bool enabled = false;
+  std::string group;
+  std::string team;  // wandb's entity
+  std::string project = "deepspeed";
+  // Loom's: where wandb's `wandb/` directory goes (DeepSpeed's wandb takes WANDB_DIR or the launch
+  // directory); relative: to the spec file's (or the ds_config file's) directory, its default.
+  std::string dir;
+};
+
 enum class OptimizerType { kAdamW, kAdam, kLion, kAdagrad, kMuon };
 const char* optimizerTypeName(OptimizerType type);
 
@@ -193,6 +205,7 @@ struct DeepSpeedConfig {
   CommsLoggerSpec commsLogger;
   MonitorConfig tensorboard;
   MonitorConfig csvMonitor;
+  WandbConfig wandb;
   ActivationCheckpointingConfig activationCheckpointing;
   // The parallel layout: world = dp x sp x tp, experts split over ep ranks of dp x sp.
   TensorParallelConfig tensorParallel;  // tensor_parallel
@@ -215,8 +228,9 @@ struct DeepSpeedConfig {
 // triple is required (train jobs) or optional (eval and probe jobs).
 StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const nlohmann::json& object, int64_t world, bool training);
 
-// The monitors' output_path (tensorboard, csv_monitor) of a `deepspeed` object made absolute
-// under `baseDir`, "" included (DeepSpeed's default, its launch directory, becomes baseDir).
+// The monitors' output_path (tensorboard, csv_monitor) and wandb's dir of a `deepspeed` object
+// made absolute under `baseDir`, "" included (DeepSpeed's default, its launch directory, becomes
+// baseDir).
 void resolveMonitorPaths(nlohmann::json& deepspeed, const std::string& baseDir);
 
 }  // namespace loom::planner

@@ -586,8 +586,10 @@ const std::vector<std::vector<const char*>>& pathKeys() {
       {"rollout", "prompts"}, {"rollout", "output"},    {"rollout", "tokenizer"},
       // "deepspeed": "ds_config.json", which loomctl then reads in (DeepSpeed users keep it apart).
       {"deepspeed"},
-      // DeepSpeed's monitors write under output_path.
-      {"deepspeed", "tensorboard", "output_path"}, {"deepspeed", "csv_monitor", "output_path"}};
+      // DeepSpeed's monitors write under output_path,
+      {"deepspeed", "tensorboard", "output_path"}, {"deepspeed", "csv_monitor", "output_path"},
+      // And wandb's runs under dir/wandb.
+      {"deepspeed", "wandb", "dir"}};
   return keys;
 }
 

@@ -128,6 +128,11 @@ def worker(rank, world, port, a):
             engine.module.save_pretrained(a.save_dir, safe_serialization=True)
     if a.ds_checkpoint:  # DeepSpeed's own checkpoint (every rank writes its partition)
         engine.save_checkpoint(a.ds_checkpoint)
+    # DeepSpeed's wandb monitor leaves its run to the interpreter's exit (wandb's atexit hook),
+    # which os._exit below skips: end it as that hook would.
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None:
+        wandb.finish()
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
     # Everything is written and every rank is past the barrier. Leave without the interpreter's

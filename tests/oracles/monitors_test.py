@@ -1,6 +1,6 @@
-"""DeepSpeed's monitors and wall_clock_breakdown: the same DeepSpeed config (tensorboard and
-csv_monitor enabled, wall_clock_breakdown on, a warm-up schedule so that the lr moves every step)
-given to DeepSpeed 0.19.8's engine on CPU and to a Loom train job of 2 ranks.
+"""DeepSpeed's monitors and wall_clock_breakdown: the same DeepSpeed config (tensorboard, csv_monitor
+and wandb enabled, wall_clock_breakdown on, a warm-up schedule so that the lr moves every step)
+given to DeepSpeed 0.19.8's engine on CPU (wandb in offline mode) and to a Loom train job of 2 ranks.
 
 1. csv_monitor: every file DeepSpeed writes (output_path/job_name/Train_Samples_lr.csv and the
    timers' Train_Samples_elapsed_time_ms_*.csv), Loom writes too, with the same header and the
@@ -10,8 +10,12 @@ given to DeepSpeed 0.19.8's engine on CPU and to a Loom train job of 2 ranks.
    evaluation steps.
 3. wall_clock_breakdown: rank 0's log has DeepSpeed's timer lines, the same names in the same
    order, one per micro-batch and one per step.
-4. A relative output_path lies under the spec's directory; a job_name with '/' is refused, naming
-   the key.
+4. wandb: wandb's own reader (its DataStore, its wandb_internal protos) reads Loom's offline run:
+   the run's project and group, a history row per step with DeepSpeed's keys at DeepSpeed's steps,
+   the lr equal to DeepSpeed's own offline run's, the loss to the step lines; the summary and exit
+   code 0. `wandb sync --view` (wandb's CLI, no server) reads it whole.
+5. A relative output_path and wandb's default dir lie under the spec's directory; a job_name with
+   '/' is refused, naming the key.
 
   python3 tests/oracles/monitors_test.py --bin build/bin
 """
@@ -41,7 +45,8 @@ def ds_config(output_path):
             "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 2e-3,
                                                          "warmup_num_steps": 4, "warmup_type": "linear"}},
             "tensorboard": {"enabled": True, "output_path": output_path, "job_name": "monitors"},
-            "csv_monitor": {"enabled": True, "output_path": output_path, "job_name": "monitors"}}
+            "csv_monitor": {"enabled": True, "output_path": output_path, "job_name": "monitors"},
+            "wandb": {"enabled": True, "project": "loom-monitors", "group": "oracle"}}
 
 
 def scalars(directory):
@@ -50,6 +55,35 @@ def scalars(directory):
     acc = EventAccumulator(directory)
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def wandb_run(directory):
+    """The one offline run under directory/wandb, read with wandb's own DataStore and protos:
+    (run record, {step: {key: value}}, summary {key: value}, exit code)."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+    runs = glob.glob(os.path.join(directory, "wandb", "offline-run-*"))
+    check(len(runs) == 1, f"one offline run in {directory}/wandb ({runs})")
+    logs = glob.glob(os.path.join(runs[0], "run-*.wandb"))
+    check(len(logs) == 1 and os.path.isdir(os.path.join(runs[0], "files")), f"run-ID.wandb and files/ in {runs[0]}")
+    store = datastore.DataStore()
+    store.open_for_scan(logs[0])
+    run, rows, summary, exit_code = None, {}, {}, None
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            run = record.run
+        elif kind == "history":
+            row = {(item.key or "/".join(item.nested_key)): json.loads(item.value_json) for item in record.history.item}
+            rows[row.pop("_step")] = {k: v for k, v in row.items() if not k.startswith("_")}
+        elif kind == "summary":
+            summary.update({(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in record.summary.update})
+        elif kind == "exit":
+            exit_code = record.exit.exit_code
+    store.close()
+    return runs[0], run, rows, summary, exit_code
 
 
 def main():
@@ -67,7 +101,8 @@ def main():
         ds_run = subprocess.run([sys.executable, os.path.join(HERE, "deepspeed_train.py"), "--model", model_dir,
                                  "--data", data, "--seq-len", str(SEQ), "--data-seed", "5", "--steps", str(STEPS),
                                  "--ds-config", ds_path, "--world", "1", "--out", os.path.join(work, "deepspeed.jsonl")],
-                                check=True, capture_output=True, text=True, timeout=300)
+                                check=True, capture_output=True, text=True, timeout=300,
+                                env=dict(os.environ, WANDB_MODE="offline", WANDB_DIR=ds_out, WANDB_SILENT="true"))
 
         # The spec's relative output_path: under the spec's directory (work/specs/).
         specs = os.path.join(work, "specs")
@@ -132,7 +167,36 @@ def main():
         check(len(ds_micro) == 4 * STEPS and len(loom_micro) == 2 * STEPS,
               f"a line per micro-batch ({len(loom_micro)} for Loom's 2 ranks, {len(ds_micro)} for DeepSpeed's 1)")
 
-        # 4. A job_name naming a directory inside output_path is refused.
+        # 4. wandb: Loom's offline run beside DeepSpeed's own, both through wandb's reader.
+        ds_dir, ds_wandb, ds_rows, _, _ = wandb_run(ds_out)
+        loom_dir, loom_wandb, loom_rows, loom_summary, loom_exit = wandb_run(specs)
+        check(loom_wandb is not None and (loom_wandb.project, loom_wandb.run_group) == ("loom-monitors", "oracle"),
+              f"the run record names the project and group ({loom_wandb and loom_wandb.project})")
+        check(sorted(loom_rows) == sorted(ds_rows) == [8 * step for step in range(1, STEPS + 1)],
+              f"a history row per step at the samples, as DeepSpeed's ({sorted(loom_rows)} vs {sorted(ds_rows)})")
+        check(all(set(ds_rows[s]) <= set(loom_rows[s]) for s in ds_rows),
+              f"every key DeepSpeed logs at each step ({sorted(ds_rows[8])} in {sorted(loom_rows.get(8, {}))})")
+        check(all(loom_rows[s]["Train/Samples/lr"] == ds_rows[s]["Train/Samples/lr"] for s in ds_rows),
+              "the lr rows equal DeepSpeed's run's")
+        check(all(abs(loom_rows[s]["Train/Samples/train_loss"] - lines[s // 8]["loss"]) <= 1e-6 * lines[s // 8]["loss"]
+                  for s in loom_rows),
+              f"train_loss rows equal the step lines' losses (to their printed digits: "
+              f"{[loom_rows[s]['Train/Samples/train_loss'] for s in sorted(loom_rows)][:2]} vs "
+              f"{[lines[s // 8]['loss'] for s in sorted(loom_rows)][:2]})")
+        check([s for s in loom_rows if "Train/Samples/eval_loss" in loom_rows[s]] == [24, 48],
+              "eval_loss in the evaluations' rows")
+        check(loom_exit == 0 and loom_summary.get("Train/Samples/lr") == loom_rows[8 * STEPS]["Train/Samples/lr"]
+              and loom_summary.get("_step") == 8 * STEPS,
+              f"the summary holds the last values; exit code 0 ({loom_exit}, {loom_summary.get('_step')})")
+        # wandb's CLI prints the records of a run without a server (any key; nothing is sent).
+        view = subprocess.run([os.path.join(os.path.dirname(sys.executable), "wandb"), "sync", "--view", "--verbose",
+                               loom_dir], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, WANDB_API_KEY="x" * 40, WANDB_BASE_URL="http://127.0.0.1:9",
+                                       WANDB_DIR=work))
+        check(view.returncode == 0 and view.stdout.count("history {") == len(loom_rows) and "exit {" in view.stdout,
+              f"wandb sync --view reads the whole run ({view.returncode}: {(view.stdout + view.stderr)[-200:]})")
+
+        # 5. A job_name naming a directory inside output_path is refused.
         bad = dict(spec, name="bad-monitor")
         bad["deepspeed"] = dict(spec["deepspeed"], csv_monitor={"enabled": True, "job_name": "a/b"})
         out = loom_run(bin_dir, bad, specs, "bad-monitor", expect_failure=True)

@@ -10,10 +10,15 @@
 #include <unistd.h>
 
 #include "common/files.h"
+#include "worker/monitor/proto_wire.h"
 
 namespace loom::worker {
 
 namespace {
+
+using wire::putBytesField;
+using wire::putLittleEndian;
+using wire::putVarint;
 
 uint32_t crc32c(const std::string& data) {
   static const std::array<uint32_t, 256> table = [] {
@@ -28,29 +33,6 @@ uint32_t crc32c(const std::string& data) {
   uint32_t crc = 0xFFFFFFFFu;
   for (unsigned char byte : data) crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8);
   return crc ^ 0xFFFFFFFFu;
-}
-
-void putVarint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out += static_cast<char>((v & 0x7F) | 0x80);
-    v >>= 7;
-  }
-  out += static_cast<char>(v);
-}
-
-template <typename T>
-void putLittleEndian(std::string& out, T v) {
-  char bytes[sizeof(T)];
-  std::memcpy(bytes, &v, sizeof(T));  // x86 and arm64 are little-endian
-  out.append(bytes, sizeof(T));
-}
-
-// Protocol-buffer fields by hand: tensorflow.Event is small and stable, and the build has no
-// TensorFlow protos.
-void putBytesField(std::string& out, int field, const std::string& bytes) {
-  putVarint(out, static_cast<uint64_t>(field) << 3 | 2);
-  putVarint(out, bytes.size());
-  out += bytes;
 }
 
 // tensorflow.Event{wall_time = 1, step = 2, file_version = 3 | summary = 5}.
@@ -169,7 +151,8 @@ Status CsvMonitorWriter::write(const std::vector<MonitorEvent>& events) {
 }
 
 StatusOr<std::unique_ptr<Monitors>> Monitors::open(const planner::DeepSpeedConfig& config) {
-  if (!config.tensorboard.enabled && !config.csvMonitor.enabled) return std::unique_ptr<Monitors>();
+  if (!config.tensorboard.enabled && !config.csvMonitor.enabled && !config.wandb.enabled)
+    return std::unique_ptr<Monitors>();
   auto monitors = std::make_unique<Monitors>();
   if (config.tensorboard.enabled) {
     ASSIGN_OR_RETURN(monitors->tensorboard_, TensorBoardWriter::open(config.tensorboard.directory()));
@@ -177,13 +160,21 @@ StatusOr<std::unique_ptr<Monitors>> Monitors::open(const planner::DeepSpeedConfi
   if (config.csvMonitor.enabled) {
     ASSIGN_OR_RETURN(monitors->csv_, CsvMonitorWriter::open(config.csvMonitor.directory()));
   }
+  if (config.wandb.enabled) {
+    ASSIGN_OR_RETURN(monitors->wandb_, WandbOfflineWriter::open(config.wandb.dir, {.project = config.wandb.project,
+                                                                                   .entity = config.wandb.team,
+                                                                                   .group = config.wandb.group}));
+  }
   return monitors;
 }
 
 Status Monitors::write(const std::vector<MonitorEvent>& events) {
   if (tensorboard_) RETURN_IF_ERROR(tensorboard_->write(events, now()));
   if (csv_) RETURN_IF_ERROR(csv_->write(events));
+  if (wandb_) RETURN_IF_ERROR(wandb_->write(events));
   return Status::ok();
 }
+
+Status Monitors::finish() { return wandb_ ? wandb_->finish(0) : Status::ok(); }
 
 }  // namespace loom::worker

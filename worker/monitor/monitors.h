@@ -9,18 +9,13 @@
 
 #include "common/status.h"
 #include "planner/deepspeed_config.h"
+#include "worker/monitor/monitor_event.h"
+#include "worker/monitor/wandb_writer.h"
 
 // DeepSpeed's monitors (its deepspeed/monitor/): what a train job's rank 0 writes for the
-// `tensorboard` and `csv_monitor` sections of its DeepSpeed config, in DeepSpeed's files and with
+// `tensorboard`, `csv_monitor` and `wandb` sections of its DeepSpeed config, in DeepSpeed's files and with
 // its tags, so that the tools pointed at a DeepSpeed run read a Loom run the same way.
 namespace loom::worker {
-
-// One scalar, as DeepSpeed's write_events takes it: its x is the samples trained so far.
-struct MonitorEvent {
-  std::string tag;  // "Train/Samples/lr"
-  double value;
-  int64_t samples;
-};
 
 // A TensorBoard event file (events.out.tfevents.*): TFRecord framing (length, masked CRC-32C)
 // around tensorflow.Event messages, each with one simple_value, as torch's SummaryWriter's
@@ -55,14 +50,15 @@ class Monitors {
   // Null when no monitor is enabled. Creates their directories (output_path/job_name).
   static StatusOr<std::unique_ptr<Monitors>> open(const planner::DeepSpeedConfig& config);
   Status write(const std::vector<MonitorEvent>& events);
+  // The job trained to its end: wandb's run ends with exit code 0 (without it, 1).
+  Status finish();
 
  private:
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::unique_ptr<CsvMonitorWriter> csv_;
+  std::unique_ptr<WandbOfflineWriter> wandb_;
 };
 
-// A double as Python's repr() writes it ("0.001", "65536.0", "1e-05"): what DeepSpeed's CSV has.
-std::string pythonFloat(double value);
 // CRC-32C (Castagnoli), masked as TFRecord frames carry it.
 uint32_t maskedCrc32c(const std::string& data);
 

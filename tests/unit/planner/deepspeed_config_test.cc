@@ -409,3 +409,27 @@ TEST_CASE("deepspeed: which precisions skip a step whose gradient norm is not fi
   CHECK_FALSE(skips("bf16", 2, R"(, "check_grad_overflow": false)"));
   CHECK_FALSE(skips("bf16", 3));                                  // stage 3 checks fp16 only
 }
+
+TEST_CASE("deepspeed: wandb's section, its defaults, Loom's dir under the spec's directory", "[planner][deepspeed]") {
+  const std::string batch = R"("train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, )";
+  auto on = parsed("{" + batch + kAdam + R"(, "wandb": {"enabled": true, "group": "g", "team": "t"}})");
+  CHECK(on.wandb.enabled);
+  CHECK(on.wandb.project == "deepspeed");  // DeepSpeed's default
+  CHECK(on.wandb.group == "g");
+  CHECK(on.wandb.team == "t");
+  CHECK(on.toJson()["wandb"]["project"] == "deepspeed");
+  auto off = parsed("{" + batch + kAdam + R"(, "wandb": {"enabled": false}})");
+  CHECK_FALSE(off.toJson().contains("wandb"));  // its `dir` is Loom's: DeepSpeed would refuse it
+
+  CHECK(errorOf("{" + batch + kAdam + R"(, "wandb": {"enabled": true, "entity": "t"}})").find("deepspeed.wandb.entity") !=
+        std::string::npos);
+  CHECK(errorOf("{" + batch + kAdam + R"(, "wandb": {"enabled": true, "project": ""}})") ==
+        "deepspeed.wandb.project: empty (wandb needs a project)");
+
+  json config = json::parse(R"({"wandb": {"enabled": true}, "tensorboard": {"enabled": true}})");
+  loom::planner::resolveMonitorPaths(config, "/jobs/specs");
+  CHECK(config["wandb"]["dir"] == "/jobs/specs");
+  config["wandb"]["dir"] = "runs/../out";
+  loom::planner::resolveMonitorPaths(config, "/jobs/specs");
+  CHECK(config["wandb"]["dir"] == "/jobs/specs/out");
+}

@@ -93,8 +93,6 @@ TEST_CASE("each kind of refusal names the key and says why", "[planner][deepspee
       "sizes directly",
       "deepspeed.use_data_before_expert_parallelism: true is not supported: not supported: experts see the data of "
       "their expert-parallel group (DeepSpeed's default)",
-      "deepspeed.wandb: enabled is not supported: not supported yet: use `tensorboard` or `csv_monitor` (the same "
-      "events), the web page or /metrics",
       "deepspeed.zero_optimization.cpu_offload: true is not supported: deprecated by DeepSpeed in favour of "
       "`offload_optimizer`",
       "deepspeed.zero_optimization.mics_shard_size: removed in DeepSpeed 0.19.8, which refuses it too (MiCS)",

@@ -84,4 +84,6 @@ TEST_CASE("spec paths are confined to the tenant's roots after symlinks and '..'
   CHECK(contains(monitors.message(), "deepspeed.tensorboard.output_path: /tmp/tb lies outside"));
   spec["deepspeed"]["tensorboard"]["output_path"] = root + "/tb";
   CHECK(checkSpecPaths(spec, "team-a", &policy).isOk());
+  spec["deepspeed"]["wandb"] = {{"enabled", true}, {"dir", "/tmp"}};
+  CHECK(contains(checkSpecPaths(spec, "team-a", &policy).message(), "deepspeed.wandb.dir: /tmp lies outside"));
 }

@@ -107,7 +107,7 @@ class Trainer final : public JobRunner {
   std::optional<TokenSamples> train_, eval_;
   std::unique_ptr<ResponseTraining> responses_;  // data.format rollout, in place of train_
   std::unique_ptr<train::SampleOrder> order_;
-  std::unique_ptr<Monitors> monitors_;  // rank 0's tensorboard and csv_monitor files, when enabled
+  std::unique_ptr<Monitors> monitors_;  // rank 0's tensorboard, csv_monitor and wandb files, when enabled
   std::optional<WallClockBreakdown> clock_;  // deepspeed.wall_clock_breakdown (timing nothing when off)
   // The mfu metric's terms: 0 where unknown (the CPU, an unlisted GPU, MoE models), and no mfu.
   double flopsPerToken_ = 0;
@@ -634,6 +634,7 @@ Status Trainer::run() {
     if (preempted && step_ < t.steps) return stopForPreemption();
   }
   if (!t.checkpointDir.empty() && lastSavedStep_ != step_) RETURN_IF_ERROR(saveNow());
+  if (monitors_) RETURN_IF_ERROR(monitors_->finish());
   if (ctx_.rank == 0) std::printf("training done: %lld steps, %lld skipped\n", static_cast<long long>(step_),
                                   static_cast<long long>(skippedSteps_));
   return rank_.mesh.world->barrier()->wait();
