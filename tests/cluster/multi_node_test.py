@@ -1,0 +1,83 @@
+"""Training across nodes: a 4-rank ZeRO-2 job on 2 namespace nodes of 2 ranks each (their own
+addresses and host names: UCX over TCP between them, shared memory within each) gives the losses
+the same job gives on one node, step by step, and its final weights within 1e-6 relative.
+
+  python3 tests/cluster/multi_node_test.py --bin build/bin      (as root; exit 77: skipped)
+"""
+import argparse
+import os
+import sys
+import tempfile
+
+import torch
+from safetensors.torch import load_file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "oracles"))
+
+from loom_runs import check, exit_code, loom_run, small_llama, step_lines  # noqa: E402
+from netns_cluster import NamespaceCluster, available  # noqa: E402
+
+STEPS = 6
+SKIPPED = 77  # ctest's SKIP_RETURN_CODE
+
+
+def spec_of(bin_dir, work, stage):
+    spec = small_llama(bin_dir, work, STEPS, name=f"zero{stage}", zero_optimization={"stage": stage})
+    spec["resources"]["ranks"] = 4
+    spec["deepspeed"]["train_batch_size"] = 8
+    spec["train"].pop("eval_every")
+    spec["train"].pop("eval_batches")
+    spec["data"].pop("eval")
+    return spec
+
+
+def final_weights(checkpoints):
+    return load_file(os.path.join(checkpoints, f"global_step{STEPS}", "model.safetensors"))
+
+
+def worst_relative(a, b):
+    """The largest ||a - b|| / ||b|| over the tensors of two state dicts with the same names."""
+    check(sorted(a) == sorted(b), f"the same tensors ({len(a)} and {len(b)})")
+    return max((torch.linalg.vector_norm(a[k].double() - b[k].double()) /
+                torch.linalg.vector_norm(b[k].double()).clamp_min(1e-30)).item() for k in b)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    args = parser.parse_args()
+    bin_dir = os.path.abspath(args.bin)
+    why = available()
+    if why:
+        print(f"SKIPPED: the namespace cluster cannot run here: {why}")
+        return SKIPPED
+    with tempfile.TemporaryDirectory() as work:
+        spec = spec_of(bin_dir, work, stage=2)
+        spec["train"]["checkpoint_dir"] = os.path.join(work, "one-node-checkpoints")
+        one_node = step_lines(loom_run(bin_dir, spec, work, "one-node"))
+        check(len(one_node) == STEPS, f"one node: {len(one_node)} step lines")
+
+        with NamespaceCluster(bin_dir, os.path.join(work, "cluster"), nodes=2, slots=2) as cluster:
+            spec["train"]["checkpoint_dir"] = os.path.join(work, "two-node-checkpoints")
+            job = cluster.submit(spec)
+            final = cluster.wait(job)
+            check(final["state"] == "SUCCEEDED", f"2 nodes: the job succeeds ({final['state']}: {final.get('reason')})")
+            nodes = sorted({r.get("node_id") for r in final.get("ranks", [])})
+            check(nodes == ["node-0", "node-1"], f"its 4 ranks ran on both nodes ({nodes})")
+            two_nodes = step_lines(cluster.rank_log(job))
+            check(sorted(two_nodes) == sorted(one_node), f"a step line per step ({sorted(two_nodes)})")
+            worst = max((abs(two_nodes[s]["loss"] - one_node[s]["loss"]) / abs(one_node[s]["loss"])
+                         for s in one_node if s in two_nodes), default=float("inf"))
+            check(worst <= 1e-6, f"losses equal one node's, as printed (worst {worst:.2e}: "
+                                 f"{[two_nodes[s]['loss'] for s in sorted(two_nodes)][:3]} vs "
+                                 f"{[one_node[s]['loss'] for s in sorted(one_node)][:3]})")
+            apart = worst_relative(final_weights(os.path.join(work, "two-node-checkpoints")),
+                                   final_weights(os.path.join(work, "one-node-checkpoints")))
+            check(apart <= 1e-6, f"the final weights equal one node's within 1e-6 relative ({apart:.2e})")
+    return exit_code()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
