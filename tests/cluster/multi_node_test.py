@@ -23,8 +23,8 @@ STEPS = 6
 SKIPPED = 77  # ctest's SKIP_RETURN_CODE
 
 
-def spec_of(bin_dir, work, stage):
-    spec = small_llama(bin_dir, work, STEPS, name=f"zero{stage}", zero_optimization={"stage": stage})
+def spec_of(bin_dir, work, stage, steps=STEPS):
+    spec = small_llama(bin_dir, work, steps, name=f"zero{stage}", zero_optimization={"stage": stage})
     spec["resources"]["ranks"] = 4
     spec["deepspeed"]["train_batch_size"] = 8
     spec["train"].pop("eval_every")
@@ -33,8 +33,8 @@ def spec_of(bin_dir, work, stage):
     return spec
 
 
-def final_weights(checkpoints):
-    return load_file(os.path.join(checkpoints, f"global_step{STEPS}", "model.safetensors"))
+def final_weights(checkpoints, steps=STEPS):
+    return load_file(os.path.join(checkpoints, f"global_step{steps}", "model.safetensors"))
 
 
 def worst_relative(a, b):
