@@ -14,7 +14,8 @@ why not where the machine forbids them.
     with NamespaceCluster(bin_dir, work, nodes=2, slots=2) as c:
         job = c.submit(spec)           # loomctl in the planner's namespace
         c.wait(job)
-        c.netem(1, "delay 50ms loss 1%")
+        c.partition(1); c.partition(1, cut=False)
+        c.netem(1, "delay 50ms loss 1%")   # where the kernel has netem
         c.kill_node(1)                 # every process of the node, then its link
 """
 import json
@@ -191,12 +192,19 @@ class NamespaceCluster:
         return self.ctl("logs", job_id, "--rank", str(rank), "--attempt", str(attempt)).stdout
 
     def netem(self, i, rules):
-        """tc netem on node i's link (`delay 50ms loss 1%`); "" takes it off."""
-        self.ip(self.node_ns[i], "link", "show", "eth0")
+        """tc netem on node i's link (`delay 50ms loss 1%`); "" takes it off. Raises, saying so,
+        where the kernel has no netem (CONFIG_NET_SCH_NETEM)."""
         run("ip", "netns", "exec", self.node_ns[i], "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
         if rules:
-            run("ip", "netns", "exec", self.node_ns[i], "tc", "qdisc", "add", "dev", "eth0", "root", "netem",
-                *rules.split())
+            r = run("ip", "netns", "exec", self.node_ns[i], "tc", "qdisc", "add", "dev", "eth0", "root", "netem",
+                    *rules.split(), check=False)
+            if r.returncode != 0:
+                raise RuntimeError(f"tc netem on node {i}: {r.stderr.strip()} (this kernel has no netem?)")
+
+    def partition(self, i, cut=True):
+        """Node i cut off from every other namespace (its bridge port down: packets vanish, no
+        connection is reset), or joined again. Its own ranks still reach each other."""
+        self.ip(self.hub, "link", "set", f"v{self.tag}n{i}", "down" if cut else "up")
 
     def kill_node(self, i):
         """Node i gone: every process of its namespace killed, its link down."""
