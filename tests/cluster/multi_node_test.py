@@ -1,6 +1,10 @@
-"""Training across nodes: a 4-rank ZeRO-2 job on 2 namespace nodes of 2 ranks each (their own
-addresses and host names: UCX over TCP between them, shared memory within each) gives the losses
-the same job gives on one node, step by step, and its final weights within 1e-6 relative.
+"""Training across nodes, on 2 namespace nodes of 2 ranks each (their own addresses and host names:
+UCX over TCP between them, shared memory within each):
+
+1. A 4-rank ZeRO-2 job gives the losses the same job gives on one node, step by step, and its
+   final weights within 1e-6 relative.
+2. A 4-rank job of tensor parallel 2 (AutoTP) is placed with each tensor-parallel pair inside a
+   node (the Plan's rule: ranks 0-1 on one node, 2-3 on the other) and matches one node too.
 
   python3 tests/cluster/multi_node_test.py --bin build/bin      (as root; exit 77: skipped)
 """
@@ -76,6 +80,23 @@ def main():
             apart = worst_relative(final_weights(os.path.join(work, "two-node-checkpoints")),
                                    final_weights(os.path.join(work, "one-node-checkpoints")))
             check(apart <= 1e-6, f"the final weights equal one node's within 1e-6 relative ({apart:.2e})")
+
+            # 2. Tensor parallel 2: each pair within a node.
+            tp = spec_of(bin_dir, work, stage=1)
+            tp["name"] = "tp2"
+            tp["deepspeed"]["tensor_parallel"] = {"autotp_size": 2}
+            tp_one = step_lines(loom_run(bin_dir, tp, work, "tp2-one-node"))
+            job = cluster.submit(tp)
+            final = cluster.wait(job)
+            check(final["state"] == "SUCCEEDED", f"tp 2: the job succeeds ({final.get('reason')})")
+            placed = {r.get("rank", 0): r.get("node_id") for r in final.get("ranks", [])}
+            check(placed.get(0) == placed.get(1) and placed.get(2) == placed.get(3) and placed.get(0) != placed.get(2),
+                  f"tp 2: each tensor-parallel pair inside a node ({placed})")
+            tp_two = step_lines(cluster.rank_log(job))
+            check(sorted(tp_two) == sorted(tp_one) and all(
+                abs(tp_two[s]["loss"] - tp_one[s]["loss"]) <= 1e-6 * abs(tp_one[s]["loss"]) for s in tp_one),
+                  f"tp 2: losses equal one node's, as printed ({[tp_two[s]['loss'] for s in sorted(tp_two)][:3]} vs "
+                  f"{[tp_one[s]['loss'] for s in sorted(tp_one)][:3]})")
     return exit_code()
 
 
