@@ -107,7 +107,9 @@ Status PlannerCore::recover() {
   const int64_t now = clock_->steadyMs();
   for (auto& job : jobs) {
     if (!job.requestId.empty()) jobByRequestId_[job.requestId] = job.id;
+    creationIndex_[job.id] = jobOrder_.size();
     jobOrder_.push_back(job.id);
+    queueIfPending(job);
     if (hasLiveAttempt(job.state)) {
       for (const auto& rank : job.ranks) {
         Node& node = nodes_[rank.nodeId];
@@ -131,10 +133,18 @@ JobRecord* PlannerCore::findJob(const std::string& jobId) {
 }
 
 PlannerCore::Node* PlannerCore::nodeOfLink(const std::shared_ptr<NodeLink>& link) {
-  for (auto& [id, node] : nodes_) {
-    if (node.link == link) return &node;
-  }
-  return nullptr;
+  // Every heartbeat and report asks: a lookup, not a scan of the nodes.
+  auto named = nodeByLink_.find(link.get());
+  if (named == nodeByLink_.end()) return nullptr;
+  auto node = nodes_.find(named->second);
+  if (node == nodes_.end() || node->second.link != link) return nullptr;
+  return &node->second;
+}
+
+void PlannerCore::setLink(Node& node, std::shared_ptr<NodeLink> link) {
+  if (node.link) nodeByLink_.erase(node.link.get());
+  if (link) nodeByLink_[link.get()] = node.view.nodeId;
+  node.link = std::move(link);
 }
 
 std::string PlannerCore::newJobId(const std::string& name) {
@@ -198,8 +208,10 @@ void PlannerCore::createJob(std::string specJson, std::string requestId, JobOwne
     Status stored = store_->insertJob(job, events, plan ? &*plan : nullptr);
     if (!stored.isOk()) return done(stored.withContext("storing job " + job.id), false);
     if (!requestId.empty()) jobByRequestId_[requestId] = job.id;
+    creationIndex_[job.id] = jobOrder_.size();
     jobOrder_.push_back(job.id);
     auto& ref = jobs_.emplace(job.id, std::move(job)).first->second;
+    queueIfPending(ref);
     if (plan) {
       spdlog::info("job {} created: {} ranks, kind {}, plan dp {} x sp {} x tp {} (ep {}), {} per rank",
                    ref.id, ref.spec.ranks, jobKindName(ref.spec.kind), plan->mesh.dp, plan->mesh.sp, plan->mesh.tp,
@@ -284,6 +296,7 @@ void PlannerCore::watchJob(const std::string& jobId, std::shared_ptr<JobWatcher>
 }
 
 void PlannerCore::commit(JobRecord& job, const LifecycleEffects& effects, std::vector<Metric> metrics) {
+  queueIfPending(job);
   Status stored = store_->updateJob(job, effects.events);
   if (stored.isOk() && !metrics.empty()) stored = store_->appendMetrics(job.id, metrics);
   if (!stored.isOk()) spdlog::error("job {}: cannot persist its state: {}", job.id, stored.toString());
@@ -392,15 +405,27 @@ std::map<std::string, TenantUsage> PlannerCore::tenantUsage() const {
   return usage;
 }
 
+void PlannerCore::queueIfPending(const JobRecord& job) {
+  if (job.state == JobState::kPending) placementQueue_.insert({creationIndex_.at(job.id), job.id});
+}
+
 void PlannerCore::schedule() {
+  // The pending jobs, oldest first (FIFO), taken out of the queue as they leave PENDING: a pass
+  // costs the pending jobs, not every job ever stored. A copy, as a commit below may schedule.
+  std::vector<std::string> pending;
+  for (auto it = placementQueue_.begin(); it != placementQueue_.end();) {
+    if (jobs_.at(it->second).state != JobState::kPending) {
+      waitingSinceMs_.erase(it->second);
+      it = placementQueue_.erase(it);
+    } else {
+      pending.push_back((it++)->second);
+    }
+  }
   // What each tenant's jobs hold: counted once a pass, when a pending job has a quota.
   std::optional<std::map<std::string, TenantUsage>> usage;
-  for (const auto& id : jobOrder_) {
+  for (const auto& id : pending) {
     JobRecord& job = jobs_.at(id);
-    if (job.state != JobState::kPending) {
-      waitingSinceMs_.erase(id);
-      continue;
-    }
+    if (job.state != JobState::kPending) continue;
     waitingSinceMs_.try_emplace(id, clock_->nowMs());
     auto quota = job.tenant.empty() ? options_.quotas.end() : options_.quotas.find(job.tenant);
     if (quota != options_.quotas.end()) {

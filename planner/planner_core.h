@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -193,6 +194,10 @@ class PlannerCore {
   int usedGpus(const Node& node) const;  // ranks of cuda jobs on it
   // What each tenant's running jobs hold (their live ranks), for its quota.
   std::map<std::string, TenantUsage> tenantUsage() const;
+  // Sets (or, null, clears) a node's link and the index from links to nodes.
+  void setLink(Node& node, std::shared_ptr<NodeLink> link);
+  // Puts a PENDING job in the placement queue (schedule() drops it once it is not).
+  void queueIfPending(const JobRecord& job);
   void schedule();
   void launch(JobRecord& job, const Placement& placement);
   void reconcileNode(Node& node, const NodeRegistration& registration);
@@ -212,7 +217,10 @@ class PlannerCore {
   std::map<std::string, JobRecord> jobs_;
   std::map<std::string, int64_t> waitingSinceMs_;  // jobs waiting for placement: since when
   std::function<void(double)> placementObserver_;
-  std::vector<std::string> jobOrder_;  // creation order, for listing and FIFO placement
+  std::vector<std::string> jobOrder_;  // creation order, for listing
+  std::unordered_map<const NodeLink*, std::string> nodeByLink_;  // attached links: whose node
+  std::unordered_map<std::string, size_t> creationIndex_;      // a job's place in jobOrder_
+  std::set<std::pair<size_t, std::string>> placementQueue_;  // PENDING jobs by creation: FIFO placement
   std::map<std::string, std::string> jobByRequestId_;
   std::map<std::string, Node> nodes_;
   std::map<std::string, Cordon> cordons_;  // by node id; a node may be cordoned before it attaches

@@ -31,10 +31,10 @@ void PlannerCore::nodeRegistered(std::shared_ptr<NodeLink> link, NodeRegistratio
       spdlog::info("node {}: a new daemon attached: the cordon it left as it stopped is lifted", registration.nodeId);
       cordons_.erase(c);
     }
-    node.link = link;
+    node.view.nodeId = registration.nodeId;
+    setLink(node, link);
     node.instanceId = registration.instanceId;
     node.lastSeenSteadyMs = now;
-    node.view.nodeId = registration.nodeId;
     node.view.hostname = registration.hostname;
     node.view.address = registration.address;
     node.view.slots = registration.slots;
@@ -105,7 +105,7 @@ void PlannerCore::nodeDetached(const std::shared_ptr<NodeLink>& link) {
     if (!node) return;
     spdlog::warn("node {} detached; its ranks are lost unless it re-attaches within {} ms", node->view.nodeId,
                  options_.nodeTimeoutMs);
-    node->link.reset();
+    setLink(*node, nullptr);
     node->view.connected = false;
     node->detachedSinceMs = clock_->steadyMs();
     for (auto it = logStreams_.begin(); it != logStreams_.end();) {
@@ -125,7 +125,7 @@ void PlannerCore::expireNodes() {
     if (node.link && now - node.lastSeenSteadyMs > options_.nodeTimeoutMs) {
       spdlog::warn("node {} sent nothing for {} ms: dropping its stream", nodeId, now - node.lastSeenSteadyMs);
       node.link->close(Status::ok());
-      node.link.reset();
+      setLink(node, nullptr);
       node.view.connected = false;
       node.detachedSinceMs = now;
     }
