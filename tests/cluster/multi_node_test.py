@@ -10,7 +10,6 @@ UCX over TCP between them, shared memory within each):
 
   python3 tests/cluster/multi_node_test.py --bin build/bin      (as root; exit 77: skipped)
 """
-import argparse
 import os
 import sys
 import tempfile
@@ -23,11 +22,10 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "oracles"))
 
 from loom_runs import check, exit_code, loom_run, small_llama, step_lines  # noqa: E402
-from netns_cluster import NamespaceCluster, available  # noqa: E402
+from netns_cluster import NamespaceCluster, bin_dir_or_skip  # noqa: E402
 
 STEPS = 6
 STAGES = (0, 1, 2, 3)
-SKIPPED = 77  # ctest's SKIP_RETURN_CODE
 
 
 def spec_of(bin_dir, work, stage, steps=STEPS):
@@ -52,14 +50,7 @@ def worst_relative(a, b):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    args = parser.parse_args()
-    bin_dir = os.path.abspath(args.bin)
-    why = available()
-    if why:
-        print(f"SKIPPED: the namespace cluster cannot run here: {why}")
-        return SKIPPED
+    bin_dir = bin_dir_or_skip()
     with tempfile.TemporaryDirectory() as work:
         one_node = {}
         for stage in STAGES:

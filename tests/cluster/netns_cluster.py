@@ -18,16 +18,34 @@ why not where the machine forbids them.
         c.netem(1, "delay 50ms loss 1%")   # where the kernel has netem
         c.kill_node(1)                 # every process of the node, then its link
 """
+import argparse
 import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 
 def run(*args, check=True, **kwargs):
     return subprocess.run(list(args), check=check, capture_output=True, text=True, **kwargs)
+
+
+SKIPPED = 77  # ctest's SKIP_RETURN_CODE
+
+
+def bin_dir_or_skip():
+    """A cluster test's --bin, made absolute; exits SKIPPED, saying why, where namespaces cannot be
+    made."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    bin_dir = os.path.abspath(parser.parse_args().bin)
+    why = available()
+    if why:
+        print(f"SKIPPED: the namespace cluster cannot run here: {why}")
+        sys.exit(SKIPPED)
+    return bin_dir
 
 
 def available():

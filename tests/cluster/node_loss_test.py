@@ -6,7 +6,6 @@ run without the loss, on the same layout.
 
   python3 tests/cluster/node_loss_test.py --bin build/bin      (as root; exit 77: skipped)
 """
-import argparse
 import os
 import sys
 import tempfile
@@ -17,21 +16,14 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "oracles"))
 
 from loom_runs import check, exit_code, step_lines  # noqa: E402
-from multi_node_test import SKIPPED, final_weights, spec_of, worst_relative  # noqa: E402
-from netns_cluster import NamespaceCluster, available  # noqa: E402
+from multi_node_test import final_weights, spec_of, worst_relative  # noqa: E402
+from netns_cluster import NamespaceCluster, bin_dir_or_skip  # noqa: E402
 
 STEPS = 8
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    args = parser.parse_args()
-    bin_dir = os.path.abspath(args.bin)
-    why = available()
-    if why:
-        print(f"SKIPPED: the namespace cluster cannot run here: {why}")
-        return SKIPPED
+    bin_dir = bin_dir_or_skip()
     with tempfile.TemporaryDirectory() as work, \
             NamespaceCluster(bin_dir, os.path.join(work, "cluster"), nodes=3, slots=2, node_timeout=5) as cluster:
         def spec(name):

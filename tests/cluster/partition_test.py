@@ -10,7 +10,6 @@ connection reset), on 3 namespace nodes, node timeout 8 s. A job of 2 ranks runs
 
   python3 tests/cluster/partition_test.py --bin build/bin      (as root; exit 77: skipped)
 """
-import argparse
 import os
 import sys
 import tempfile
@@ -20,21 +19,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "oracles"))
 
-from loom_runs import check, exit_code, small_llama, step_lines  # noqa: E402
-from multi_node_test import SKIPPED  # noqa: E402
-from netns_cluster import NamespaceCluster, available, run  # noqa: E402
+from loom_runs import check, exit_code, small_llama, step_lines, wait_for  # noqa: E402
+from netns_cluster import NamespaceCluster, bin_dir_or_skip, run  # noqa: E402
 
 NODE_TIMEOUT = 8
-
-
-def wait_for(what, predicate, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise RuntimeError(f"no {what} within {timeout} s")
 
 
 def workers_of(cluster, node, job, attempt):
@@ -57,14 +45,7 @@ def node_of_rank0(cluster, job):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    args = parser.parse_args()
-    bin_dir = os.path.abspath(args.bin)
-    why = available()
-    if why:
-        print(f"SKIPPED: the namespace cluster cannot run here: {why}")
-        return SKIPPED
+    bin_dir = bin_dir_or_skip()
     with tempfile.TemporaryDirectory() as work, \
             NamespaceCluster(bin_dir, os.path.join(work, "cluster"), nodes=3, slots=2,
                              node_timeout=NODE_TIMEOUT) as cluster:

@@ -39,6 +39,17 @@ def step_lines(log):
     return out
 
 
+def wait_for(what, predicate, timeout=120, interval=0.1):
+    """predicate()'s first true value, asked every `interval` s; RuntimeError after `timeout` s."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise RuntimeError(f"timed out waiting for {what} ({timeout} s)")
+
+
 def loom_run(bin_dir, spec, work, name, expect_failure=False, timeout=300):
     """Runs a job spec with `loomctl run`; returns rank 0's log (with expect_failure, the job must
     fail, and loomctl's output is returned)."""

@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from loom_runs import ControlPlane, bin_and_artifacts, check, exit_code, small_llama  # noqa: E402
+from loom_runs import ControlPlane, bin_and_artifacts, check, exit_code, small_llama, wait_for  # noqa: E402
 
 CURVE = (47, 111, 219)  # client/plot/chart.cc's kCurve
 
@@ -41,16 +41,6 @@ def get(plane, job):
     if r.returncode != 0:
         raise RuntimeError(f"loomctl get {job}: {r.stderr}")
     return json.loads(r.stdout)
-
-
-def wait_for(what, predicate, timeout=180):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise RuntimeError(f"timed out waiting for {what}")
 
 
 def http_get(address, path, token=None):
@@ -79,7 +69,7 @@ def scrape_during_run(plane):
     address = plane.http_address()
     j = wait_for("5 steps", lambda: (lambda j: j if len(j.get("ranks", [])) == 2 and all(
         int(r.get("step", 0)) >= 5 for r in j["ranks"]) and "memory.peak_rss_bytes" in j["ranks"][1].get("metrics", {})
-        else None)(get(plane, job)))
+        else None)(get(plane, job)), timeout=180)
     pids = [int(r["pid"]) for r in j["ranks"]]
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
@@ -142,7 +132,7 @@ def scrape_during_run(plane):
     node_address = plane.http_address(name="metrics.address")
     exits = wait_for("loomd to count the exits", lambda: (lambda n: n if sum(
         v for (name, labels), v in n.items() if name == "loom_node_rank_exits_total") == 2 else None)(
-        samples(http_get(node_address, "/metrics")[1])))
+        samples(http_get(node_address, "/metrics")[1])), timeout=180)
     check(sum(v for (name, labels), v in exits.items() if name == "loom_node_rank_exits_total"
               and ("outcome", "succeeded") not in labels) == 2,
           "loomd counts the cancelled ranks' exits, not as succeeded")
