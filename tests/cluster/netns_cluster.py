@@ -6,7 +6,9 @@
               namespace), so that its ranks see another host: no shared memory with other nodes'
               ranks, UCX over TCP between them
 
-Every namespace hangs off the hub's bridge by a veth pair; addresses live only inside the
+Every namespace hangs off the hub's bridge by a veth pair, or, for the nodes named in `links`,
+by a delay line (delay_line.py: two TAP devices and a process that delays and drops frames between
+them, as netem would where the kernel has it); addresses live only inside the
 namespaces the cluster makes, which it deletes on close (and which a later cluster of the same
 name would replace). Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) and iproute2; `available()` says
 why not where the machine forbids them.
@@ -15,7 +17,7 @@ why not where the machine forbids them.
         job = c.submit(spec)           # loomctl in the planner's namespace
         c.wait(job)
         c.partition(1); c.partition(1, cut=False)
-        c.netem(1, "delay 50ms loss 1%")   # where the kernel has netem
+        c.link_stats(1)                # with links={1: (50, 0.01)}: node 1's link delays and drops
         c.kill_node(1)                 # every process of the node, then its link
 """
 import argparse
@@ -66,8 +68,10 @@ def available():
 class NamespaceCluster:
     PLANNER_PORT = 7450
 
-    def __init__(self, bin_dir, work, nodes=2, slots=2, node_timeout=10, tag=None):
+    def __init__(self, bin_dir, work, nodes=2, slots=2, node_timeout=10, tag=None, links=None):
+        """`links`: node index -> (delay in ms each way, probability of losing a frame each way)."""
         self.bin_dir, self.work = bin_dir, work
+        self.links = links or {}
         self.nodes, self.slots, self.node_timeout = nodes, slots, node_timeout
         # Names of at most 15 characters (interfaces), unique per test process.
         self.tag = tag or f"{os.getpid() % 100000}"
@@ -96,6 +100,7 @@ class NamespaceCluster:
         return f"{self.subnet}.{10 + i}"
 
     def start(self):
+        os.makedirs(self.work, exist_ok=True)
         for ns in [self.hub, self.planner_ns, *self.node_ns]:
             run("ip", "netns", "del", ns, check=False)  # a cluster of a run that died
             run("ip", "netns", "add", ns)
@@ -104,7 +109,10 @@ class NamespaceCluster:
         self.ip(self.hub, "link", "set", "br0", "up")
         self.attach(self.planner_ns, "p", f"{self.subnet}.1")
         for i, ns in enumerate(self.node_ns):
-            self.attach(ns, f"n{i}", self.node_address(i))
+            if i in self.links:
+                self.attach_delayed(i, *self.links[i])
+            else:
+                self.attach(ns, f"n{i}", self.node_address(i))
         self.make_credentials()
         self.start_planner()
         for i in range(self.nodes):
@@ -122,6 +130,31 @@ class NamespaceCluster:
         self.ip(self.hub, "link", "set", outer, "up")
         self.ip(ns, "addr", "add", f"{address}/24", "dev", "eth0")
         self.ip(ns, "link", "set", "eth0", "up")
+
+    def attach_delayed(self, i, delay_ms, loss):
+        """Node i's eth0 and its bridge port as TAP devices, joined by a delay line."""
+        outer = f"v{self.tag}n{i}"
+        line = subprocess.Popen(
+            [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "delay_line.py"),
+             "--near", f"{self.node_ns[i]}:eth0", "--far", f"{self.hub}:{outer}", "--delay-ms", str(delay_ms),
+             "--loss", str(loss), "--stats", self.link_stats_path(i)],
+            stdout=subprocess.PIPE, stderr=open(os.path.join(self.work, f"link-{i}.log"), "w"), text=True,
+            start_new_session=True)
+        self.procs[f"link-{i}"] = line
+        if line.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the delay line of node {i} did not start: see {self.work}/link-{i}.log")
+        self.ip(self.hub, "link", "set", outer, "master", "br0")
+        self.ip(self.hub, "link", "set", outer, "up")
+        self.ip(self.node_ns[i], "addr", "add", f"{self.node_address(i)}/24", "dev", "eth0")
+        self.ip(self.node_ns[i], "link", "set", "eth0", "up")
+
+    def link_stats_path(self, i):
+        return os.path.join(self.work, f"link-{i}.json")
+
+    def link_stats(self, i):
+        """What node i's delay line carried and dropped: {"out"|"in": {"carried", "dropped", ...}}."""
+        with open(self.link_stats_path(i)) as f:
+            return json.load(f)
 
     def make_credentials(self):
         if os.path.exists(os.path.join(self.certs, "ca.crt")):
@@ -209,16 +242,6 @@ class NamespaceCluster:
         """A rank's log, from the node that ran it."""
         return self.ctl("logs", job_id, "--rank", str(rank), "--attempt", str(attempt)).stdout
 
-    def netem(self, i, rules):
-        """tc netem on node i's link (`delay 50ms loss 1%`); "" takes it off. Raises, saying so,
-        where the kernel has no netem (CONFIG_NET_SCH_NETEM)."""
-        run("ip", "netns", "exec", self.node_ns[i], "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
-        if rules:
-            r = run("ip", "netns", "exec", self.node_ns[i], "tc", "qdisc", "add", "dev", "eth0", "root", "netem",
-                    *rules.split(), check=False)
-            if r.returncode != 0:
-                raise RuntimeError(f"tc netem on node {i}: {r.stderr.strip()} (this kernel has no netem?)")
-
     def partition(self, i, cut=True):
         """Node i cut off from every other namespace (its bridge port down: packets vanish, no
         connection is reset), or joined again. Its own ranks still reach each other."""
@@ -235,6 +258,10 @@ class NamespaceCluster:
         self.ip(self.node_ns[i], "link", "set", "eth0", "down")
 
     def close(self):
+        for i in self.links:
+            line = self.procs.get(f"link-{i}")
+            if line and line.poll() is None:
+                line.terminate()
         for ns in [*self.node_ns, self.planner_ns]:
             for pid in run("ip", "netns", "pids", ns, check=False).stdout.split():
                 try:
