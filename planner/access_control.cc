@@ -183,11 +183,9 @@ void CallGate::checkJob(const grpc::ServerContextBase& ctx, const std::string& j
                         std::function<void(const Status&)> done) {
   auto identity = access_->authenticate(ctx);
   if (!identity.isOk()) return done(identity.status());
-  core_->getJob(jobId, [identity = std::move(identity).value(), jobId, action = std::string(action),
-                        done = std::move(done)](const StatusOr<JobRecord>& job) {
-    if (!job.isOk()) return done(job.status());
-    done(mayActOnJob(identity, jobId, job->tenant, action));
-  });
+  auto job = core_->job(jobId);
+  if (!job.isOk()) return done(job.status());
+  done(mayActOnJob(*identity, jobId, (*job)->tenant, action));
 }
 
 }  // namespace loom::planner

@@ -156,13 +156,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ct
   auto* reactor = ctx->DefaultReactor();
   auto caller = gate_->caller(*ctx, {Role::kAdmin, Role::kUser}, "read jobs");
   if (!caller.isOk()) return refuse(reactor, caller.status());
-  core_->getJob(request->job_id(), [reactor, response, caller = *caller](const StatusOr<JobRecord>& job) {
-    if (!job.isOk()) return reactor->Finish(toGrpc(job.status()));
-    if (Status allowed = mayActOnJob(caller, job->id, job->tenant, "read"); !allowed.isOk())
-      return reactor->Finish(toGrpc(allowed));
-    toProto(*job, response);
-    reactor->Finish(grpc::Status::OK);
-  });
+  auto job = core_->job(request->job_id());
+  if (!job.isOk()) return refuse(reactor, job.status());
+  if (Status allowed = mayActOnJob(*caller, (*job)->id, (*job)->tenant, "read"); !allowed.isOk())
+    return refuse(reactor, allowed);
+  toProto(**job, response);
+  reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
@@ -193,13 +192,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
       return refuse(reactor, invalidArgument("states: {} is not a job state", s));
     query.states.insert(fromProto(static_cast<v1::JobState>(s)));
   }
-  core_->listJobs(std::move(query), [reactor, response](const StatusOr<JobPage>& page) {
-    if (page.isOk()) {
-      for (const auto& job : page->jobs) toProto(job, response->add_jobs());
-      response->set_next_page_token(page->nextPageToken);
-    }
-    reactor->Finish(toGrpc(page.status()));
-  });
+  auto page = core_->listJobs(query);
+  if (page.isOk()) {
+    for (const auto& job : page->jobs) toProto(*job, response->add_jobs());
+    response->set_next_page_token(page->nextPageToken);
+  }
+  reactor->Finish(toGrpc(page.status()));
   return reactor;
 }
 

@@ -119,6 +119,7 @@ Status PlannerCore::recover() {
           node.liveRanks.insert({job.id, job.attempt, rank.rank});
       }
     }
+    views_.publish(job);
     jobs_.emplace(job.id, std::move(job));
   }
   if (!jobs_.empty()) spdlog::info("recovered {} jobs from {}", jobs_.size(), options_.stateDir);
@@ -211,6 +212,7 @@ void PlannerCore::createJob(std::string specJson, std::string requestId, JobOwne
     creationIndex_[job.id] = jobOrder_.size();
     jobOrder_.push_back(job.id);
     auto& ref = jobs_.emplace(job.id, std::move(job)).first->second;
+    views_.publish(ref);
     queueIfPending(ref);
     if (plan) {
       spdlog::info("job {} created: {} ranks, kind {}, plan dp {} x sp {} x tp {} (ep {}), {} per rank",
@@ -224,12 +226,10 @@ void PlannerCore::createJob(std::string specJson, std::string requestId, JobOwne
   });
 }
 
-void PlannerCore::getJob(const std::string& jobId, JobCallback done) {
-  loop_->post([this, jobId, done = std::move(done)] {
-    const JobRecord* job = findJob(jobId);
-    if (!job) return done(notFound("job {} does not exist", jobId));
-    done(*job);
-  });
+StatusOr<JobView> PlannerCore::job(const std::string& jobId) const {
+  JobView view = views_.find(jobId);
+  if (!view) return notFound("job {} does not exist", jobId);
+  return view;
 }
 
 void PlannerCore::getJobPlan(const std::string& jobId, std::function<void(const StatusOr<Plan>&)> done) {
@@ -239,28 +239,24 @@ void PlannerCore::getJobPlan(const std::string& jobId, std::function<void(const 
   });
 }
 
-void PlannerCore::listJobs(ListQuery query, std::function<void(const StatusOr<JobPage>&)> done) {
-  loop_->post([this, query = std::move(query), done = std::move(done)] {
-    if (query.pageSize < 0 || query.pageSize > 1000) return done(invalidArgument("page_size: must be 0 to 1000"));
-    size_t start = 0;
-    if (!query.pageToken.empty()) {
-      try {
-        start = std::stoul(query.pageToken);
-      } catch (...) {
-        return done(invalidArgument("page_token: not a token this server issued"));
-      }
+StatusOr<JobPage> PlannerCore::listJobs(const ListQuery& query) const {
+  if (query.pageSize < 0 || query.pageSize > 1000) return invalidArgument("page_size: must be 0 to 1000");
+  size_t start = 0;
+  if (!query.pageToken.empty()) {
+    try {
+      start = std::stoul(query.pageToken);
+    } catch (...) {
+      return invalidArgument("page_token: not a token this server issued");
     }
-    const size_t pageSize = query.pageSize == 0 ? 100 : query.pageSize;
-    JobPage page;
-    size_t i = start;
-    for (; i < jobOrder_.size() && page.jobs.size() < pageSize; ++i) {
-      const JobRecord& job = jobs_.at(jobOrder_[i]);
-      if (query.tenant && job.tenant != *query.tenant) continue;
-      if (query.states.empty() || query.states.count(job.state)) page.jobs.push_back(job);
-    }
-    if (i < jobOrder_.size()) page.nextPageToken = std::to_string(i);
-    done(page);
+  }
+  const size_t pageSize = query.pageSize == 0 ? 100 : query.pageSize;
+  auto found = views_.page(start, pageSize, [&query](const JobRecord& job) {
+    if (query.tenant && job.tenant != *query.tenant) return false;
+    return query.states.empty() || query.states.count(job.state) > 0;
   });
+  JobPage page{.jobs = std::move(found.jobs), .nextPageToken = ""};
+  if (found.more) page.nextPageToken = std::to_string(found.next);
+  return page;
 }
 
 void PlannerCore::listJobMetrics(MetricQuery query, std::function<void(const StatusOr<MetricPage>&)> done) {
@@ -300,6 +296,7 @@ void PlannerCore::commit(JobRecord& job, const LifecycleEffects& effects, std::v
   Status stored = store_->updateJob(job, effects.events);
   if (stored.isOk() && !metrics.empty()) stored = store_->appendMetrics(job.id, metrics);
   if (!stored.isOk()) spdlog::error("job {}: cannot persist its state: {}", job.id, stored.toString());
+  views_.publish(job);
   for (const auto& e : effects.events) spdlog::info("job {}: {}: {}", job.id, jobStateName(e.state), e.reason);
   notifyWatchers(job, effects.events, metrics);
   if (effects.attemptOver) releaseAttempt(job);

@@ -15,6 +15,7 @@
 #include "planner/tenants.h"
 #include "planner/job.h"
 #include "planner/job_lifecycle.h"
+#include "planner/job_views.h"
 #include "planner/node_link.h"
 #include "planner/placement.h"
 #include "planner/quotas.h"
@@ -74,7 +75,7 @@ struct JobOwner {
 };
 
 struct JobPage {
-  std::vector<JobRecord> jobs;
+  std::vector<JobView> jobs;
   std::string nextPageToken;
 };
 
@@ -100,7 +101,8 @@ struct PlannerOptions {
 // The planner's state and decisions: the job registry (persisted, a train or eval job with its
 // compiled Plan), the node registry, gang placement, the job state machine and restarts. All state belongs to one loop thread; every
 // public method is thread-safe, posts to that loop and answers through its callback, which runs
-// on the loop (so callbacks must not block).
+// on the loop (so callbacks must not block) — but for the reads of jobs (job(), listJobs()),
+// which answer at once from the views the loop publishes.
 class PlannerCore {
  public:
   static StatusOr<std::unique_ptr<PlannerCore>> create(const PlannerOptions& options, const Clock* clock);
@@ -110,10 +112,13 @@ class PlannerCore {
   // A request id is the owner's tenant's: the same id from two tenants makes two jobs.
   void createJob(std::string specJson, std::string requestId, JobOwner owner,
                  std::function<void(const StatusOr<JobRecord>&, bool created)> done);
-  void getJob(const std::string& jobId, JobCallback done);
+  // The job as last stored (NOT_FOUND if there is none). Answered on the caller's thread, from
+  // the views the loop publishes: reads never wait behind placement, reports or heartbeats.
+  StatusOr<JobView> job(const std::string& jobId) const;
   // The Plan stored with a train or eval job (NOT_FOUND for a probe job).
   void getJobPlan(const std::string& jobId, std::function<void(const StatusOr<Plan>&)> done);
-  void listJobs(ListQuery query, std::function<void(const StatusOr<JobPage>&)> done);
+  // A page of jobs in creation order; like job(), on the caller's thread.
+  StatusOr<JobPage> listJobs(const ListQuery& query) const;
   // A page of a job's stored metrics (NOT_FOUND for an unknown job).
   void listJobMetrics(MetricQuery query, std::function<void(const StatusOr<MetricPage>&)> done);
   void cancelJob(const std::string& jobId, std::string reason, JobCallback done);
@@ -217,7 +222,8 @@ class PlannerCore {
   std::map<std::string, JobRecord> jobs_;
   std::map<std::string, int64_t> waitingSinceMs_;  // jobs waiting for placement: since when
   std::function<void(double)> placementObserver_;
-  std::vector<std::string> jobOrder_;  // creation order, for listing
+  std::vector<std::string> jobOrder_;  // creation order
+  JobViews views_;                     // what readers on other threads see of jobs_
   std::unordered_map<const NodeLink*, std::string> nodeByLink_;  // attached links: whose node
   std::unordered_map<std::string, size_t> creationIndex_;      // a job's place in jobOrder_
   std::set<std::pair<size_t, std::string>> placementQueue_;  // PENDING jobs by creation: FIFO placement

@@ -206,13 +206,13 @@ StatusOr<Identity> RolloutRouter::caller(const grpc::ServerContextBase& ctx) {
 void RolloutRouter::route(const StatusOr<Identity>& caller, const std::string& jobId,
                           std::function<void(const StubOr&)> done) {
   if (!caller.isOk()) return done(caller.status());
-  core_->getJob(jobId, [this, caller = *caller, done = std::move(done)](const StatusOr<JobRecord>& job) {
-    if (!job.isOk()) return done(job.status());
-    if (Status allowed = mayActOnJob(caller, job->id, job->tenant, "use"); !allowed.isOk()) return done(allowed);
-    auto address = rolloutServiceAddress(*job);
-    if (!address.isOk()) return done(address.status());
-    done(stubFor(*address, core_->rankServices().client(job->id, job->attempt)));
-  });
+  auto found = core_->job(jobId);
+  if (!found.isOk()) return done(found.status());
+  const JobRecord& job = **found;
+  if (Status allowed = mayActOnJob(*caller, job.id, job.tenant, "use"); !allowed.isOk()) return done(allowed);
+  auto address = rolloutServiceAddress(job);
+  if (!address.isOk()) return done(address.status());
+  done(stubFor(*address, core_->rankServices().client(job.id, job.attempt)));
 }
 
 std::shared_ptr<Stub> RolloutRouter::stubFor(const std::string& address, const security::ClientCredentials& credentials) {
@@ -269,17 +269,19 @@ grpc::ServerUnaryReactor* RolloutRouter::UpdateWeights(grpc::CallbackServerConte
     return relay;
   }
   // A train job's latest checkpoint: its directory goes to rank 0, which reads `latest` there.
-  core_->getJob(request->from_job_id(), [this, relay](const StatusOr<JobRecord>& train) {
-    auto dir = train.isOk() ? checkpointDirOfJob(*train) : StatusOr<std::string>(train.status());
-    if (train.isOk())
-      if (Status allowed = mayActOnJob(*relay->caller(), train->id, train->tenant, "read the checkpoints of");
-          !allowed.isOk())
-        dir = allowed;
-    if (!dir.isOk()) return relay->fail(dir.status().withContext("from_job_id"));
-    relay->request().set_checkpoint_dir(*dir);
-    relay->request().clear_from_job_id();
-    relay->start(*this);
-  });
+  auto train = core_->job(request->from_job_id());
+  auto dir = train.isOk() ? checkpointDirOfJob(**train) : StatusOr<std::string>(train.status());
+  if (train.isOk())
+    if (Status allowed = mayActOnJob(*relay->caller(), (*train)->id, (*train)->tenant, "read the checkpoints of");
+        !allowed.isOk())
+      dir = allowed;
+  if (!dir.isOk()) {
+    relay->fail(dir.status().withContext("from_job_id"));
+    return relay;
+  }
+  relay->request().set_checkpoint_dir(*dir);
+  relay->request().clear_from_job_id();
+  relay->start(*this);
   return relay;
 }
 

@@ -174,10 +174,8 @@ std::optional<Identity> WebServer::Impl::caller(const httplib::Request& req, htt
 
 bool WebServer::Impl::mayActOn(const Identity& caller, const std::string& id, std::string_view action,
                                httplib::Response& res) {
-  Reply<StatusOr<JobRecord>> reply;
-  core->getJob(id, reply.callback());
-  auto job = reply.wait();
-  Status allowed = !job ? kNoAnswer : job->isOk() ? mayActOnJob(caller, id, (*job)->tenant, action) : job->status();
+  auto job = core->job(id);
+  Status allowed = job.isOk() ? mayActOnJob(caller, id, (*job)->tenant, action) : job.status();
   if (!allowed.isOk()) sendError(res, allowed);
   return allowed.isOk();
 }
@@ -230,19 +228,16 @@ void WebServer::Impl::listJobs(const httplib::Request& req, httplib::Response& r
   }
   v1::ListJobsResponse out;
   do {
-    Reply<StatusOr<JobPage>> reply;
-    core->listJobs(query, reply.callback());
-    auto page = reply.wait();
-    if (!page) return sendError(res, kNoAnswer);
-    if (!page->isOk()) return sendError(res, page->status());
-    for (const auto& job : (*page)->jobs) {
+    auto page = core->listJobs(query);
+    if (!page.isOk()) return sendError(res, page.status());
+    for (const auto& job : page->jobs) {
       if (out.jobs_size() == *limit) break;
       v1::Job* j = out.add_jobs();
-      toProto(job, j);
+      toProto(*job, j);
       j->clear_spec_json();  // a page of jobs stays small; /api/v1/jobs/ID has the spec
       for (auto& rank : *j->mutable_ranks()) rank.clear_metrics();
     }
-    query.pageToken = (*page)->nextPageToken;
+    query.pageToken = page->nextPageToken;
   } while (!query.pageToken.empty() && out.jobs_size() < *limit);
   sendMessage(res, out);
 }
