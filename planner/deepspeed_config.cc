@@ -351,6 +351,19 @@ Status parseWandb(const json& object, WandbConfig* w) {
   return r.rejectUnknown();
 }
 
+Status parseFlopsProfiler(const json& object, FlopsProfilerConfig* f) {
+  ObjectReader r(object, "deepspeed.flops_profiler");
+  RETURN_IF_ERROR(r.readBool("enabled", &f->enabled));
+  RETURN_IF_ERROR(r.readDouble("recompute_fwd_factor", &f->recomputeFwdFactor, false, 0, 1e6));
+  RETURN_IF_ERROR(r.readWholeNumber("profile_step", &f->profileStep, false, 0, int64_t{1} << 40));
+  RETURN_IF_ERROR(r.readInt("module_depth", &f->moduleDepth, false, -1, 1 << 20));
+  RETURN_IF_ERROR(r.readWholeNumber("top_modules", &f->topModules, false, 1, 1 << 20));
+  RETURN_IF_ERROR(r.readBool("detailed", &f->detailed));
+  if (const json* file = r.find("output_file"); file && !file->is_null())
+    RETURN_IF_ERROR(r.readString("output_file", &f->outputFile, false));
+  return r.rejectUnknown();
+}
+
 Status parseActivationCheckpointing(const json& object, ActivationCheckpointingConfig* c) {
   ObjectReader a(object, "deepspeed.activation_checkpointing");
   c->enabled = true;
@@ -474,6 +487,8 @@ StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world
   }
   ASSIGN_OR_RETURN(const json* wandb, r.readObject("wandb"));
   if (wandb) RETURN_IF_ERROR(parseWandb(*wandb, &c.wandb));
+  ASSIGN_OR_RETURN(const json* profiler, r.readObject("flops_profiler"));
+  if (profiler) RETURN_IF_ERROR(parseFlopsProfiler(*profiler, &c.flopsProfiler));
   ASSIGN_OR_RETURN(const json* checkpointing, r.readObject("activation_checkpointing"));
   if (checkpointing) RETURN_IF_ERROR(parseActivationCheckpointing(*checkpointing, &c.activationCheckpointing));
   for (auto it = object.begin(); it != object.end(); ++it) {
@@ -482,14 +497,15 @@ StatusOr<DeepSpeedConfig> parseDeepSpeedConfig(const json& object, int64_t world
         "scheduler", "fp16", "bf16", "bfloat16", "gradient_clipping", "steps_per_print", "zero_optimization",
         "comms_logger", "tensor_parallel", "expert_parallel", "sequence_parallel_size",
         "seq_parallel_communication_data_type", "activation_checkpointing", "tensorboard", "csv_monitor", "wandb",
-        "wall_clock_breakdown"};
+        "wall_clock_breakdown", "flops_profiler"};
     if (!kKnown.count(it.key()))
       return invalidArgument("deepspeed.{}: not supported by this version (supported: {})", it.key(),
                              "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, "
                              "optimizer, scheduler, fp16, bf16, gradient_clipping, steps_per_print, "
                              "zero_optimization, comms_logger, tensor_parallel, expert_parallel, "
                              "sequence_parallel_size, seq_parallel_communication_data_type, "
-                             "activation_checkpointing, tensorboard, csv_monitor, wandb, wall_clock_breakdown");
+                             "activation_checkpointing, tensorboard, csv_monitor, wandb, wall_clock_breakdown, "
+                             "flops_profiler");
   }
   return c;
 }
@@ -517,6 +533,13 @@ void resolveMonitorPaths(json& deepspeed, const std::string& baseDir) {
       const std::filesystem::path base(baseDir);
       (*wandb)["dir"] = (d.empty() ? base : base / d).lexically_normal().string();
     }
+  }
+  auto profiler = deepspeed.find("flops_profiler");
+  if (profiler != deepspeed.end() && profiler->is_object()) {
+    auto file = profiler->find("output_file");
+    if (file != profiler->end() && file->is_string() && !file->get<std::string>().empty() &&
+        file->get<std::string>()[0] != '/')
+      (*file) = (std::filesystem::path(baseDir) / file->get<std::string>()).lexically_normal().string();
   }
 }
 
@@ -599,6 +622,16 @@ json DeepSpeedConfig::toJson() const {
   if (wandb.enabled)
     j["wandb"] = {{"enabled", true}, {"group", wandb.group}, {"team", wandb.team}, {"project", wandb.project},
                   {"dir", wandb.dir}};
+  if (flopsProfiler.enabled) {
+    const auto& f = flopsProfiler;
+    j["flops_profiler"] = {{"enabled", true},
+                           {"recompute_fwd_factor", f.recomputeFwdFactor},
+                           {"profile_step", f.profileStep},
+                           {"module_depth", f.moduleDepth},
+                           {"top_modules", f.topModules},
+                           {"detailed", f.detailed},
+                           {"output_file", f.outputFile.empty() ? json(nullptr) : json(f.outputFile)}};
+  }
   if (scheduler.type != SchedulerType::kConstant) {
     const auto& s = scheduler;
     json params{{"warmup_num_steps", s.warmupNumSteps}, {"warmup_type", s.warmupLinear ? "linear" : "log"}};

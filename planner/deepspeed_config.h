@@ -47,6 +47,19 @@ struct WandbConfig {
   std::string dir;
 };
 
+// DeepSpeed's flops_profiler section (its profiling/config.py): rank 0 profiles the forward of
+// the last micro-batch of step `profileStep` (DeepSpeed's global_steps, from 0) and prints the
+// report after that step, to its log or to `outputFile`.
+struct FlopsProfilerConfig {
+  bool enabled = false;
+  double recomputeFwdFactor = 0;  // recompute_fwd_factor: the backward's extra forwards (checkpointing)
+  int64_t profileStep = 1;
+  int64_t moduleDepth = -1;  // -1: every depth but the innermost
+  int64_t topModules = 1;
+  bool detailed = true;
+  std::string outputFile;  // empty: the log; relative: to the spec file's (or ds_config's) directory
+};
+
 enum class OptimizerType { kAdamW, kAdam, kLion, kAdagrad, kMuon };
 const char* optimizerTypeName(OptimizerType type);
 
@@ -206,6 +219,7 @@ struct DeepSpeedConfig {
   MonitorConfig tensorboard;
   MonitorConfig csvMonitor;
   WandbConfig wandb;
+  FlopsProfilerConfig flopsProfiler;
   ActivationCheckpointingConfig activationCheckpointing;
   // The parallel layout: world = dp x sp x tp, experts split over ep ranks of dp x sp.
   TensorParallelConfig tensorParallel;  // tensor_parallel

@@ -588,8 +588,8 @@ const std::vector<std::vector<const char*>>& pathKeys() {
       {"deepspeed"},
       // DeepSpeed's monitors write under output_path,
       {"deepspeed", "tensorboard", "output_path"}, {"deepspeed", "csv_monitor", "output_path"},
-      // And wandb's runs under dir/wandb.
-      {"deepspeed", "wandb", "dir"}};
+      // wandb's runs under dir/wandb, and the flops profiler's report to its output_file.
+      {"deepspeed", "wandb", "dir"}, {"deepspeed", "flops_profiler", "output_file"}};
   return keys;
 }
 

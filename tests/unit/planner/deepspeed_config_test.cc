@@ -433,3 +433,37 @@ TEST_CASE("deepspeed: wandb's section, its defaults, Loom's dir under the spec's
   loom::planner::resolveMonitorPaths(config, "/jobs/specs");
   CHECK(config["wandb"]["dir"] == "/jobs/specs/out");
 }
+
+TEST_CASE("deepspeed: the flops profiler's section, its defaults, its output file under the spec's directory",
+          "[planner][deepspeed]") {
+  const std::string batch = R"("train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, )";
+  auto defaults = parsed("{" + batch + kAdam + R"(, "flops_profiler": {"enabled": true}})");
+  const auto& f = defaults.flopsProfiler;
+  CHECK(f.enabled);
+  CHECK(f.profileStep == 1);  // DeepSpeed's defaults
+  CHECK(f.moduleDepth == -1);
+  CHECK(f.topModules == 1);
+  CHECK(f.detailed);
+  CHECK(f.outputFile.empty());
+  CHECK(defaults.toJson()["flops_profiler"]["output_file"].is_null());
+  auto set = parsed("{" + batch + kAdam + R"(, "flops_profiler": {"enabled": true, "profile_step": 3, "module_depth": 2,
+      "top_modules": 4, "detailed": false, "output_file": "/tmp/p.txt", "recompute_fwd_factor": 1.0}})");
+  CHECK(set.flopsProfiler.profileStep == 3);
+  CHECK(set.flopsProfiler.moduleDepth == 2);
+  CHECK(set.flopsProfiler.topModules == 4);
+  CHECK_FALSE(set.flopsProfiler.detailed);
+  CHECK(set.flopsProfiler.recomputeFwdFactor == 1.0);
+  CHECK(parsed(set.toJson().dump()).flopsProfiler.outputFile == "/tmp/p.txt");  // its normalized form parses again
+  CHECK_FALSE(parsed("{" + batch + kAdam + R"(, "flops_profiler": {"enabled": false}})").toJson().contains("flops_profiler"));
+
+  CHECK(errorOf("{" + batch + kAdam + R"(, "flops_profiler": {"enabled": true, "top_modules": 0}})")
+            .find("deepspeed.flops_profiler.top_modules") != std::string::npos);
+  CHECK(errorOf("{" + batch + kAdam + R"(, "flops_profiler": {"enabled": true, "module_depth": -2}})")
+            .find("deepspeed.flops_profiler.module_depth") != std::string::npos);
+  CHECK(errorOf("{" + batch + kAdam + R"(, "flops_profiler": {"enabled": true, "profile_step": "1"}})")
+            .find("deepspeed.flops_profiler.profile_step") != std::string::npos);
+
+  json config = json::parse(R"({"flops_profiler": {"enabled": true, "output_file": "profiles/../flops.txt"}})");
+  loom::planner::resolveMonitorPaths(config, "/jobs/specs");
+  CHECK(config["flops_profiler"]["output_file"] == "/jobs/specs/flops.txt");
+}

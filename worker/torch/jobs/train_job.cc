@@ -29,6 +29,7 @@
 #include "worker/data/sample_order.h"
 #include "worker/monitor/model_flops.h"
 #include "worker/monitor/monitors.h"
+#include "worker/torch/jobs/flops_profiler_step.h"
 
 namespace loom::worker {
 
@@ -109,6 +110,7 @@ class Trainer final : public JobRunner {
   std::unique_ptr<train::SampleOrder> order_;
   std::unique_ptr<Monitors> monitors_;  // rank 0's tensorboard, csv_monitor and wandb files, when enabled
   std::optional<WallClockBreakdown> clock_;  // deepspeed.wall_clock_breakdown (timing nothing when off)
+  std::optional<FlopsProfilerStep> flops_;   // deepspeed.flops_profiler (inert when off)
   // The mfu metric's terms: 0 where unknown (the CPU, an unlisted GPU, MoE models), and no mfu.
   double flopsPerToken_ = 0;
   double peakFlops_ = 0;
@@ -134,6 +136,7 @@ Status Trainer::setUp() {
   }
   ASSIGN_OR_RETURN(built_, buildModel(spec_, rank_.local, rank_.device, rank_.mesh));
   clock_.emplace(built_.model->device(), ds_.wallClockBreakdown);
+  flops_.emplace(ds_, ctx_.rank, *built_.model);
   const auto& config = built_.model->config();
   int64_t numSamples = 0;
   if (spec_.data.format == planner::DataFormat::kRollout) {
@@ -291,8 +294,13 @@ Status Trainer::trainStep() {
   const double tokens = responses_ ? dataMetrics["input_tokens"] : static_cast<double>(ds_.trainBatchSize * seq);
   at::NoGradGuard noGrad;
   ASSIGN_OR_RETURN(Metrics moeMetrics, mixtureOfExpertsMetrics(auxSum));
+  const bool profiled = flops_->profiles(step_);
   clock_->start(WallClockBreakdown::kBackwardReduce);
-  ASSIGN_OR_RETURN(const double gradNorm, zero_->reduce(scale));
+  double gradNorm = 0;
+  {
+    FlopsProfilerStep::Timed timed(*flops_, profiled, FlopsProfilerStep::kBackward);
+    ASSIGN_OR_RETURN(gradNorm, zero_->reduce(scale));
+  }
   clock_->stop(WallClockBreakdown::kBackwardReduce);
   const bool overflow = ds_.skipsNonFiniteSteps() && !std::isfinite(gradNorm);
   const train::LearningRates rates = train::learningRates(ds_.scheduler, ds_.optimizer, appliedSteps_);
@@ -310,12 +318,16 @@ Status Trainer::trainStep() {
   } else {
     const double clip = ds_.gradientClipping > 0 ? std::min(1.0, ds_.gradientClipping / (gradNorm + 1e-6)) : 1.0;
     clock_->start(WallClockBreakdown::kStep);
-    RETURN_IF_ERROR(zero_->step(rates, clip));
+    {
+      FlopsProfilerStep::Timed timed(*flops_, profiled, FlopsProfilerStep::kStep);
+      RETURN_IF_ERROR(zero_->step(rates, clip));
+    }
     clock_->stop(WallClockBreakdown::kStep);
     ++appliedSteps_;
   }
   RETURN_IF_ERROR(scaler_.update(overflow));
   ++step_;
+  if (profiled) RETURN_IF_ERROR(flops_->report(step_, ctx_.worldSize, dp().size(), tp()));
 
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   std::map<std::string, double> metrics{{"loss", loss},
@@ -390,6 +402,7 @@ StatusOr<double> Trainer::tokenMicroBatches(double scale, at::Tensor& auxSum) {
   const int64_t gas = ds_.gradientAccumulationSteps;
   const int dpSize = samplesGroup().size(), spSize = sp().size();
   const at::Device device = built_.model->device();
+  const bool profiled = flops_->profiles(step_);
   // Summed on the device: reading each micro-batch's loss would stop the host until the GPU
   // catches up, before it could queue the backward.
   at::Tensor lossSum;
@@ -398,8 +411,12 @@ StatusOr<double> Trainer::tokenMicroBatches(double scale, at::Tensor& auxSum) {
     // This rank's part of the micro-batch's mean loss, weighted by its share of the labels: over
     // the sequence-parallel group the parts add up to the mean over the whole samples.
     clock_->start(WallClockBreakdown::kForward);
-    at::Tensor part = built_.model->loss(batch.inputs.to(device), batch.labels.to(device), batch.layout.to(device)) *
-                      batch.share();
+    at::Tensor part;
+    {
+      FlopsProfilerStep::Timed timed(*flops_, profiled, FlopsProfilerStep::kForward);
+      part = built_.model->loss(batch.inputs.to(device), batch.labels.to(device), batch.layout.to(device)) *
+             batch.share();
+    }
     clock_->stop(WallClockBreakdown::kForward);
     lossSum = lossSum.defined() ? lossSum + part.detach().to(at::kDouble) : part.detach().to(at::kDouble);
     if (const at::Tensor& aux = built_.model->auxLoss(); aux.defined())
@@ -407,8 +424,11 @@ StatusOr<double> Trainer::tokenMicroBatches(double scale, at::Tensor& auxSum) {
     // DeepSpeed scales by 1 / gradient_accumulation_steps: the step's gradient is the mean. The
     // gradients are averaged over dp x sp, where the parts over sp are to be summed: hence x sp.
     clock_->start(WallClockBreakdown::kBackwardInner);
-    (part * (scale * spSize / static_cast<double>(gas))).backward();
-    RETURN_IF_ERROR(zero_->accumulate());
+    {
+      FlopsProfilerStep::Timed timed(*flops_, profiled, FlopsProfilerStep::kBackward);
+      (part * (scale * spSize / static_cast<double>(gas))).backward();
+      RETURN_IF_ERROR(zero_->accumulate());
+    }
     clock_->stop(WallClockBreakdown::kBackwardInner);
     if (m + 1 < gas) printMicroStepTimes();  // the last one's line follows the optimizer step
   }
@@ -428,6 +448,7 @@ StatusOr<double> Trainer::responseMicroBatches(double scale, std::map<std::strin
   const int64_t gas = ds_.gradientAccumulationSteps;
   const at::Device device = built_.model->device();
   const int dpSize = samplesGroup().size();
+  const bool profiled = flops_->profiles(step_);
   std::vector<std::vector<int64_t>> batches;
   double responseTokens = 0, inputTokens = 0;
   for (int64_t m = 0; m < gas; ++m) {
@@ -444,7 +465,11 @@ StatusOr<double> Trainer::responseMicroBatches(double scale, std::map<std::strin
   at::Tensor lossSum;
   for (size_t m = 0; m < batches.size(); ++m) {
     clock_->start(WallClockBreakdown::kForward);
-    const at::Tensor part = responses_->lossSum(*built_.model, batches[m]) / stepTokens;
+    at::Tensor part;
+    {
+      FlopsProfilerStep::Timed timed(*flops_, profiled, FlopsProfilerStep::kForward);
+      part = responses_->lossSum(*built_.model, batches[m]) / stepTokens;
+    }
     clock_->stop(WallClockBreakdown::kForward);
     lossSum = lossSum.defined() ? lossSum + part.detach().to(at::kDouble) : part.detach().to(at::kDouble);
     // The gradients are averaged over the data-parallel ranks, where the ranks' parts are to be
@@ -456,8 +481,11 @@ StatusOr<double> Trainer::responseMicroBatches(double scale, std::map<std::strin
       auxSum = auxSum.defined() ? auxSum + raw : raw;
     }
     clock_->start(WallClockBreakdown::kBackwardInner);
-    (objective * scale).backward();
-    RETURN_IF_ERROR(zero_->accumulate());
+    {
+      FlopsProfilerStep::Timed timed(*flops_, profiled, FlopsProfilerStep::kBackward);
+      (objective * scale).backward();
+      RETURN_IF_ERROR(zero_->accumulate());
+    }
     clock_->stop(WallClockBreakdown::kBackwardInner);
     if (m + 1 < batches.size()) printMicroStepTimes();  // the last one's line follows the optimizer step
   }

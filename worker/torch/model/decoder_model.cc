@@ -152,6 +152,7 @@ void DecoderModel::bindLayers() {
         .latent = {},
         .moe = false,
         .experts = {},
+        .index = i,
     });
     Layer& l = layers_.back();
     if (config_.isMla()) {
@@ -293,8 +294,20 @@ at::Tensor DecoderModel::rowParallel(const at::Tensor& x, const at::Tensor& weig
   return bias.defined() ? out + bias : out;
 }
 
+void DecoderModel::setFlopsProfile(FlopsProfile* profile) {
+  if (profile && !profile_) {
+    unprofiledLinear_ = linear_;
+    linear_ = &FlopsProfile::profiledLinear;
+  } else if (!profile && profile_) {
+    linear_ = unprofiledLinear_;
+  }
+  profile_ = profile;
+  FlopsProfile::install(profile, unprofiledLinear_);
+}
+
 at::Tensor DecoderModel::attendWhole(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const int64_t b = q.size(0), s = q.size(1), heads = q.size(2), d = q.size(3);
+  if (profile_) profile_->countAttention(b, heads, s, k.size(1), d, v.size(3));  // F.scaled_dot_product_attention
   at::Tensor out = ops().attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attentionMask_);
   return out.transpose(1, 2).reshape({b, s, heads * d});
 }
@@ -312,7 +325,11 @@ at::Tensor DecoderModel::attentionBlock(const Layer& l, const at::Tensor& input)
   at::Tensor k = heads(l.k, l.kBias, kvHeads_);
   at::Tensor v = heads(l.v, l.vBias, kvHeads_);
   if (config_.qkNorm) {
-    q = ops().rmsNorm(q, l.qNorm, config_.rmsNormEps);
+    {
+      FlopsProfile::Scope scope(profile_, l.index, "self_attn.q_norm");
+      q = ops().rmsNorm(q, l.qNorm, config_.rmsNormEps);
+    }
+    FlopsProfile::Scope scope(profile_, l.index, "self_attn.k_norm");
     k = ops().rmsNorm(k, l.kNorm, config_.rmsNormEps);
   }
   auto [qr, kr] = ops().rope(q.transpose(1, 2), k.transpose(1, 2), batchCos_, batchSin_);
@@ -339,7 +356,20 @@ at::Tensor DecoderModel::moeBlock(const Layer& l, const at::Tensor& input, Routi
   const at::Tensor x = copyToTensorParallel(input, tp);
   const at::Tensor rows = x.reshape({-1, x.size(-1)});
   Routing routing;
-  at::Tensor out = moeForward(config_, rows, l.experts, linear_, expertParallel_.get(), &routing, mode, record);
+  at::Tensor out;
+  {
+    // The experts' linear layers count into `experts` (the fused module transformers 5 has), the
+    // shared expert's into its own; the router's F.linear (and softmax) into `gate`.
+    FlopsProfile::Scope scope(profile_, l.index, "mlp.experts");
+    out = moeForward(config_, rows, l.experts, linear_, expertParallel_.get(), &routing, mode, record);
+  }
+  if (profile_) {
+    const std::string gate = fmt::format("model.layers.{}.mlp.gate", l.index);
+    profile_->countMacs(rows.size(0) * rows.size(1) * config_.numExperts, gate);
+    if (config_.family != planner::ModelFamily::kDeepseekV3) profile_->countElementwise(rows.size(0) * config_.numExperts, gate);
+    profile_->countElementwise(rows.size(0) * config_.expertsPerToken * config_.expertIntermediateSize,
+                               fmt::format("model.layers.{}.mlp.experts.act_fn", l.index));
+  }
   // A checkpointed layer hands its router logits out of the checkpoint (block()); a replay
   // counts nothing twice.
   if (mode == RoutingMode::kRoute && config_.outputRouterLogits && at::GradMode::is_enabled())
@@ -360,15 +390,32 @@ std::vector<int64_t> DecoderModel::takeExpertLoad() {
 at::Tensor DecoderModel::mlpBlock(const Layer& l, const at::Tensor& input) {
   backends::Communicator& tp = *shards_.tp;
   const at::Tensor x = copyToTensorParallel(input, tp);
-  at::Tensor hidden = ops().swiglu(linear_(x, l.gate, l.gateBias), linear_(x, l.up, l.upBias));
+  const at::Tensor gate = linear_(x, l.gate, l.gateBias), up = linear_(x, l.up, l.upBias);
+  at::Tensor hidden;
+  {
+    FlopsProfile::Scope scope(profile_, l.index, "mlp.act_fn");
+    if (profile_) profile_->countElementwise(gate.numel());  // F.silu
+    hidden = ops().swiglu(gate, up);
+  }
   return rowParallel(hidden, l.down, l.downBias);
 }
 
 at::Tensor DecoderModel::block(int index, const at::Tensor& input) {
   backends::Communicator& tp = *shards_.tp;
-  if (index == 0) return vocabParallelEmbedding(embed_, input, vocabStart_, tp);
-  if (index == numBlocks() - 1)
-    return linear_(copyToTensorParallel(ops().rmsNorm(input, finalNorm_, config_.rmsNormEps), tp), head_, {});
+  if (index == 0) {
+    FlopsProfile::Scope scope(profile_, "model.embed_tokens");
+    return vocabParallelEmbedding(embed_, input, vocabStart_, tp);
+  }
+  if (index == numBlocks() - 1) {
+    at::Tensor normed;
+    {
+      FlopsProfile::Scope scope(profile_, "model.norm");
+      normed = ops().rmsNorm(input, finalNorm_, config_.rmsNormEps);
+    }
+    if (profile_) profile_->close("model");
+    FlopsProfile::Scope scope(profile_, "lm_head");
+    return linear_(copyToTensorParallel(normed, tp), head_, {});
+  }
   if (!at::GradMode::is_enabled() || !checkpointing_.covers(index - 1) || !needsGradient(index, input))
     return decoderLayer(index, input);
   CheckpointedOutput out = checkpointedLayer(*this, index, input, checkpointing_);
@@ -386,28 +433,57 @@ bool DecoderModel::needsGradient(int index, const at::Tensor& input) const {
 
 at::Tensor DecoderModel::decoderLayer(int index, const at::Tensor& input, RoutingMode mode, RoutingRecord* record) {
   const Layer& layer = layers_[index - 1];
-  const at::Tensor normed = ops().rmsNorm(input, layer.inputNorm, config_.rmsNormEps);
-  at::Tensor h = input + (config_.isMla() ? latentAttentionBlock(layer, normed) : attentionBlock(layer, normed));
-  const at::Tensor mlpInput = ops().rmsNorm(h, layer.postNorm, config_.rmsNormEps);
-  return h + (layer.moe ? moeBlock(layer, mlpInput, mode, record) : mlpBlock(layer, mlpInput));
+  FlopsProfile::Scope whole(profile_, layer.index, "");
+  at::Tensor normed, attended, mlpInput, out;
+  {
+    FlopsProfile::Scope scope(profile_, layer.index, "input_layernorm");
+    normed = ops().rmsNorm(input, layer.inputNorm, config_.rmsNormEps);
+  }
+  {
+    FlopsProfile::Scope scope(profile_, layer.index, "self_attn");
+    attended = config_.isMla() ? latentAttentionBlock(layer, normed) : attentionBlock(layer, normed);
+  }
+  const at::Tensor h = input + attended;
+  {
+    FlopsProfile::Scope scope(profile_, layer.index, "post_attention_layernorm");
+    mlpInput = ops().rmsNorm(h, layer.postNorm, config_.rmsNormEps);
+  }
+  {
+    FlopsProfile::Scope scope(profile_, layer.index, "mlp");
+    out = layer.moe ? moeBlock(layer, mlpInput, mode, record) : mlpBlock(layer, mlpInput);
+  }
+  return h + out;
 }
 
 at::Tensor DecoderModel::latentAttentionBlock(const Layer& l, const at::Tensor& input) {
   const at::Tensor x = copyToTensorParallel(input, *shards_.tp);
   const at::Tensor attended =
       latentAttention(config_, l.latent, x, heads_, batchCos_, batchSin_, attentionMask_, linear_);
+  if (profile_) {  // F.scaled_dot_product_attention over the latent's heads
+    const auto& m = config_.mla;
+    profile_->countAttention(x.size(0), heads_, x.size(1), x.size(1), m.qkHeadDim(), m.vHeadDim);
+  }
   return rowParallel(attended, l.o, l.oBias);
 }
 
 at::Tensor DecoderModel::logits(const at::Tensor& tokens, const TokenLayout& layout) {
   loadBalancing_.clear();
-  prepareBatch(tokens, layout);
+  FlopsProfile::Scope root(profile_, "");
+  if (profile_) profile_->open("model");
+  {
+    FlopsProfile::Scope scope(profile_, "model.rotary_emb");
+    prepareBatch(tokens, layout);
+    // HF's rotary embedding: inv_freq [1, rotary/2, 1] @ positions [1, 1, S].
+    const int64_t rotary = config_.isMla() ? config_.mla.qkRopeHeadDim : config_.headDim;
+    if (profile_) profile_->countMacs(rotary / 2 * tokens.size(1) * shards_.sp->size());
+  }
   at::Tensor h = tokens;
   for (int i = 0; i < numBlocks(); ++i) h = runner_ ? runner_->run(*this, i, h) : block(i, h);
   return h;
 }
 
 at::Tensor DecoderModel::loss(const at::Tensor& inputs, const at::Tensor& labels, const TokenLayout& layout) {
+  FlopsProfile::Scope root(profile_, "");
   at::Tensor out = logits(inputs, layout);
   at::Tensor loss = crossEntropy(out.view({-1, out.size(-1)}), labels.reshape({-1}));
   const at::Tensor aux = takeRouterAuxLoss();

@@ -13,6 +13,7 @@
 #include "planner/model_config.h"
 #include "worker/torch/checkpoint/safetensors.h"
 #include "worker/torch/model/activation_checkpointing.h"
+#include "worker/torch/model/flops_profile.h"
 #include "worker/torch/model/latent_attention.h"
 #include "worker/torch/model/moe.h"
 #include "worker/torch/model/paged_kv.h"
@@ -122,6 +123,9 @@ class DecoderModel {
   // backward keeps the weight parameter itself, not a view of its data).
   using LinearFn = worker::LinearFn;
   void setLinear(LinearFn linear) { linear_ = linear; }
+  // DeepSpeed's flops profiler: the forwards this thread runs while `profile` is set record into
+  // it (model/flops_profile.h); null ends that. Not for a forward under way.
+  void setFlopsProfile(FlopsProfile* profile);
   // Mean cross-entropy of the next-token predictions over the labels that are not -100: inputs
   // and labels [B, s], as logits() takes them. With output_router_logits, plus
   // router_aux_loss_coef x the router's load-balancing loss over this forward (transformers'
@@ -168,6 +172,7 @@ class DecoderModel {
     LatentAttentionWeights latent;  // deepseek_v3's attention (in place of q, k, v)
     bool moe = false;               // experts in place of gate, up and down
     MoeWeights experts;
+    int64_t index = 0;              // its place among the decoder layers, from 0
   };
 
   DecoderModel(const planner::ModelConfig& config, at::ScalarType dtype, at::Device device, ModelShards shards);
@@ -209,6 +214,8 @@ class DecoderModel {
   std::vector<std::vector<int>> blockParameters_;
   BlockRunner* runner_ = nullptr;
   LinearFn linear_;
+  LinearFn unprofiledLinear_ = nullptr;  // linear_ while a flops profile is set
+  FlopsProfile* profile_ = nullptr;
   std::unique_ptr<ExpertParallel> expertParallel_;
   ActivationCheckpointing checkpointing_;
   LoadBalancingLoss loadBalancing_;  // of the forward in flight, with output_router_logits
