@@ -24,18 +24,15 @@
 #include "common/process.h"
 #include "common/security/certificates.h"
 #include "common/security/tokens.h"
+#include "bench/bench_stats.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using loom::v1::JobUpdate;
 
-double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
-}
+using loom::bench::msSince;
+using loom::bench::percentile;
 
 std::string probeSpec(int ranks) {
   return fmt::format(R"({{"name": "bench", "kind": "probe", "resources": {{"ranks": {}}},

@@ -25,11 +25,9 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -42,6 +40,7 @@
 #include "common/security/credentials.h"
 #include "common/security/tokens.h"
 #include "loom/v1/node.grpc.pb.h"
+#include "bench/bench_stats.h"
 
 namespace {
 
@@ -49,12 +48,8 @@ using Clock = std::chrono::steady_clock;
 using loom::v1::NodeMessage;
 using loom::v1::PlannerMessage;
 
-double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
-}
+using loom::bench::msSince;
+using loom::bench::percentile;
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "loom-bench-control-plane-scale: %s\n", what.c_str());
@@ -232,34 +227,6 @@ std::string awaitAddress(const std::string& dir) {
   die("the planner wrote no address; see " + dir + "/planner.log");
 }
 
-struct Usage {
-  double cpuSeconds = 0;
-  double peakRssMb = 0;
-};
-Usage usageOf(int pid) {
-  Usage u;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const auto close = text.rfind(')');
-  if (close != std::string::npos) {
-    std::istringstream fields(text.substr(close + 2));
-    std::string f;
-    double utime = 0, stime = 0;
-    for (int i = 3; fields >> f; ++i) {
-      if (i == 14) utime = std::stod(f);
-      if (i == 15) {
-        stime = std::stod(f);
-        break;
-      }
-    }
-    u.cpuSeconds = (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-  }
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmHWM:", 0) == 0) u.peakRssMb = std::stod(line.substr(6)) / 1024.0;
-  return u;
-}
-
 void stopPlanner(int pid) {
   loom::process::signalGroup(pid, SIGTERM);
   ::waitpid(pid, nullptr, 0);
@@ -414,7 +381,7 @@ int main(int argc, char** argv) {
     if (!id.empty() && launched != launchedAt.end())
       placementMs.push_back(std::max(0.0, std::chrono::duration<double, std::milli>(launched->second - at).count()));
   }
-  const Usage usage = usageOf(planner.pid);
+  const loom::process::Usage usage = loom::process::usage(planner.pid).value_or(loom::process::Usage{});
 
   // 3. Restart the planner with every job stored.
   for (auto& n : simulated) n->stop();
@@ -455,7 +422,8 @@ int main(int argc, char** argv) {
   std::printf("| ListJobs, a page of 100, under load (%zu calls) | p50 %.2f ms, p99 %.2f ms |\n", listMs.size(),
               percentile(listMs, 0.5), percentile(listMs, 0.99));
   std::printf("| heartbeats handled | %.0f /s |\n", heartbeatsPerSecond);
-  std::printf("| planner CPU, peak memory | %.1f s, %.0f MB |\n", usage.cpuSeconds, usage.peakRssMb);
+  std::printf("| planner CPU, peak memory | %.1f s, %.0f MB |\n", usage.cpuSeconds,
+              static_cast<double>(usage.peakResidentBytes) / (1 << 20));
   std::printf("| planner restart with %d jobs stored -> GetJob answers | %.2f s (%d jobs listed) |\n", known,
               restartSeconds, known);
   if (check && (succeeded != jobs || known < jobs)) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include <fcntl.h>
@@ -214,6 +215,30 @@ int64_t peakResidentBytes() {
   }
   std::fclose(f);
   return static_cast<int64_t>(kb) * 1024;
+}
+
+std::optional<Usage> usage(int pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  Usage out;
+  std::ifstream statm(proc + "/statm");
+  long long pages = 0, resident = 0;
+  if (!(statm >> pages >> resident)) return std::nullopt;
+  out.residentBytes = static_cast<int64_t>(resident) * ::sysconf(_SC_PAGESIZE);
+  std::ifstream stat(proc + "/stat");
+  const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  // The fields after the command name, which may hold spaces and ends at the last ')'.
+  const auto close = text.rfind(')');
+  if (close == std::string::npos || close + 2 > text.size()) return std::nullopt;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; fields >> field && i <= 15; ++i)  // field 3 is the state; 14 utime, 15 stime
+    if (i >= 14) ticks += std::stod(field);
+  out.cpuSeconds = ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  std::ifstream status(proc + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) out.peakResidentBytes = std::stoll(line.substr(6)) * 1024;
+  return out;
 }
 
 }  // namespace loom::process

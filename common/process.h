@@ -66,4 +66,14 @@ std::vector<int> findByEnv(const std::string& name, const std::string& value);
 // The most resident memory this process has held (VmHWM), in bytes; 0 where /proc is not there.
 int64_t peakResidentBytes();
 
+// What a live process holds and has used, from /proc: resident bytes now (statm), the most it
+// has held (status's VmHWM) and CPU seconds in user and kernel mode (stat's utime + stime).
+struct Usage {
+  int64_t residentBytes = 0;
+  int64_t peakResidentBytes = 0;
+  double cpuSeconds = 0;
+};
+// nullopt when the process is gone (or /proc is not there).
+std::optional<Usage> usage(int pid);
+
 }  // namespace loom::process

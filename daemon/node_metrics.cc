@@ -1,13 +1,12 @@
 #include "daemon/node_metrics.h"
 
 #include <chrono>
-#include <fstream>
 #include <future>
-#include <sstream>
 
 #include <unistd.h>
 
 #include "common/http_listen.h"
+#include "common/process.h"
 #include "common/prometheus_text.h"
 #include "common/security/credentials.h"
 #include "common/security/tokens.h"
@@ -33,37 +32,6 @@ void add(MetricFamily& f, double value, std::vector<ClientMetric::Label> labels 
   m.label = std::move(labels);
   (f.type == MetricType::Counter ? m.counter.value : m.gauge.value) = value;
   f.metric.push_back(std::move(m));
-}
-
-// Resident bytes (statm's second field) and CPU seconds (stat's utime + stime) of a process;
-// nullopt when it is gone.
-struct ProcessUsage {
-  double residentBytes = 0;
-  double cpuSeconds = 0;
-};
-std::optional<ProcessUsage> usageOf(int pid) {
-  ProcessUsage usage;
-  std::ifstream statm("/proc/" + std::to_string(pid) + "/statm");
-  long pages = 0, resident = 0;
-  if (!(statm >> pages >> resident)) return std::nullopt;
-  usage.residentBytes = static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  // Fields after the command name, which may hold spaces and ends with the last ')'.
-  const auto close = text.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream fields(text.substr(close + 2));
-  std::string field;
-  double utime = 0, stime = 0;
-  for (int i = 3; fields >> field; ++i) {  // field 3 is the state
-    if (i == 14) utime = std::stod(field);
-    if (i == 15) {
-      stime = std::stod(field);
-      break;
-    }
-  }
-  usage.cpuSeconds = (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-  return usage;
 }
 
 }  // namespace
@@ -101,8 +69,8 @@ std::string renderNodeMetrics(const NodeSnapshot& s) {
   for (const auto& r : s.liveRanks) {
     const std::vector<ClientMetric::Label> labels{{"job", r.jobId}, {"rank", std::to_string(r.rank)}};
     add(step, static_cast<double>(r.step), labels);
-    if (auto usage = usageOf(r.pid)) {
-      add(rss, usage->residentBytes, labels);
+    if (auto usage = process::usage(r.pid)) {
+      add(rss, static_cast<double>(usage->residentBytes), labels);
       add(cpu, usage->cpuSeconds, labels);
     }
   }

@@ -19,6 +19,7 @@
 
 #include "kernels/loader.h"
 #include "kernels/reference/reference_ops.h"
+#include "bench/bench_stats.h"
 
 namespace {
 
@@ -45,10 +46,7 @@ struct Timer {
   }
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using loom::bench::median;
 
 void require(int rc, const loom_kernel_table& t, const char* what) {
   if (rc == LOOM_KERNEL_OK) return;

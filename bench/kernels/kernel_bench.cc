@@ -28,6 +28,7 @@
 #include "kernels/loader.h"
 #include "kernels/reference/reference_ops.h"
 #include "kernels/reference/reference_table.h"
+#include "bench/bench_stats.h"
 
 namespace {
 
@@ -40,10 +41,7 @@ double seconds(const std::function<void()>& fn) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using loom::bench::median;
 
 // The plugin and the reference alternately, one warm-up each, then `repeats` timed runs each:
 // the two medians.

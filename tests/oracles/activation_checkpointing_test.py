@@ -24,7 +24,6 @@
 
   python3 tests/oracles/activation_checkpointing_test.py --bin build/bin [--only dense|moe|activations|refusals]
 """
-import argparse
 import os
 import re
 import sys
@@ -32,6 +31,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
@@ -209,11 +210,8 @@ def refusals(bin_dir, work):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["dense", "moe", "activations", "refusals"])
-    a = p.parse_args()
-    bin_dir = os.path.abspath(a.bin)
+    a = oracle_args(__doc__, only=["dense", "moe", "activations", "refusals"])
+    bin_dir = a.bin
     with tempfile.TemporaryDirectory() as work:
         for name, part in [("dense", dense), ("moe", moe), ("activations", activations), ("refusals", refusals)]:
             if a.only in (None, name):

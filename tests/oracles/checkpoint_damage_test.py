@@ -16,7 +16,6 @@
 
   python3 tests/oracles/checkpoint_damage_test.py --bin build/bin
 """
-import argparse
 import glob
 import json
 import os
@@ -28,6 +27,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
@@ -77,9 +78,7 @@ def same_weights(a, b):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    bin_dir = os.path.abspath(parser.parse_args().bin)
+    bin_dir = oracle_args(__doc__).bin
     work = tempfile.mkdtemp(prefix="loom-damage-")
     mounted = plane = None
     try:

@@ -23,7 +23,6 @@ loomd and a convert job's rank):
 
   python3 tests/oracles/convert_test.py --bin build/bin
 """
-import argparse
 import glob
 import json
 import os
@@ -36,6 +35,8 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import numpy as np  # noqa: E402
@@ -321,10 +322,7 @@ def fuzz(bin_dir, work, checkpoints):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True)
-    a = p.parse_args()
-    bin_dir = os.path.abspath(a.bin)
+    bin_dir = oracle_args(__doc__).bin
     with tempfile.TemporaryDirectory(prefix="loom-convert-") as work:
         data = os.path.join(work, "data.tokens")
         write_token_file(data, np.random.default_rng(2).integers(0, VOCAB, 64 * SEQ + 1), VOCAB, "uint16")

@@ -9,7 +9,6 @@ Trainer's tests or DeepSpeedExamples; examples/deepspeed/README.md says where fr
 
   python3 tests/oracles/deepspeed_configs_test.py --bin build/bin
 """
-import argparse
 import glob
 import os
 import shutil
@@ -19,6 +18,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import parity_test  # noqa: E402
 from parity_test import check, exit_code, step_lines  # noqa: E402
@@ -57,9 +58,7 @@ def loomctl(bin_dir, *args):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    bin_dir = os.path.abspath(parser.parse_args().bin)
+    bin_dir = oracle_args(__doc__).bin
     work = tempfile.mkdtemp(prefix="loom-ds-configs-")
     try:
         job = os.path.join(EXAMPLES, "train.json")

@@ -19,7 +19,6 @@ train job, for a llama and a qwen2 with tied embeddings and q/k/v biases.
 
   python3 tests/oracles/flops_profiler_test.py --bin build/bin
 """
-import argparse
 import json
 import os
 import re
@@ -30,7 +29,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from loom_runs import check, exit_code, loom_run  # noqa: E402
+from loom_runs import check, exit_code, loom_run, oracle_args  # noqa: E402
 from parity_test import save_model  # noqa: E402
 from make_tiny_model import MOE_FAMILIES  # noqa: E402
 
@@ -159,9 +158,7 @@ def run_both(bin_dir, work, data, family, model_dir):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    bin_dir = os.path.abspath(parser.parse_args().bin)
+    bin_dir = oracle_args(__doc__).bin
     with tempfile.TemporaryDirectory() as work:
         data = os.path.join(work, "gpl.tokens")
         subprocess.run([os.path.join(bin_dir, "loomctl"), "data", "prepare", "/usr/share/common-licenses/GPL-3",

@@ -71,6 +71,19 @@ def loom_run(bin_dir, spec, work, name, expect_failure=False, timeout=300):
     return log
 
 
+def oracle_args(doc=None, only=None):
+    """An oracle's command line: --bin DIR (made absolute) and, given `only`'s choices, --only PART
+    to run one part of it."""
+    import argparse
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", required=True)
+    if only:
+        parser.add_argument("--only", choices=only)
+    args = parser.parse_args()
+    args.bin = os.path.abspath(args.bin)
+    return args
+
+
 def bin_and_artifacts(description):
     """(bin_dir, artifacts_dir) from --bin and --artifacts (default <bin>/../test-artifacts, made):
     where a test keeps what a person may want to look at (screenshots, pictures)."""

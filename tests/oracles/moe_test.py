@@ -32,7 +32,6 @@ through `loomctl run` (real loomd, real CPU ranks over UCX):
 
   python3 tests/oracles/moe_test.py --bin build/bin [--only parity|aux|training|ep|refusals]
 """
-import argparse
 import os
 import re
 import sys
@@ -40,6 +39,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -300,11 +301,8 @@ def refusals(bin_dir, work):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["parity", "aux", "training", "ep", "refusals"])
-    a = p.parse_args()
-    bin_dir = os.path.abspath(a.bin)
+    a = oracle_args(__doc__, only=["parity", "aux", "training", "ep", "refusals"])
+    bin_dir = a.bin
     with tempfile.TemporaryDirectory() as work:
         if a.only in (None, "parity"):
             parity(bin_dir, work)

@@ -19,7 +19,6 @@ given to DeepSpeed 0.19.8's engine on CPU (wandb in offline mode) and to a Loom 
 
   python3 tests/oracles/monitors_test.py --bin build/bin
 """
-import argparse
 import glob
 import json
 import os
@@ -32,7 +31,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from loom_runs import check, exit_code, loom_run, step_lines  # noqa: E402
+from loom_runs import check, exit_code, loom_run, oracle_args, step_lines  # noqa: E402
 from parity_test import licence_tokens_and_model  # noqa: E402
 
 STEPS, SEQ = 6, 32
@@ -87,10 +86,7 @@ def wandb_run(directory):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    args = parser.parse_args()
-    bin_dir = os.path.abspath(args.bin)
+    bin_dir = oracle_args(__doc__).bin
     with tempfile.TemporaryDirectory() as work:
         data, model_dir = licence_tokens_and_model(bin_dir, work, "monitors", seed=4)
 

@@ -31,7 +31,6 @@
 
   python3 tests/oracles/muon_test.py --bin build/bin [--only deepspeed|layouts|tensor|fp16|refusals]
 """
-import argparse
 import itertools
 import json
 import os
@@ -41,6 +40,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -299,11 +300,8 @@ def refusals(bin_dir, work, data, model_dir):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["deepspeed", "layouts", "tensor", "fp16", "refusals"])
-    a = p.parse_args()
-    bin_dir = os.path.abspath(a.bin)
+    a = oracle_args(__doc__, only=["deepspeed", "layouts", "tensor", "fp16", "refusals"])
+    bin_dir = a.bin
     with tempfile.TemporaryDirectory(prefix="loom-muon-") as work:
         tokens = np.random.default_rng(3).integers(0, VOCAB, 64 * SEQ + 1)
         data = os.path.join(work, "muon.tokens")

@@ -20,7 +20,6 @@
 
   python3 tests/oracles/parity_test.py --bin build/bin [--only numerics|training|optimizers|zero]
 """
-import argparse
 import json
 import os
 import re
@@ -39,7 +38,8 @@ from safetensors.torch import load_file  # noqa: E402
 from make_tiny_model import make_config  # noqa: E402
 from token_file import read_token_file, sample, write_token_file  # noqa: E402
 # Re-exported: the other oracles take them from here.
-from loom_runs import ControlPlane, check, exit_code, failures, free_port, loom_run, step_lines  # noqa: E402,F401
+from loom_runs import (ControlPlane, check, exit_code, failures, free_port, loom_run, oracle_args,  # noqa: E402,F401
+                       step_lines)
 
 
 def refused_at_submit(bin_dir, work, name, spec, expected):
@@ -423,11 +423,8 @@ def zero(bin_dir, work):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["numerics", "training", "optimizers", "zero"])
-    a = p.parse_args()
-    bin_dir = os.path.abspath(a.bin)
+    a = oracle_args(__doc__, only=["numerics", "training", "optimizers", "zero"])
+    bin_dir = a.bin
     with tempfile.TemporaryDirectory(prefix="loom-parity-") as work:
         if a.only in (None, "numerics"):
             numerics(bin_dir, work)

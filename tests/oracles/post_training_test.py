@@ -14,7 +14,6 @@ references written from the formulas and DeepSpeed 0.19.8's own opsd.py:
 
   python3 tests/oracles/post_training_test.py --bin build/bin
 """
-import argparse
 import json
 import os
 import sqlite3
@@ -24,6 +23,8 @@ import tempfile
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -195,10 +196,7 @@ def bad_data(bin_dir, work, model_dir):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True)
-    a = p.parse_args()
-    bin_dir = os.path.abspath(a.bin)
+    bin_dir = oracle_args(__doc__).bin
     with tempfile.TemporaryDirectory(prefix="loom-post-training-") as work:
         model_dir = os.path.join(work, "llama")
         save_model("llama", model_dir, seed=4)

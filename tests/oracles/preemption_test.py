@@ -10,7 +10,6 @@
 
   python3 tests/oracles/preemption_test.py --bin build/bin
 """
-import argparse
 import glob
 import json
 import os
@@ -22,6 +21,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 from checkpoint_damage_test import same_weights, weights  # noqa: E402
 import parity_test  # noqa: E402
@@ -80,9 +81,7 @@ def stopped_step(log):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    bin_dir = os.path.abspath(parser.parse_args().bin)
+    bin_dir = oracle_args(__doc__).bin
     work = tempfile.mkdtemp(prefix="loom-preemption-")
     plane = None
     try:

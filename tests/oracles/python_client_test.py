@@ -9,7 +9,6 @@ from proto/ by grpcio-tools as it builds), against a real control plane (`loomd 
 
   python3 tests/oracles/python_client_test.py --bin build/bin
 """
-import argparse
 import json
 import os
 import subprocess
@@ -21,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 
-from loom_runs import ControlPlane, check, exit_code, small_llama  # noqa: E402
+from loom_runs import ControlPlane, check, exit_code, oracle_args, small_llama  # noqa: E402
 
 
 def install(target):
@@ -37,10 +36,7 @@ def install(target):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    args = parser.parse_args()
-    bin_dir = os.path.abspath(args.bin)
+    bin_dir = oracle_args(__doc__).bin
     with tempfile.TemporaryDirectory() as work:
         install(os.path.join(work, "site"))
         import loom

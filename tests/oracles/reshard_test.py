@@ -18,7 +18,6 @@
 
   python3 tests/oracles/reshard_test.py --bin build/bin
 """
-import argparse
 import json
 import os
 import shutil
@@ -28,6 +27,8 @@ import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
@@ -136,10 +137,7 @@ def expert_parallel(run, data, work):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    args = parser.parse_args()
-    bin_dir = os.path.abspath(args.bin)
+    bin_dir = oracle_args(__doc__).bin
     work = tempfile.mkdtemp(prefix="loom-reshard-")
     try:
         data, model_dir = parity_test.licence_tokens_and_model(bin_dir, work, "reshard", seed=8)

@@ -8,7 +8,6 @@ keeps them).
 
   python3 tests/oracles/resume_optimizer_test.py --bin build/bin
 """
-import argparse
 import json
 import os
 import shutil
@@ -18,6 +17,8 @@ import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
@@ -62,9 +63,7 @@ def fresh_optimizer_state(tag_dir):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    bin_dir = os.path.abspath(parser.parse_args().bin)
+    bin_dir = oracle_args(__doc__).bin
     work = tempfile.mkdtemp(prefix="loom-resume-optimizer-")
     try:
         data, model_dir = parity_test.licence_tokens_and_model(bin_dir, work, "resume", seed=8)

@@ -14,7 +14,6 @@ that fails stops the loop naming its log; bad loop files are refused naming the 
 
   python3 tests/oracles/rl_loop_test.py --bin build/bin
 """
-import argparse
 import json
 import os
 import sys
@@ -22,6 +21,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -39,10 +40,7 @@ def write_json(path, value):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True)
-    a = p.parse_args()
-    bin_dir = os.path.abspath(a.bin)
+    bin_dir = oracle_args(__doc__).bin
     with tempfile.TemporaryDirectory(prefix="loom-rl-") as work:
         torch.manual_seed(3)
         model_dir = os.path.join(work, "llama")

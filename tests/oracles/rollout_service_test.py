@@ -17,7 +17,6 @@ loopback, a CPU rank), driven by `loomctl generate` and `loomctl rollout` agains
 
   python3 tests/oracles/rollout_service_test.py --bin build/bin
 """
-import argparse
 import json
 import os
 import shutil
@@ -29,6 +28,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import grpc  # noqa: E402
 import torch  # noqa: E402
@@ -341,12 +342,10 @@ def run(bin_dir, work):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True)
-    a = p.parse_args()
+    a = oracle_args(__doc__)
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory(prefix="loom-rollout-service-") as work:
-        run(os.path.abspath(a.bin), work)
+        run(a.bin, work)
     return parity_test.exit_code()
 
 

@@ -22,7 +22,6 @@ a real CPU rank):
 
   python3 tests/oracles/rollout_test.py --bin build/bin [--only greedy|tensor_parallel|moe|batching|text|refusals]
 """
-import argparse
 import json
 import os
 import random
@@ -31,6 +30,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -285,11 +286,8 @@ def refusals(bin_dir, work):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["greedy", "tensor_parallel", "moe", "batching", "text", "refusals"])
-    a = p.parse_args()
-    bin_dir = os.path.abspath(a.bin)
+    a = oracle_args(__doc__, only=["greedy", "tensor_parallel", "moe", "batching", "text", "refusals"])
+    bin_dir = a.bin
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory(prefix="loom-rollout-") as work:
         if a.only in (None, "greedy"):

@@ -20,7 +20,6 @@ make them.
 
   python3 tests/oracles/security_test.py --bin build/bin
 """
-import argparse
 import http.client
 import json
 import os
@@ -40,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from loom_runs import check, exit_code, free_port  # noqa: E402
+from loom_runs import check, exit_code, free_port, oracle_args  # noqa: E402
 
 
 def services():
@@ -165,10 +164,7 @@ def probe(name, ticks=400):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    args = parser.parse_args()
-    bin_dir = os.path.abspath(args.bin)
+    bin_dir = oracle_args(__doc__).bin
     with tempfile.TemporaryDirectory() as work:
         c = Cluster(bin_dir, work)
         make_credentials(c)

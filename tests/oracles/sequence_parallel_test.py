@@ -17,7 +17,6 @@
 
   python3 tests/oracles/sequence_parallel_test.py --bin build/bin
 """
-import argparse
 import os
 import re
 import sys
@@ -25,6 +24,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -208,11 +209,8 @@ def refusals(bin_dir, work, data):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["training", "evaluation", "refusals"])
-    a = p.parse_args()
-    bin_dir = os.path.abspath(a.bin)
+    a = oracle_args(__doc__, only=["training", "evaluation", "refusals"])
+    bin_dir = a.bin
     with tempfile.TemporaryDirectory(prefix="loom-sp-") as work:
         rng = np.random.default_rng(5)
         tokens = rng.integers(0, VOCAB, 64 * SEQ + 1)

@@ -18,13 +18,14 @@
 
   python3 tests/oracles/tensor_parallel_test.py --bin build/bin
 """
-import argparse
 import os
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -190,11 +191,8 @@ def refusals(bin_dir, work, data):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["training", "evaluation", "refusals"])
-    a = p.parse_args()
-    bin_dir = os.path.abspath(a.bin)
+    a = oracle_args(__doc__, only=["training", "evaluation", "refusals"])
+    bin_dir = a.bin
     with tempfile.TemporaryDirectory(prefix="loom-tp-") as work:
         tokens = np.random.default_rng(3).integers(0, VOCAB, 64 * SEQ + 1)
         data = os.path.join(work, "tp.tokens")

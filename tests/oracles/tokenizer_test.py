@@ -20,7 +20,6 @@ tests (tests/unit/data/hf_tokenizer_test.cc), whose expected strings are `tokeni
 
   python3 tests/oracles/tokenizer_test.py --bin build/bin
 """
-import argparse
 import json
 import os
 import random
@@ -31,6 +30,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # noqa: E402
 from tokenizers import processors, trainers  # noqa: E402
@@ -196,9 +197,7 @@ def compare(name, directory, tok, eos, docs, output):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bin", required=True)
-    bin_dir = os.path.abspath(parser.parse_args().bin)
+    bin_dir = oracle_args(__doc__).bin
     work = tempfile.mkdtemp(prefix="loom-tokenizer-")
     try:
         tokenizers = make_tokenizers(work, corpus(seed=1, n=2000, length=30))

@@ -17,7 +17,6 @@
 
   python3 tests/oracles/universal_test.py --bin build/bin
 """
-import argparse
 import filecmp
 import glob
 import json
@@ -28,6 +27,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import numpy as np  # noqa: E402
@@ -220,11 +221,8 @@ def steps_and_refusals(bin_dir, work, data, model_dir):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True)
-    p.add_argument("--only", choices=["deepspeed", "loom", "refusals"])
-    a = p.parse_args()
-    bin_dir = os.path.abspath(a.bin)
+    a = oracle_args(__doc__, only=["deepspeed", "loom", "refusals"])
+    bin_dir = a.bin
     with tempfile.TemporaryDirectory(prefix="loom-universal-") as work:
         data = os.path.join(work, "data.tokens")
         write_token_file(data, np.random.default_rng(2).integers(0, VOCAB, 64 * SEQ + 1), VOCAB, "uint16")

@@ -17,7 +17,6 @@ generalized_jsd_loss, forward and the student's gradient, within 1e-6.
 
   python3 tests/oracles/vocab_parallel_test.py --bin build/bin
 """
-import argparse
 import os
 import socket
 import subprocess
@@ -27,6 +26,8 @@ import tempfile
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from loom_runs import oracle_args  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -167,10 +168,8 @@ def compare(world, work, data, data_path):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True)
-    a = p.parse_args()
-    os.environ["LOOM_BIN"] = os.path.abspath(a.bin)
+    a = oracle_args(__doc__)
+    os.environ["LOOM_BIN"] = a.bin
     with tempfile.TemporaryDirectory(prefix="loom-vp-") as work:
         data = inputs(11)
         data_path = os.path.join(work, "inputs.safetensors")

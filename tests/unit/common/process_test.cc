@@ -55,3 +55,20 @@ TEST_CASE("a spawned process leads its own group: one signal stops everything it
   CHECK(process::describeExit(exit) == "killed by SIGKILL");
   CHECK_FALSE(process::isAlive(*pid));
 }
+
+TEST_CASE("a process's usage: resident bytes, the most it held and CPU seconds; none once it is gone", "[common]") {
+  // Some CPU time of this process's own, so that the count has something to show.
+  volatile double sink = 0;
+  for (int i = 0; i < 20'000'000; ++i) sink = sink + i * 0.5;
+  auto self = process::usage(::getpid());
+  REQUIRE(self.has_value());
+  CHECK(self->residentBytes > 0);
+  CHECK(self->peakResidentBytes >= self->residentBytes);
+  CHECK(process::peakResidentBytes() >= self->peakResidentBytes);
+  CHECK(self->cpuSeconds > 0);
+
+  const int pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  CHECK_FALSE(process::usage(pid).has_value());
+}

@@ -1,9 +1,10 @@
 #include "worker/torch/model/flops_profile.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
 #include <map>
-#include <set>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>

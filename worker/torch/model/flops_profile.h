@@ -16,8 +16,8 @@ namespace loom::worker {
 // DeepSpeed's flops profiler (deepspeed/profiling/flops_profiler) over Loom's decoder. DeepSpeed
 // hooks every module of the Hugging Face model and counts the operations it patches as they run;
 // Loom's decoder is not made of modules, so the profile holds the HF module tree of the model's
-// family (names, classes and order as transformers registers them, ModuleTree::of) and the
-// forward marks where each module begins and ends (Scope) and what it computes (count*). The
+// family (names, classes and order as transformers 5 registers them) and the forward marks where
+// each module begins and ends (Scope) and what it computes (linear, count*). The
 // counts are DeepSpeed's rules for the ops HF runs there: F.linear input.numel() x out_features
 // MACs, scaled_dot_product_attention q x k + q x v, silu and softmax one flop per element, the
 // rotary embedding's inv_freq x positions matmul; norms, embeddings and elementwise operators
