@@ -293,8 +293,7 @@ void PlannerCore::watchJob(const std::string& jobId, std::shared_ptr<JobWatcher>
 
 void PlannerCore::commit(JobRecord& job, const LifecycleEffects& effects, std::vector<Metric> metrics) {
   queueIfPending(job);
-  Status stored = store_->updateJob(job, effects.events);
-  if (stored.isOk() && !metrics.empty()) stored = store_->appendMetrics(job.id, metrics);
+  Status stored = store_->updateJob(job, effects.events, metrics);
   if (!stored.isOk()) spdlog::error("job {}: cannot persist its state: {}", job.id, stored.toString());
   views_.publish(job);
   for (const auto& e : effects.events) spdlog::info("job {}: {}: {}", job.id, jobStateName(e.state), e.reason);

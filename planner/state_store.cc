@@ -55,11 +55,19 @@ CREATE TABLE IF NOT EXISTS cordons (
 );
 )sql";
 
-// A prepared statement that finalizes itself.
+// A prepared statement that finalizes itself; or, made from one the store keeps prepared
+// (StateStore::prepared), that only resets it for the next use.
 class Statement {
  public:
   Statement(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
-  ~Statement() { sqlite3_finalize(stmt_); }
+  explicit Statement(sqlite3_stmt* kept) : stmt_(kept), rc_(kept ? SQLITE_OK : SQLITE_ERROR), kept_(true) {}
+  ~Statement() {
+    if (!kept_) {
+      sqlite3_finalize(stmt_);
+    } else if (stmt_) {
+      reset();
+    }
+  }
   bool prepared() const { return rc_ == SQLITE_OK; }
   void bind(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
   void bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
@@ -90,6 +98,7 @@ class Statement {
  private:
   sqlite3_stmt* stmt_ = nullptr;
   int rc_;
+  bool kept_ = false;
 };
 
 Status sqliteError(sqlite3* db, const std::string& what) {
@@ -195,7 +204,21 @@ Status StateStore::migrate() {
   return Status::ok();
 }
 
-StateStore::~StateStore() { sqlite3_close(db_); }
+StateStore::~StateStore() {
+  for (auto& [sql, statement] : prepared_) sqlite3_finalize(statement);
+  sqlite3_close(db_);
+}
+
+sqlite3_stmt* StateStore::prepared(const char* sql) {
+  // Keyed by the text's address: the statements every commit runs are string literals.
+  auto [it, added] = prepared_.try_emplace(sql, nullptr);
+  if (added && sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &it->second, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(it->second);
+    prepared_.erase(it);
+    return nullptr;
+  }
+  return it->second;
+}
 
 Status StateStore::exec(const char* sql) {
   char* err = nullptr;
@@ -208,7 +231,7 @@ Status StateStore::exec(const char* sql) {
 }
 
 Status StateStore::writeJob(const char* sql, const JobRecord& job) {
-  Statement st(db_, sql);
+  Statement st(prepared(sql));
   if (!st.prepared()) return sqliteError(db_, "prepare");
   // Named parameters: the INSERT and the UPDATE use different subsets of the same fields.
   auto bindText = [&](const char* name, const std::string& v) {
@@ -244,7 +267,7 @@ Status StateStore::writeJob(const char* sql, const JobRecord& job) {
 }
 
 Status StateStore::insertEvents(const std::string& jobId, const std::vector<JobEvent>& events) {
-  Statement st(db_, "INSERT INTO events (job_id, seq, time_ms, state, attempt, reason) VALUES (?,?,?,?,?,?)");
+  Statement st(prepared("INSERT INTO events (job_id, seq, time_ms, state, attempt, reason) VALUES (?,?,?,?,?,?)"));
   if (!st.prepared()) return sqliteError(db_, "prepare");
   for (const auto& e : events) {
     st.bind(1, jobId);
@@ -279,7 +302,8 @@ Status StateStore::insertJob(const JobRecord& job, const std::vector<JobEvent>& 
   return tx.commit();
 }
 
-Status StateStore::updateJob(const JobRecord& job, const std::vector<JobEvent>& newEvents) {
+Status StateStore::updateJob(const JobRecord& job, const std::vector<JobEvent>& newEvents,
+                             const std::vector<Metric>& metrics) {
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.began());
   RETURN_IF_ERROR(writeJob(
@@ -290,6 +314,7 @@ Status StateStore::updateJob(const JobRecord& job, const std::vector<JobEvent>& 
       job));
   if (sqlite3_changes(db_) != 1) return notFound("job {} is not in the state database", job.id);
   RETURN_IF_ERROR(insertEvents(job.id, newEvents));
+  RETURN_IF_ERROR(insertMetrics(job.id, metrics));
   return tx.commit();
 }
 
@@ -297,7 +322,13 @@ Status StateStore::appendMetrics(const std::string& jobId, const std::vector<Met
   if (metrics.empty()) return Status::ok();
   Transaction tx(db_);
   RETURN_IF_ERROR(tx.began());
-  Statement st(db_, "INSERT INTO metrics (job_id, attempt, rank, step, name, value, time_ms) VALUES (?,?,?,?,?,?,?)");
+  RETURN_IF_ERROR(insertMetrics(jobId, metrics));
+  return tx.commit();
+}
+
+Status StateStore::insertMetrics(const std::string& jobId, const std::vector<Metric>& metrics) {
+  if (metrics.empty()) return Status::ok();
+  Statement st(prepared("INSERT INTO metrics (job_id, attempt, rank, step, name, value, time_ms) VALUES (?,?,?,?,?,?,?)"));
   if (!st.prepared()) return sqliteError(db_, "prepare");
   for (const auto& m : metrics) {
     st.bind(1, jobId);
@@ -310,7 +341,7 @@ Status StateStore::appendMetrics(const std::string& jobId, const std::vector<Met
     if (st.step() != SQLITE_DONE) return sqliteError(db_, "insert metric of " + jobId);
     st.reset();
   }
-  return tx.commit();
+  return Status::ok();
 }
 
 StatusOr<std::vector<JobRecord>> StateStore::loadJobs() {

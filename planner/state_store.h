@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -11,6 +12,7 @@
 #include "planner/plan.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace loom::planner {
 
@@ -28,7 +30,8 @@ class StateStore {
   // ALREADY_EXISTS if the id or the request id is taken. A train or eval job's Plan is stored
   // with it (job.hasPlan says whether there is one).
   Status insertJob(const JobRecord& job, const std::vector<JobEvent>& events, const Plan* plan = nullptr);
-  Status updateJob(const JobRecord& job, const std::vector<JobEvent>& newEvents);
+  // The job's state, its new events and its new metric rows, in one transaction.
+  Status updateJob(const JobRecord& job, const std::vector<JobEvent>& newEvents, const std::vector<Metric>& metrics = {});
   Status appendMetrics(const std::string& jobId, const std::vector<Metric>& metrics);
 
   StatusOr<std::vector<JobRecord>> loadJobs();
@@ -55,8 +58,13 @@ class StateStore {
   Status migrate();
   Status writeJob(const char* sql, const JobRecord& job);
   Status insertEvents(const std::string& jobId, const std::vector<JobEvent>& events);
+  Status insertMetrics(const std::string& jobId, const std::vector<Metric>& metrics);
+  // The statement for `sql` (a string literal), prepared on first use and kept; null if it
+  // does not prepare.
+  sqlite3_stmt* prepared(const char* sql);
 
   sqlite3* db_;
+  std::unordered_map<const char*, sqlite3_stmt*> prepared_;
 };
 
 }  // namespace loom::planner
