@@ -19,7 +19,9 @@ from loom_runs import check, exit_code, step_lines  # noqa: E402
 from multi_node_test import final_weights, spec_of, worst_relative  # noqa: E402
 from netns_cluster import NamespaceCluster, bin_dir_or_skip  # noqa: E402
 
-STEPS = 8
+# Enough steps that the node dies well before the end: the test sees step 3 only after a few
+# GetJob polls through loomctl, and the tiny model's steps take milliseconds.
+STEPS = 40
 
 
 def main():
@@ -29,7 +31,7 @@ def main():
         def spec(name):
             s = spec_of(bin_dir, work, stage=2, steps=STEPS)
             s["name"] = name
-            s["train"].update({"checkpoint_dir": os.path.join(work, name + "-checkpoints"), "checkpoint_every": 2})
+            s["train"].update({"checkpoint_dir": os.path.join(work, name + "-checkpoints"), "checkpoint_every": 4})
             s["restart"] = {"max_restarts": 2}
             return s
 
