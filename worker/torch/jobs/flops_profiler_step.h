@@ -6,7 +6,7 @@
 #include "common/status.h"
 #include "planner/deepspeed_config.h"
 #include "worker/torch/model/decoder_model.h"
-#include "worker/torch/model/flops_profile.h"
+#include "worker/torch/model/flops_report.h"
 
 namespace loom::worker {
 

@@ -48,7 +48,8 @@ class FlopsProfile {
   // from construction to destruction. Inert for a null profile, so the forward can always make one.
   class Scope {
    public:
-    Scope(FlopsProfile* profile, const std::string& path);
+    // A literal path: nothing is made when there is no profile (this runs on every forward).
+    Scope(FlopsProfile* profile, const char* path);
     // "model.layers.<layer>.<leaf>" (layer 0-based), the path made only when profiling.
     Scope(FlopsProfile* profile, int64_t layer, const char* leaf);
     ~Scope();
@@ -56,7 +57,9 @@ class FlopsProfile {
     Scope& operator=(const Scope&) = delete;
 
    private:
-    void enter(FlopsProfile* profile, const std::string& path);
+    friend class FlopsProfile;
+    Scope(FlopsProfile* profile, int module);  // a module by its index (-1: inert)
+    void enter(FlopsProfile* profile, int module);
     FlopsProfile* profile_ = nullptr;
     int module_ = -1;
     std::chrono::steady_clock::time_point start_;
@@ -105,24 +108,5 @@ class FlopsProfile {
   std::vector<int> stack_;                           // the open modules
   std::vector<std::chrono::steady_clock::time_point> opened_;  // open()'s start times, by stack_ position
 };
-
-// DeepSpeed's print_model_profile at `profileStep` (its global step after the update): the
-// summary, the aggregated profile (the top `topModules` classes by params, MACs and latency at
-// each depth to `moduleDepth`, -1 all but the innermost) and, when `detailed`, the module tree.
-struct FlopsReportContext {
-  int worldSize = 1, dataParallelSize = 1, modelParallelSize = 1;
-  int64_t microBatchSize = 1;
-  int64_t profileStep = 0;
-  // The step's engine timers (DeepSpeed's forward, backward and step global timers, seconds).
-  double forwardSeconds = 0, backwardSeconds = 0, stepSeconds = 0;
-  double recomputeFwdFactor = 0;
-  int moduleDepth = -1, topModules = 1;
-  bool detailed = true;
-};
-std::string flopsProfileReport(const FlopsProfile& profile, const FlopsReportContext& context);
-
-// DeepSpeed's number formatting (its number_to_string and friends): "106.82 K", "6.29 MMACs".
-std::string profilerNumber(double value);
-std::string profilerParams(double params);
 
 }  // namespace loom::worker
