@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "worker/torch/model/ops.h"
+
 namespace loom::worker {
 
 namespace {
@@ -63,12 +65,16 @@ std::vector<DrawnToken> drawTokens(const at::Tensor& logits, const std::vector<D
   }
   const at::Device device = logits.device();
   auto onDevice = [&](const auto& values) { return at::tensor(values).to(device); };
-  const at::Tensor raw = logits.index_select(0, onDevice(rows)).to(at::kFloat);  // [D, V]
-  const at::Tensor logprobs = at::log_softmax(raw, -1);
+  // A decode step draws once from each row, in order: no copy of the logits then. They stay in
+  // the model's dtype where the result does not depend on it (argmax, the fused logprobs): each
+  // pass over [D, V] in fp32 would read and write twice the bytes.
+  bool everyRow = count == logits.size(0);
+  for (int64_t i = 0; everyRow && i < count; ++i) everyRow = rows[i] == i;
+  const at::Tensor raw = everyRow ? logits : logits.index_select(0, onDevice(rows));  // [D, V]
   at::Tensor tokens = raw.argmax(-1);
   if (!sampled.empty()) {
     const at::Tensor which = onDevice(sampled);
-    const at::Tensor scaled = raw.index_select(0, which) / onDevice(temperature).unsqueeze(1);
+    const at::Tensor scaled = raw.index_select(0, which).to(at::kFloat) / onDevice(temperature).unsqueeze(1);
     const at::Tensor u = onDevice(uniforms);
     // The draw is by inverse CDF in vocabulary order whether or not a row filters, so that a
     // row's token never depends on whether another row of the batch made the step sort.
@@ -89,12 +95,13 @@ std::vector<DrawnToken> drawTokens(const at::Tensor& logits, const std::vector<D
     const at::Tensor picked = drawFromCdf(weights, u);
     tokens.index_put_({which}, picked.squeeze(1));
   }
-  const at::Tensor chosen = logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1).cpu();
+  // The chosen tokens' logprobs from the raw logits, as vLLM returns them by default.
+  const at::Tensor chosen = ops().logprobs(raw, tokens).cpu();
   const at::Tensor tokensHost = tokens.cpu();
   at::Tensor topValues, topIds;
   if (maxTop > 0) {
     maxTop = std::min(maxTop, vocab);
-    auto [values, ids] = logprobs.topk(maxTop, -1);
+    auto [values, ids] = at::log_softmax(raw, -1, at::kFloat).topk(maxTop, -1);
     topValues = values.cpu();
     topIds = ids.cpu();
   }
