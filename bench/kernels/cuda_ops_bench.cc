@@ -1,9 +1,11 @@
 // CUDA kernel benchmark: every op of the CUDA plugin against its libtorch reference (the
 // reference_ops.h functions the registry falls back to) on CUDA tensors of a Llama-3-8B step
-// (hidden 4096, MLP 14336, 32 / 8 heads of 128, vocabulary 128256), in bf16, plus the optimizer
-// steps on fp32 parameters. Each side runs alternately on the default stream, timed per call with
-// CUDA events; the table gives the median time and the bandwidth of the bytes the op must move
-// (each input read once, each output written once), to compare with the card's copy rate.
+// (hidden 4096, MLP 14336, 32 / 8 heads of 128, vocabulary 128256), in bf16, rollout's paged
+// decode attention on the 1B Llama's heads (against the gathered cache through SDPA), plus the
+// optimizer steps on fp32 parameters. Each side runs alternately on the default stream, timed per
+// call with CUDA events; the table gives the median time and the bandwidth of the bytes the op
+// must move (each input read once, each output written once), to compare with the card's copy
+// rate.
 //
 // Usage: loom-bench-cuda-kernels [--plugin PATH] [--repeats 10] [--tokens 8192] [--only OP]
 #include <ATen/ATen.h>
@@ -12,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -211,6 +214,40 @@ int main(int argc, char** argv) {
                   t, "kl_divergence");
         },
         [&] { ref::klDivergence(logits, other); });
+  }
+  {  // Rollout's decode attention: 256 sequences of 128 to 384 positions over a paged cache of
+     // 16-position blocks, 32 query heads over 8 KV heads of 64 (the 1B Llama), blocks scattered.
+    const int64_t seqs = 256, heads = 32, kvHeads = 8, dim = 64, blockSize = 16, longest = 384;
+    const int64_t maxBlocks = longest / blockSize, numBlocks = seqs * maxBlocks;
+    const at::Tensor lengths = at::randint(128, longest + 1, {seqs}, f32.dtype(at::kLong));
+    const at::Tensor tables = at::randperm(numBlocks, f32.dtype(at::kLong)).view({seqs, maxBlocks});
+    const at::Tensor keys = at::randn({numBlocks, blockSize, kvHeads, dim}, bf16);
+    const at::Tensor values = at::randn({numBlocks, blockSize, kvHeads, dim}, bf16);
+    const at::Tensor q = at::randn({seqs, heads, dim}, bf16);
+    at::Tensor out = at::empty_like(q);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+    // The bytes it must read: each sequence's keys and values once.
+    const double bytes = 2.0 * lengths.sum().item<double>() * kvHeads * dim * kB;
+    // The reference: each sequence's blocks gathered into a dense cache, masked past its length.
+    const at::Tensor mask = at::arange(longest, f32.dtype(at::kLong)).unsqueeze(0) < lengths.unsqueeze(1);
+    const at::Tensor allowed = mask.view({seqs, 1, 1, longest});
+    auto gathered = [&](const at::Tensor& cache) {
+      return cache.index_select(0, tables.flatten()).view({seqs, longest, kvHeads, dim}).transpose(1, 2);
+    };
+    bench.run(
+        "paged_attention_decode", fmt::format("{} seqs x 128-384 positions, {}/{} heads of {} bf16", seqs, heads,
+                                              kvHeads, dim),
+        bytes,
+        [&] {
+          require(t.paged_attention_decode(dt, q.data_ptr(), keys.data_ptr(), values.data_ptr(),
+                                           tables.data_ptr<int64_t>(), lengths.data_ptr<int64_t>(), out.data_ptr(),
+                                           seqs, heads, kvHeads, dim, blockSize, maxBlocks, scale, 0, nullptr),
+                  t, "paged_attention_decode");
+        },
+        [&] {
+          at::scaled_dot_product_attention(q.unsqueeze(2), gathered(keys), gathered(values), allowed, 0.0, false,
+                                           scale, /*enable_gqa=*/true);
+        });
   }
   {  // Optimizer steps on 2^28 fp32 parameters
     const int64_t n = 1ll << 28;
