@@ -19,8 +19,7 @@ from loom_runs import check, exit_code, step_lines  # noqa: E402
 from multi_node_test import final_weights, spec_of, worst_relative  # noqa: E402
 from netns_cluster import NamespaceCluster, bin_dir_or_skip  # noqa: E402
 
-# Enough steps that the node dies well before the end: the test sees step 3 only after a few
-# GetJob polls through loomctl, and the tiny model's steps take milliseconds.
+# Steps enough that many are left after the first checkpoint (step 4), when the node dies.
 STEPS = 40
 
 
@@ -42,12 +41,18 @@ def main():
         deadline = time.time() + 300
         while True:
             ranks = cluster.job(job).get("ranks", [])
-            if ranks and int(ranks[0].get("step", 0)) >= 3 or time.time() > deadline:
+            if len(ranks) == 4 and all(r.get("node_id") for r in ranks) or time.time() > deadline:
                 break
             time.sleep(0.2)
-        victim = next(r["node_id"] for r in ranks if r.get("rank", 0) == 2) if ranks else None
+        # The node dies once the first checkpoint is whole (`latest` names it, written last): then
+        # attempt 2 has a checkpoint to resume from, and most of the steps are still ahead of it.
+        latest = os.path.join(work, "lossy-checkpoints", "latest")
+        while not os.path.exists(latest) and time.time() < deadline:
+            time.sleep(0.02)
+        victim = next((r["node_id"] for r in ranks if r.get("rank", 0) == 2 and r.get("node_id")), None)
         placed = [(r.get("rank", 0), r.get("node_id")) for r in ranks]
-        check(victim is not None, f"the job reached step 3 on 2 nodes ({placed})")
+        check(victim is not None and os.path.exists(latest),
+              f"the job wrote its first checkpoint on 2 nodes ({placed})")
         cluster.kill_node(int(victim.split("-")[1]))
 
         final = cluster.wait(job)
