@@ -50,6 +50,12 @@ def validate(name, text, work):
     return r.returncode, r.stdout + r.stderr
 
 
+def yaml_images(text, kind):
+    """The container images of every object of `kind` in a rendered manifest."""
+    return [c["image"] for doc in yaml.safe_load_all(text) if doc and doc.get("kind") == kind
+            for c in doc["spec"]["template"]["spec"]["containers"]]
+
+
 def rendered(what, *command):
     r = run(*command)
     check(r.returncode == 0, f"{what} renders ({r.stderr.strip()[-300:]})")
@@ -78,6 +84,13 @@ def main():
         for name in ("kustomize gpu", "helm gpus"):
             text = renders[name]
             check("nvidia.com/gpu:" in text, f"{name}: loomd requests nvidia.com/gpu")
+        loomd_images = {name: yaml_images(renders[name], "DaemonSet") for name in renders}
+        check(loomd_images["kustomize gpu"] == ["loom:cuda"], f"the gpu overlay's loomd runs the CUDA image "
+              f"({loomd_images['kustomize gpu']})")
+        check(all(i.endswith("-cuda") for i in loomd_images["helm gpus"]) and loomd_images["helm gpus"],
+              f"the chart's loomd runs the CUDA image where loomd.gpus is set ({loomd_images['helm gpus']})")
+        check(not any("cuda" in i for i in loomd_images["kustomize base"] + yaml_images(renders["helm gpus"], "Deployment")),
+              "CPU nodes' loomd and the planner run the CPU image")
         check("--slots=8" in renders["kustomize gpu"] and "nvidia.com/gpu: 8" in renders["kustomize gpu"],
               "the gpu overlay runs one rank per GPU requested (8)")
         check("--slots=4" in renders["helm gpus"] and "nvidia.com/gpu: 4" in renders["helm gpus"],

@@ -39,6 +39,15 @@ app.kubernetes.io/part-of: loom
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
+{{/* loomd's image: the CUDA variant (deploy/Dockerfile --build-arg CUDA=1) on GPU nodes. */}}
+{{- define "loom.loomdImage" -}}
+{{- if .Values.loomd.gpus -}}
+{{ .Values.image.repository }}:{{ .Values.image.cudaTag | default (printf "%s-cuda" (.Values.image.tag | default .Chart.AppVersion)) }}
+{{- else -}}
+{{ include "loom.image" . }}
+{{- end }}
+{{- end }}
+
 {{- define "loom.plannerName" -}}
 {{ include "loom.fullname" . }}-planner
 {{- end }}
