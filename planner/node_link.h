@@ -1,5 +1,8 @@
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+
 #include "common/node_messages.h"
 #include "common/status.h"
 
@@ -18,6 +21,21 @@ class NodeLink {
   virtual void cancelLogs(int64_t requestId) = 0;
   // Ends the stream with `why` (OK: the node is considered gone; an error: it is refused).
   virtual void close(const Status& why) = 0;
+
+  // When the daemon last spoke on this stream (its registration, a heartbeat, a report), in
+  // monotonic and wall-clock milliseconds. Written on the stream's thread and read by the
+  // planner's loop, so that a heartbeat (a thousand a second at a thousand nodes) costs the loop
+  // nothing.
+  void heard(int64_t steadyMs, int64_t wallMs) {
+    heardSteadyMs_.store(steadyMs, std::memory_order_relaxed);
+    heardWallMs_.store(wallMs, std::memory_order_relaxed);
+  }
+  int64_t heardSteadyMs() const { return heardSteadyMs_.load(std::memory_order_relaxed); }
+  int64_t heardWallMs() const { return heardWallMs_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> heardSteadyMs_{0};
+  std::atomic<int64_t> heardWallMs_{0};
 };
 
 }  // namespace loom::planner

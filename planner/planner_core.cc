@@ -143,7 +143,10 @@ PlannerCore::Node* PlannerCore::nodeOfLink(const std::shared_ptr<NodeLink>& link
 }
 
 void PlannerCore::setLink(Node& node, std::shared_ptr<NodeLink> link) {
-  if (node.link) nodeByLink_.erase(node.link.get());
+  if (node.link) {
+    nodeByLink_.erase(node.link.get());
+    node.view.lastSeenMs = node.link->heardWallMs();  // what a detached node shows
+  }
   if (link) nodeByLink_[link.get()] = node.view.nodeId;
   node.link = std::move(link);
 }
@@ -361,11 +364,10 @@ void PlannerCore::releaseAttempt(const JobRecord& job) {
 // ---- nodes ------------------------------------------------------------------------------------
 
 void PlannerCore::rankReported(const std::shared_ptr<NodeLink>& link, RankReport report) {
+  link->heard(clock_->steadyMs(), clock_->nowMs());
   loop_->post([this, link, report = std::move(report)] {
     Node* node = nodeOfLink(link);
     if (!node) return;  // a report on a stream that never registered or was replaced
-    node->view.lastSeenMs = clock_->nowMs();
-    node->lastSeenSteadyMs = clock_->steadyMs();
     if (!rankHoldsSlot(report.event)) {
       node->liveRanks.erase({report.jobId, report.attempt, report.rank});
       node->view.usedSlots = static_cast<int>(node->liveRanks.size());

@@ -138,6 +138,7 @@ class PlannerCore {
 
   // The node side, called by the Attach streams. A link is registered by its first message.
   void nodeRegistered(std::shared_ptr<NodeLink> link, NodeRegistration registration);
+  // Answered on the caller's thread: the link notes the time (NodeLink::heard), the loop is not woken.
   void nodeHeartbeat(const std::shared_ptr<NodeLink>& link);
   void rankReported(const std::shared_ptr<NodeLink>& link, RankReport report);
   void masterEndpointReported(const std::shared_ptr<NodeLink>& link, MasterEndpoint endpoint);
@@ -162,7 +163,6 @@ class PlannerCore {
     NodeView view;
     std::shared_ptr<NodeLink> link;  // null while detached
     std::string instanceId;
-    int64_t lastSeenSteadyMs = 0;
     int64_t detachedSinceMs = 0;
     std::set<std::tuple<std::string, int, int>> liveRanks;  // (job, attempt, rank) holding a slot
   };

@@ -16,7 +16,7 @@ void PlannerCore::nodeRegistered(std::shared_ptr<NodeLink> link, NodeRegistratio
       // Another daemon process with this node id. A restarted one replaces its stale stream; a
       // second live one (a node id given twice) is refused until the first goes quiet.
       bool firstIsAlive = node.instanceId != registration.instanceId &&
-                          now - node.lastSeenSteadyMs < 3 * options_.nodeHeartbeatIntervalMs;
+                          now - node.link->heardSteadyMs() < 3 * options_.nodeHeartbeatIntervalMs;
       if (firstIsAlive) {
         link->close(Status(StatusCode::kAlreadyExists,
                            fmt::format("node id {} is attached already (from {}); give each loomd its own --node-id",
@@ -32,15 +32,14 @@ void PlannerCore::nodeRegistered(std::shared_ptr<NodeLink> link, NodeRegistratio
       cordons_.erase(c);
     }
     node.view.nodeId = registration.nodeId;
+    link->heard(now, clock_->nowMs());
     setLink(node, link);
     node.instanceId = registration.instanceId;
-    node.lastSeenSteadyMs = now;
     node.view.hostname = registration.hostname;
     node.view.address = registration.address;
     node.view.slots = registration.slots;
     node.view.gpus = registration.gpus;
     node.view.connected = true;
-    node.view.lastSeenMs = clock_->nowMs();
     node.detachedSinceMs = 0;
     spdlog::info("node {} attached: {} slots, {} GPUs, address {}, holding {} ranks", registration.nodeId,
                  registration.slots, registration.gpus > 0 ? std::to_string(registration.gpus) : "uncounted",
@@ -91,12 +90,7 @@ void PlannerCore::reconcileNode(Node& node, const NodeRegistration& registration
 }
 
 void PlannerCore::nodeHeartbeat(const std::shared_ptr<NodeLink>& link) {
-  loop_->post([this, link] {
-    if (Node* node = nodeOfLink(link)) {
-      node->view.lastSeenMs = clock_->nowMs();
-      node->lastSeenSteadyMs = clock_->steadyMs();
-    }
-  });
+  link->heard(clock_->steadyMs(), clock_->nowMs());
 }
 
 void PlannerCore::nodeDetached(const std::shared_ptr<NodeLink>& link) {
@@ -122,8 +116,8 @@ void PlannerCore::nodeDetached(const std::shared_ptr<NodeLink>& link) {
 void PlannerCore::expireNodes() {
   const int64_t now = clock_->steadyMs();
   for (auto& [nodeId, node] : nodes_) {
-    if (node.link && now - node.lastSeenSteadyMs > options_.nodeTimeoutMs) {
-      spdlog::warn("node {} sent nothing for {} ms: dropping its stream", nodeId, now - node.lastSeenSteadyMs);
+    if (node.link && now - node.link->heardSteadyMs() > options_.nodeTimeoutMs) {
+      spdlog::warn("node {} sent nothing for {} ms: dropping its stream", nodeId, now - node.link->heardSteadyMs());
       node.link->close(Status::ok());
       setLink(node, nullptr);
       node.view.connected = false;
@@ -178,6 +172,7 @@ void PlannerCore::setPlacementObserver(std::function<void(double)> observer) {
 
 NodeView PlannerCore::viewOf(const std::string& nodeId) const {
   NodeView view = nodes_.at(nodeId).view;
+  if (const auto& link = nodes_.at(nodeId).link) view.lastSeenMs = link->heardWallMs();
   view.usedGpus = usedGpus(nodes_.at(nodeId));
   if (auto c = cordons_.find(nodeId); c != cordons_.end()) {
     view.cordoned = true;
