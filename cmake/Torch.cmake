@@ -3,10 +3,12 @@
 # imported target instead, so the same tree builds on machines with and without a GPU.
 #
 # LOOM_PYTHON is the interpreter whose torch is linked, and which runs the oracles and benchmarks:
-# the repository's .venv that scripts/setup fills, else python3 on PATH (the GPU machine's venv);
-# -DLOOM_PYTHON=... names another.
+# the environment scripts/setup fills (LOOM_VENV where that names one, else the repository's
+# .venv), else python3 on PATH (the GPU machine's venv); -DLOOM_PYTHON=... names another.
 if(NOT LOOM_PYTHON)
-  if(EXISTS "${CMAKE_SOURCE_DIR}/.venv/bin/python3")
+  if(DEFINED ENV{LOOM_VENV} AND EXISTS "$ENV{LOOM_VENV}/bin/python3")
+    set(LOOM_PYTHON "$ENV{LOOM_VENV}/bin/python3")
+  elseif(EXISTS "${CMAKE_SOURCE_DIR}/.venv/bin/python3")
     set(LOOM_PYTHON "${CMAKE_SOURCE_DIR}/.venv/bin/python3")
   else()
     find_program(LOOM_PYTHON_ON_PATH python3 REQUIRED)

@@ -7,6 +7,8 @@
 namespace loom {
 
 // Time comes from a Clock so that state machines and timeouts are tested without sleeping.
+// Implementations are thread-safe: the planner reads its clock on gRPC threads as well as on its
+// loop (a node's heartbeat is stamped where it arrives).
 class Clock {
  public:
   virtual ~Clock() = default;

@@ -142,6 +142,8 @@ PlannerCore::Node* PlannerCore::nodeOfLink(const std::shared_ptr<NodeLink>& link
   return &node->second;
 }
 
+void PlannerCore::noteHeard(NodeLink& link) const { link.heard(clock_->steadyMs(), clock_->nowMs()); }
+
 void PlannerCore::setLink(Node& node, std::shared_ptr<NodeLink> link) {
   if (node.link) {
     nodeByLink_.erase(node.link.get());
@@ -364,7 +366,7 @@ void PlannerCore::releaseAttempt(const JobRecord& job) {
 // ---- nodes ------------------------------------------------------------------------------------
 
 void PlannerCore::rankReported(const std::shared_ptr<NodeLink>& link, RankReport report) {
-  link->heard(clock_->steadyMs(), clock_->nowMs());
+  noteHeard(*link);
   loop_->post([this, link, report = std::move(report)] {
     Node* node = nodeOfLink(link);
     if (!node) return;  // a report on a stream that never registered or was replaced

@@ -201,6 +201,8 @@ class PlannerCore {
   std::map<std::string, TenantUsage> tenantUsage() const;
   // Sets (or, null, clears) a node's link and the index from links to nodes.
   void setLink(Node& node, std::shared_ptr<NodeLink> link);
+  // Stamps `link` with the time now: the daemon spoke on it (registration, heartbeat, report).
+  void noteHeard(NodeLink& link) const;
   // Puts a PENDING job in the placement queue (schedule() drops it once it is not).
   void queueIfPending(const JobRecord& job);
   void schedule();

@@ -32,7 +32,7 @@ void PlannerCore::nodeRegistered(std::shared_ptr<NodeLink> link, NodeRegistratio
       cordons_.erase(c);
     }
     node.view.nodeId = registration.nodeId;
-    link->heard(now, clock_->nowMs());
+    noteHeard(*link);
     setLink(node, link);
     node.instanceId = registration.instanceId;
     node.view.hostname = registration.hostname;
@@ -90,7 +90,7 @@ void PlannerCore::reconcileNode(Node& node, const NodeRegistration& registration
 }
 
 void PlannerCore::nodeHeartbeat(const std::shared_ptr<NodeLink>& link) {
-  link->heard(clock_->steadyMs(), clock_->nowMs());
+  noteHeard(*link);
 }
 
 void PlannerCore::nodeDetached(const std::shared_ptr<NodeLink>& link) {
