@@ -17,6 +17,7 @@ first pulls the image.
 import argparse
 import functools
 import importlib.metadata
+import importlib.util
 import os
 import re
 import subprocess

@@ -1,6 +1,7 @@
 // PlannerCore's view of a node's liveness on a manual clock: heartbeats (stamped where they arrive,
 // not on the loop) keep a node attached; silence past the node timeout drops its stream, and the
 // node list keeps showing when it was last heard.
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
