@@ -7,7 +7,8 @@
 # graph_capture"; where DeepSpeed imports). Loom runs with CUDA graphs on and off, and without the
 # kernel plugin (paged attention on the libtorch reference). Prints a table with each run's output
 # tokens/s, its ratio to transformers, and the fraction of the decode bandwidth bound (weights
-# plus the KV read per step at the H200's 4.8 TB/s). The run "arriving" (CUDA graphs, the plugin)
+# plus the KV read per step at the card's memory bandwidth: H200 4.8 TB/s, H100 SXM 3.35 TB/s,
+# H100 PCIe 2.0 TB/s, or BANDWIDTH bytes/s for another card). The run "arriving" (CUDA graphs, the plugin)
 # takes 1,024 such requests arriving evenly over ARRIVAL_S seconds (default 6) instead, through
 # the same 256 running sequences: its latencies are those of a loaded server.
 # Usage (from the repository root, Loom's binaries in BIN): bench/gpu/rollout.sh BIN OUT [PLUGIN]
@@ -60,13 +61,21 @@ JSON
     echo "loom $run failed: see loom-$run.out"
   cp "$out"/state-$run/jobs/*/attempt-1/rank-0.log "$out/loom-$run-rank0.log" 2>/dev/null || true
 done
-python3 - "$out" "$batch" $prompt $new <<'PY'
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+case $gpu in
+  *H200*) bandwidth=4.8e12 ;;
+  *H100*PCIe*) bandwidth=2.0e12 ;;
+  *H100*) bandwidth=3.35e12 ;;
+  *) bandwidth=${BANDWIDTH:-4.8e12} ;;
+esac
+python3 - "$out" "$batch" $prompt $new "$bandwidth" "$gpu" <<'PY'
 import json, re, sys
 out, batch, prompt, new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+bandwidth, gpu = float(sys.argv[5]), sys.argv[6]
 text = open(f"{out}/reference.jsonl").read()
 hf = json.loads(text.splitlines()[0]) if text.strip() else None
 # The decode bound: each step reads the bf16 weights and every sequence's keys and values so far.
-params, layers, kv_heads, head_dim, bandwidth = 1235814400, 16, 8, 64, 4.8e12
+params, layers, kv_heads, head_dim = 1235814400, 16, 8, 64
 kv_per_token = layers * 2 * kv_heads * head_dim * 2
 mean_context = prompt + new / 2
 step_bytes = 2 * params + batch * mean_context * kv_per_token
@@ -96,7 +105,8 @@ for run, name in [("graphs", "Loom, CUDA graphs, paged-attention kernel"), ("eag
         extra = (f"TTFT p50 {ms[0]:.0f} ms p90 {ms[1]:.0f} ms, ITL p50 {ms[2]:.2f} ms p90 {ms[3]:.2f} ms"
                  if lat else "")
         rows.append((name, float(m.group(1)), extra))
-print(f"{batch} sequences x ({prompt} prompt + {new} new tokens), bf16, one GPU; decode bound {bound:,.0f} tokens/s")
+print(f"{batch} sequences x ({prompt} prompt + {new} new tokens), bf16, one {gpu or 'GPU'}; "
+      f"decode bound {bound:,.0f} tokens/s at {bandwidth / 1e12:.2f} TB/s")
 print("| run | output tokens/s | vs transformers | vs DeepSpeed's best | of the bound | latency |")
 print("|---|---|---|---|---|---|")
 for name, tps, extra in rows:

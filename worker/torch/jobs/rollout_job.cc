@@ -87,6 +87,7 @@ class RolloutRunner final : public JobRunner {
     if (rank_.mesh.tensor->size() > 1) group.emplace(*rank_.mesh.tensor, rank_.device);
     ASSIGN_OR_RETURN(BuiltModel built, buildModel(spec, rank_.local, rank_.device, rank_.mesh));
     DecoderModel& model = *built.model;
+    model.fuseProjections();
     const planner::ModelConfig& config = model.config();
     const int64_t maxModelLen = r.maxModelLen > 0 ? r.maxModelLen : config.maxPositionEmbeddings;
     if (maxModelLen > config.maxPositionEmbeddings)
@@ -137,6 +138,14 @@ class RolloutRunner final : public JobRunner {
                 static_cast<long long>(limits.maxNumSeqs), static_cast<long long>(limits.maxNumBatchedTokens),
                 static_cast<long long>(maxModelLen), group ? group->size() : 1, engine.cudaGraphs() ? "on" : "off");
     std::fflush(stdout);
+    if (model.device().is_cuda() && !group) {
+      const Clock::time_point warming = Clock::now();
+      const int64_t graphs = engine.warmUp();
+      std::printf("rollout: warmed up in %.2f s (a step of %lld tokens, %lld decode graphs)\n",
+                  seconds(Clock::now() - warming), static_cast<long long>(limits.maxNumBatchedTokens),
+                  static_cast<long long>(graphs));
+      std::fflush(stdout);
+    }
     const data::HfTokenizer* text = tokenizer ? &*tokenizer : nullptr;
     if (r.serve) return serve(engine, reload, text);
     // The other ranks follow until the end, also when this one stops at an error.

@@ -390,7 +390,18 @@ std::vector<int64_t> DecoderModel::takeExpertLoad() {
 at::Tensor DecoderModel::mlpBlock(const Layer& l, const at::Tensor& input) {
   backends::Communicator& tp = *shards_.tp;
   const at::Tensor x = copyToTensorParallel(input, tp);
-  const at::Tensor gate = linear_(x, l.gate, l.gateBias), up = linear_(x, l.up, l.upBias);
+  at::Tensor gate, up;
+  // Fused (fuseProjections) where the GEMMs are bound by reading their weights: steps of a few
+  // hundred rows. At a prefill's thousands they are bound by arithmetic, and the fused output's
+  // halves would cost swiglu two copies to make contiguous.
+  constexpr int64_t kFusedRowsMax = 512;
+  if (l.gateUp.defined() && x.numel() / x.size(-1) <= kFusedRowsMax) {
+    const at::Tensor both = linear_(x, l.gateUp, l.gateUpBias);
+    const int64_t n = l.gate.size(0);
+    gate = both.narrow(-1, 0, n), up = both.narrow(-1, n, n);
+  } else {
+    gate = linear_(x, l.gate, l.gateBias), up = linear_(x, l.up, l.upBias);
+  }
   at::Tensor hidden;
   {
     FlopsProfile::Scope scope(profile_, l.index, "mlp.act_fn");

@@ -161,6 +161,13 @@ class DecoderModel {
   PagedKvCache createKvCache(int64_t numBlocks, int64_t blockSize, int64_t maxModelLen) const;
   int64_t kvCacheBytesPerBlock(int64_t blockSize) const;
   at::Tensor pagedLogits(const at::Tensor& tokens, const PagedStep& step, PagedKvCache& cache);
+  // For inference only (rollout): each layer's q, k and v weights (and biases), and its gate and
+  // up weights, become row blocks of one tensor, so that a step computes each group with one GEMM
+  // (vLLM's QKVParallelLinear and MergedColumnParallelLinear): at a decode step's few rows a GEMM
+  // is bound by reading its weight, and one wide GEMM reads it faster than three narrow ones. The
+  // parameters become views of the fused tensors (loadWeights still writes them in place), which
+  // autograd cannot train. One layer at a time, so that the copy needs one layer's memory.
+  void fuseProjections();
   // Rows per block of those losses (model.loss_block_rows); 0: as many as fit 2^24 logits.
   void setLossBlockRows(int64_t rows) { lossBlockRows_ = rows; }
 
@@ -168,6 +175,9 @@ class DecoderModel {
   struct Layer {
     at::Tensor inputNorm, q, k, v, o, qBias, kBias, vBias, oBias, qNorm, kNorm;
     at::Tensor postNorm, gate, up, down, gateBias, upBias, downBias;
+    // After fuseProjections: [q; k; v] and [gate; up] by rows (q, k, v, gate and up are views of
+    // them), with their biases where the layer has them. Undefined otherwise.
+    at::Tensor qkv, qkvBias, gateUp, gateUpBias;
     ShardLayout kvLayout;  // k_proj's (v_proj's is the same): KV heads shared by several ranks
     LatentAttentionWeights latent;  // deepseek_v3's attention (in place of q, k, v)
     bool moe = false;               // experts in place of gate, up and down

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <fmt/format.h>
 
 #include "worker/torch/model/ops.h"
 #include "worker/torch/parallel/tensor_parallel.h"
@@ -36,12 +37,59 @@ PagedKvCache DecoderModel::createKvCache(int64_t numBlocks, int64_t blockSize, i
   return cache;
 }
 
+void DecoderModel::fuseProjections() {
+  at::NoGradGuard noGrad;
+  // Rows of one tensor for the named parameters, which become views of it; undefined unless
+  // every one of them is held.
+  auto fuse = [&](const std::vector<std::string>& names, std::vector<at::Tensor*> fields) {
+    std::vector<at::Tensor*> held;
+    for (const std::string& name : names) {
+      auto it = index_.find(name);
+      if (it == index_.end()) return at::Tensor();
+      held.push_back(&parameters_[it->second].second);
+    }
+    std::vector<at::Tensor> parts;
+    for (at::Tensor* t : held) parts.push_back(*t);
+    const at::Tensor whole = at::cat(parts, 0);
+    parts.clear();
+    for (size_t i = 0, row = 0; i < held.size(); ++i) {
+      const int64_t rows = held[i]->size(0);
+      *held[i] = *fields[i] = whole.narrow(0, static_cast<int64_t>(row), rows);
+      row += static_cast<size_t>(rows);
+    }
+    return whole;
+  };
+  for (Layer& l : layers_) {
+    const std::string p = fmt::format("model.layers.{}.", l.index);
+    const std::string a = p + "self_attn.", m = p + "mlp.";
+    if (!config_.isMla() && l.qBias.defined() == l.kBias.defined() && l.kBias.defined() == l.vBias.defined()) {
+      l.qkv = fuse({a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"}, {&l.q, &l.k, &l.v});
+      if (l.qkv.defined() && l.qBias.defined())
+        l.qkvBias = fuse({a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"}, {&l.qBias, &l.kBias, &l.vBias});
+    }
+    if (!l.moe && l.gateBias.defined() == l.upBias.defined()) {
+      l.gateUp = fuse({m + "gate_proj.weight", m + "up_proj.weight"}, {&l.gate, &l.up});
+      if (l.gateUp.defined() && l.gateBias.defined())
+        l.gateUpBias = fuse({m + "gate_proj.bias", m + "up_proj.bias"}, {&l.gateBias, &l.upBias});
+    }
+  }
+}
+
 at::Tensor DecoderModel::pagedAttentionBlock(const Layer& l, const at::Tensor& input) {
   const int64_t t = input.size(1), d = config_.headDim;
   const at::Tensor x = copyToTensorParallel(input, *shards_.tp);
-  at::Tensor q = linear_(x, l.q, l.qBias).view({1, t, heads_, d});
-  at::Tensor k = linear_(x, l.k, l.kBias).view({1, t, kvHeads_, d});
-  const at::Tensor v = linear_(x, l.v, l.vBias).view({t, kvHeads_, d});
+  at::Tensor q, k, v;
+  if (l.qkv.defined()) {
+    const at::Tensor qkv = linear_(x, l.qkv, l.qkvBias);
+    q = qkv.narrow(2, 0, heads_ * d);
+    k = qkv.narrow(2, heads_ * d, kvHeads_ * d);
+    v = qkv.narrow(2, (heads_ + kvHeads_) * d, kvHeads_ * d);
+  } else {
+    q = linear_(x, l.q, l.qBias), k = linear_(x, l.k, l.kBias), v = linear_(x, l.v, l.vBias);
+  }
+  q = q.view({1, t, heads_, d});
+  k = k.view({1, t, kvHeads_, d});
+  v = v.view({t, kvHeads_, d});
   if (config_.qkNorm) {
     q = ops().rmsNorm(q, l.qNorm, config_.rmsNormEps);
     k = ops().rmsNorm(k, l.kNorm, config_.rmsNormEps);

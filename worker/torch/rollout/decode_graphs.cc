@@ -1,6 +1,7 @@
 #include "worker/torch/rollout/decode_graphs.h"
 
 #include <map>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -41,6 +42,14 @@ class CudaDecodeGraphs final : public DecodeGraphs {
     g.step.sequences.blockTables.narrow(0, 0, n).narrow(1, 0, s.blockTables.size(1)).copy_(s.blockTables, true);
     g.graph->replay();
     return g.logits.narrow(0, 0, n);
+  }
+
+  int64_t captureAll() override {
+    std::vector<int64_t> sizes;
+    for (int64_t n = 1; n <= maxBatch_; ++n)
+      if (sizeFor(n) == n) sizes.push_back(n);
+    for (auto size = sizes.rbegin(); size != sizes.rend(); ++size) graphOf(*size);
+    return static_cast<int64_t>(graphs_.size());
   }
 
  private:

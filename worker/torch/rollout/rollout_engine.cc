@@ -15,6 +15,11 @@ RolloutEngine::RolloutEngine(DecoderModel& model, PagedKvCache cache, EngineOpti
   }
 }
 
+int64_t RolloutEngine::warmUp() {
+  if (options_.group) return 0;
+  return warmUpRollout(model_, cache_, options_.limits, /*scratchBlock=*/options_.limits.numBlocks, graphs_.get());
+}
+
 StatusOr<rollout::RequestId> RolloutEngine::addRequest(std::vector<int64_t> prompt,
                                                        const planner::SamplingParams& params, uint64_t seed) {
   const int64_t vocab = model_.config().vocabSize;

@@ -11,6 +11,7 @@
 #include "worker/torch/rollout/decode_graphs.h"
 #include "worker/torch/rollout/rollout_group.h"
 #include "worker/torch/rollout/sampler.h"
+#include "worker/torch/rollout/warm_up.h"
 
 namespace loom::worker {
 
@@ -45,6 +46,9 @@ class RolloutEngine {
  public:
   RolloutEngine(DecoderModel& model, PagedKvCache cache, EngineOptions options);
   bool cudaGraphs() const { return graphs_ != nullptr; }
+  // Before the first request: the first steps' lazy costs and every decode graph (warm_up.h).
+  // Nothing under tensor parallelism or off a GPU. Returns the number of graphs captured.
+  int64_t warmUp();
 
   // `cache` holds limits.numBlocks blocks and one more, the scratch block of padded graph rows.
   // Queues a prompt of token ids. `seed` is the request's when its params have none. Refused,
