@@ -48,6 +48,13 @@ void toProto(const JobRecord& job, v1::Job* out) {
   for (const auto& [k, v] : job.metrics) (*out->mutable_metrics())[k] = v;
 }
 
+void toProto(const JobRecord& job, v1::JobView view, v1::Job* out) {
+  toProto(job, out);
+  if (view == v1::JOB_VIEW_FULL) return;
+  out->clear_spec_json();
+  for (auto& rank : *out->mutable_ranks()) rank.clear_metrics();
+}
+
 namespace {
 
 // A request's spec text, resolved against its base_dir when it names one; a user's paths are
@@ -185,6 +192,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   auto* reactor = ctx->DefaultReactor();
   auto caller = gate_->caller(*ctx, {Role::kAdmin, Role::kUser}, "list jobs");
   if (!caller.isOk()) return refuse(reactor, caller.status());
+  if (!v1::JobView_IsValid(request->view()))
+    return refuse(reactor, invalidArgument("view: {} is not a job view", static_cast<int>(request->view())));
   ListQuery query{.pageSize = request->page_size(), .pageToken = request->page_token(), .states = {}};
   if (caller->role == Role::kUser) query.tenant = caller->tenant;
   for (int s : request->states()) {
@@ -194,7 +203,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   }
   auto page = core_->listJobs(query);
   if (page.isOk()) {
-    for (const auto& job : page->jobs) toProto(*job, response->add_jobs());
+    for (const auto& job : page->jobs) toProto(*job, request->view(), response->add_jobs());
     response->set_next_page_token(page->nextPageToken);
   }
   reactor->Finish(toGrpc(page.status()));

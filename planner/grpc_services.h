@@ -62,6 +62,8 @@ class NodeServiceImpl final : public v1::NodeService::CallbackService {
 
 using convert::toGrpc;
 void toProto(const JobRecord& job, v1::Job* out);
+// A list's row of the job: BASIC leaves out the spec and the ranks' metrics (ListJobsRequest.view).
+void toProto(const JobRecord& job, v1::JobView view, v1::Job* out);
 void toProto(const JobEvent& event, v1::JobEvent* out);
 void toProto(const Metric& metric, v1::Metric* out);
 void toProto(const JobUpdate& update, v1::JobUpdate* out);

@@ -232,10 +232,7 @@ void WebServer::Impl::listJobs(const httplib::Request& req, httplib::Response& r
     if (!page.isOk()) return sendError(res, page.status());
     for (const auto& job : page->jobs) {
       if (out.jobs_size() == *limit) break;
-      v1::Job* j = out.add_jobs();
-      toProto(*job, j);
-      j->clear_spec_json();  // a page of jobs stays small; /api/v1/jobs/ID has the spec
-      for (auto& rank : *j->mutable_ranks()) rank.clear_metrics();
+      toProto(*job, v1::JOB_VIEW_BASIC, out.add_jobs());  // /api/v1/jobs/ID has the spec
     }
     query.pageToken = page->nextPageToken;
   } while (!query.pageToken.empty() && out.jobs_size() < *limit);

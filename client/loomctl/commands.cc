@@ -127,6 +127,8 @@ int getCommand(const GlobalOptions& g, const std::string& jobId) {
 int listCommand(const GlobalOptions& g, const std::vector<std::string>& states, int limit) {
   client::LoomClient client(g.server, g.credentials);
   v1::ListJobsRequest request;
+  // The table shows no spec; -o json prints each job whole, as `get` does.
+  request.set_view(g.format == OutputFormat::kJson ? v1::JOB_VIEW_FULL : v1::JOB_VIEW_BASIC);
   for (const auto& s : states) {
     v1::JobState state;
     std::string upper;

@@ -157,7 +157,7 @@ TEST_CASE("CreateJob compiles a train job's plan - GetJobPlan returns it - uncom
   CHECK(list->jobs_size() == 3);  // the train jobs and the probe
 }
 
-TEST_CASE("unknown jobs are NOT_FOUND - ListJobs pages and filters", "[integration]") {
+TEST_CASE("unknown jobs are NOT_FOUND - ListJobs pages, filters and leaves out specs unless asked", "[integration]") {
   Standalone cluster(4);
   CHECK(cluster.client->getJob("nope").status().code() == StatusCode::kNotFound);
   CHECK(cluster.client->cancelJob("nope").status().code() == StatusCode::kNotFound);
@@ -192,6 +192,30 @@ TEST_CASE("unknown jobs are NOT_FOUND - ListJobs pages and filters", "[integrati
   auto rejected = cluster.client->listJobs(badState);
   CHECK(rejected.status().code() == StatusCode::kInvalidArgument);
   CHECK(rejected.status().message().find("states") != std::string::npos);
+
+  // A list's jobs come without their specs unless the full view is asked for.
+  const auto job = cluster.client->getJob(ids[0]);
+  REQUIRE(job.isOk());
+  CHECK_FALSE(job->spec_json().empty());
+  v1::ListJobsRequest basic;
+  basic.set_page_size(1);
+  auto basicPage = cluster.client->listJobs(basic);
+  REQUIRE(basicPage.isOk());
+  REQUIRE(basicPage->jobs_size() == 1);
+  CHECK(basicPage->jobs(0).spec_json().empty());
+  CHECK(basicPage->jobs(0).state() == job->state());
+  CHECK(basicPage->jobs(0).ranks_size() == job->ranks_size());
+  v1::ListJobsRequest full = basic;
+  full.set_view(v1::JOB_VIEW_FULL);
+  auto fullPage = cluster.client->listJobs(full);
+  REQUIRE(fullPage.isOk());
+  REQUIRE(fullPage->jobs_size() == 1);
+  CHECK(fullPage->jobs(0).spec_json() == job->spec_json());
+  v1::ListJobsRequest badView;
+  badView.set_view(static_cast<v1::JobView>(7));
+  auto refused = cluster.client->listJobs(badView);
+  CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+  CHECK(refused.status().message() == "view: 7 is not a job view");
 }
 
 TEST_CASE("WatchJob streams state changes with reasons and metrics - then ends", "[integration]") {

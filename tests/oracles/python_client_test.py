@@ -73,6 +73,10 @@ def main():
                 listed = [j.id for j in client.list()]
                 check(job.id in listed, "list() has the job")
                 check(len(client.list(states=["SUCCEEDED"])) == 1, "list(states=[SUCCEEDED]) filters")
+                basic = [j for j in client.list() if j.id == job.id][0]
+                full = [j for j in client.list(full=True) if j.id == job.id][0]
+                check(basic.spec_json == "" and full.spec_json == client.get(job.id).spec_json,
+                      "list() leaves out the spec, list(full=True) has it")
                 nodes = client.nodes()
                 check(len(nodes) == 1 and nodes[0].connected, "nodes(): the standalone node, connected")
 

@@ -151,9 +151,11 @@ class Client:
     def get(self, job_id: str) -> job_pb2.Job:
         return self._call(self._jobs.GetJob, job_pb2.GetJobRequest(job_id=job_id))
 
-    def list(self, states: Iterable[str] = (), limit: int = 1000) -> List[job_pb2.Job]:
-        """Jobs, oldest first; `states` by name ("RUNNING", ...), none for all."""
-        request = job_pb2.ListJobsRequest(states=[job_pb2.JobState.Value(s.upper()) for s in states])
+    def list(self, states: Iterable[str] = (), limit: int = 1000, full: bool = False) -> List[job_pb2.Job]:
+        """Jobs, oldest first; `states` by name ("RUNNING", ...), none for all. Without `full`,
+        each job lacks its spec_json and its ranks' metrics (get() has them)."""
+        view = job_pb2.JOB_VIEW_FULL if full else job_pb2.JOB_VIEW_BASIC
+        request = job_pb2.ListJobsRequest(states=[job_pb2.JobState.Value(s.upper()) for s in states], view=view)
         jobs: List[job_pb2.Job] = []
         while len(jobs) < limit:
             request.page_size = min(1000, limit - len(jobs))
