@@ -96,12 +96,16 @@ def greedy(bin_dir, work):
         path = os.path.join(work, f"{family}-prompts.jsonl")
         write_prompts(path, prompts, lambda i: {"temperature": 0, "max_new_tokens": max_new})
         expected = [hf_greedy(model, p, max_new) for p in prompts]
+        # "plugin": the CPU kernel plugin's norms, RoPE and SwiGLU in place of libtorch's.
         for variant, extra in [("chunked", {"max_num_batched_tokens": 32, "max_num_seqs": 8}),
                                ("preempted", {"max_num_batched_tokens": 32, "max_num_seqs": 8,
-                                              "kv_cache_memory_gb": 14 * BLOCK_BYTES / 2**30})]:
+                                              "kv_cache_memory_gb": 14 * BLOCK_BYTES / 2**30}),
+                               ("plugin", {"max_num_batched_tokens": 32, "max_num_seqs": 8})]:
             output = os.path.join(work, f"{family}-{variant}.jsonl")
-            log = loom_run(bin_dir, rollout_spec(f"rollout-{family}-{variant}", model_dir, path, output, **extra),
-                           work, f"rollout-{family}-{variant}")
+            spec = rollout_spec(f"rollout-{family}-{variant}", model_dir, path, output, **extra)
+            if variant == "plugin":
+                spec["kernels"] = {"plugins": ["cpu"]}
+            log = loom_run(bin_dir, spec, work, f"rollout-{family}-{variant}")
             results = read_results(output)
             got = [r["token_ids"] for r in results]
             same = got == expected

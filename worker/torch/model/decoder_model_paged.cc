@@ -87,16 +87,18 @@ at::Tensor DecoderModel::pagedAttentionBlock(const Layer& l, const at::Tensor& i
   } else {
     q = linear_(x, l.q, l.qBias), k = linear_(x, l.k, l.kBias), v = linear_(x, l.v, l.vBias);
   }
-  q = q.view({1, t, heads_, d});
-  k = k.view({1, t, kvHeads_, d});
+  // Each token a batch row of its own with one position, [T, H, 1, D], its angles [T, 1, D]: the
+  // rotated q and k come out in the [T, H, D] layout the cache and attention take, untransposed.
+  q = q.view({t, heads_, 1, d});
+  k = k.view({t, kvHeads_, 1, d});
   v = v.view({t, kvHeads_, d});
   if (config_.qkNorm) {
     q = ops().rmsNorm(q, l.qNorm, config_.rmsNormEps);
     k = ops().rmsNorm(k, l.kNorm, config_.rmsNormEps);
   }
-  auto [qr, kr] = ops().rope(q.transpose(1, 2), k.transpose(1, 2), batchCos_, batchSin_);
-  q = qr.squeeze(0).transpose(0, 1).contiguous();  // [T, H, D]
-  k = kr.squeeze(0).transpose(0, 1);
+  auto [qr, kr] = ops().rope(q, k, batchCos_.view({t, 1, d}), batchSin_.view({t, 1, d}));
+  q = qr.reshape({t, heads_, d});
+  k = kr.reshape({t, kvHeads_, d});
   const int64_t layer = &l - layers_.data();
   at::Tensor& keys = kvCache_->keys[layer];
   at::Tensor& values = kvCache_->values[layer];
