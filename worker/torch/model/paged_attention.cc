@@ -50,20 +50,25 @@ at::Tensor attendVarlen(const at::Tensor& q, const at::Tensor& keyCache, const a
     maxKey = std::max(maxKey, s.contextLensHost[i]);
   }
   queryStarts.push_back(s.queryStarts.back() - s.queryStarts[first]);
-  const auto device = q.device();
-  const at::Tensor keyStartsDevice = at::tensor(keyStarts, at::kLong).to(device, /*non_blocking=*/true);
-  const at::Tensor lengths = s.contextLens.narrow(0, first, count);
-  // Every key's cache slot: sequence i's positions 0..context-1 through its block table.
-  const int64_t totalKeys = keyStarts.back();
-  const at::Tensor owner = at::repeat_interleave(at::arange(count, lengths.options()), lengths, 0, totalKeys);
-  const at::Tensor position = at::arange(totalKeys, lengths.options()) - keyStartsDevice.index_select(0, owner);
-  const at::Tensor tables = s.blockTables.narrow(0, first, count);
-  const at::Tensor blocks = tables.index({owner, at::floor_divide(position, s.blockSize)});
-  const at::Tensor slots = blocks * s.blockSize + position.remainder(s.blockSize);
+  at::Tensor slots, cumQuery, cumKey;
+  if (s.promptKeySlots.defined() && first == s.numSingleQuery) {
+    slots = s.promptKeySlots, cumQuery = s.promptQueryStarts, cumKey = s.promptKeyStarts;
+  } else {
+    const auto device = q.device();
+    const at::Tensor keyStartsDevice = at::tensor(keyStarts, at::kLong).to(device, /*non_blocking=*/true);
+    const at::Tensor lengths = s.contextLens.narrow(0, first, count);
+    // Every key's cache slot: sequence i's positions 0..context-1 through its block table.
+    const int64_t totalKeys = keyStarts.back();
+    const at::Tensor owner = at::repeat_interleave(at::arange(count, lengths.options()), lengths, 0, totalKeys);
+    const at::Tensor position = at::arange(totalKeys, lengths.options()) - keyStartsDevice.index_select(0, owner);
+    const at::Tensor tables = s.blockTables.narrow(0, first, count);
+    const at::Tensor blocks = tables.index({owner, at::floor_divide(position, s.blockSize)});
+    slots = blocks * s.blockSize + position.remainder(s.blockSize);
+    cumQuery = at::tensor(queryStarts, at::kInt).to(device, true);
+    cumKey = at::tensor(keyStarts, at::kInt).to(device, true);
+  }
   const at::Tensor k = keyCache.view({-1, keyCache.size(2), keyCache.size(3)}).index_select(0, slots);
   const at::Tensor v = valueCache.view({-1, valueCache.size(2), valueCache.size(3)}).index_select(0, slots);
-  const at::Tensor cumQuery = at::tensor(queryStarts, at::kInt).to(device, true);
-  const at::Tensor cumKey = at::tensor(keyStarts, at::kInt).to(device, true);
   const std::optional<int64_t> window =
       s.slidingWindow > 0 ? std::optional<int64_t>(s.slidingWindow - 1) : std::nullopt;
   const std::optional<int64_t> right = s.slidingWindow > 0 ? std::optional<int64_t>(0) : std::nullopt;

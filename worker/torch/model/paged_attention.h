@@ -19,6 +19,11 @@ struct PagedSequences {
   int64_t numSingleQuery = 0;  // the first sequences, one query token each
   int64_t blockSize = 16;
   int64_t slidingWindow = 0;  // > 0: a query sees the last `slidingWindow` positions only (Mistral)
+  // The sequences after the first numSingleQuery (prompt chunks) as flash attention's
+  // variable-length form takes them, built once a step rather than in every layer (undefined:
+  // attention derives them): every key's cache slot, sequence after sequence from position 0
+  // [sum of their contexts] int64, and the int32 offsets of each one's queries and keys [chunks + 1].
+  at::Tensor promptKeySlots, promptQueryStarts, promptKeyStarts;
 
   int64_t numSequences() const { return static_cast<int64_t>(contextLensHost.size()); }
   int64_t numTokens() const { return queryStarts.empty() ? 0 : queryStarts.back(); }

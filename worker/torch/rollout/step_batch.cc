@@ -21,6 +21,7 @@ HostStep encodeStep(const rollout::ScheduledStep& step, const rollout::Scheduler
   std::stable_partition(order.begin(), order.end(), [&](size_t i) { return step.chunks[i].count == 1; });
 
   std::vector<int64_t> tokens, positions, slots, contextLens, queryStarts{0}, logitRows, copies;
+  std::vector<int64_t> promptKeySlots, promptQueryStarts, promptKeyStarts;
   std::vector<const std::vector<int32_t>*> tables;
   HostStep host;
   logitRow->assign(step.chunks.size(), -1);
@@ -41,7 +42,16 @@ HostStep encodeStep(const rollout::ScheduledStep& step, const rollout::Scheduler
     queryStarts.push_back(static_cast<int64_t>(tokens.size()));
     tables.push_back(&s.blocks);
     widest = std::max(widest, s.blocks.size());
-    if (c.count == 1) ++host.singles;
+    if (c.count == 1) {
+      ++host.singles;
+    } else {
+      // Every key the chunk's queries see, from the sequence's start: attention gathers them once a step.
+      if (promptQueryStarts.empty()) promptQueryStarts = {0}, promptKeyStarts = {0};
+      for (int64_t p = 0; p < c.start + c.count; ++p)
+        promptKeySlots.push_back(int64_t(s.blocks[p / blockSize]) * blockSize + p % blockSize);
+      promptQueryStarts.push_back(promptQueryStarts.back() + c.count);
+      promptKeyStarts.push_back(static_cast<int64_t>(promptKeySlots.size()));
+    }
   }
   // Block tables padded with block 0, which the attention masks out.
   std::vector<int64_t> blockTables(tables.size() * widest, 0);
@@ -49,7 +59,8 @@ HostStep encodeStep(const rollout::ScheduledStep& step, const rollout::Scheduler
   for (const rollout::BlockCopy& c : step.copies) copies.insert(copies.end(), {c.from, c.to});
 
   const std::array<const std::vector<int64_t>*, HostStep::kNumParts> parts{
-      &tokens, &positions, &slots, &logitRows, &blockTables, &contextLens, &queryStarts, &copies};
+      &tokens,      &positions, &slots,          &logitRows,         &blockTables,
+      &contextLens, &queryStarts, &copies, &promptKeySlots, &promptQueryStarts, &promptKeyStarts};
   int64_t total = 0;
   for (int p = 0; p < HostStep::kNumParts; ++p) total += host.sizes[p] = static_cast<int64_t>(parts[p]->size());
   host.widest = static_cast<int64_t>(widest);
@@ -76,6 +87,11 @@ StepBatch placeStep(const HostStep& host, at::Device device, int64_t blockSize, 
   const int64_t* starts = host.part(HostStep::kQueryStarts);
   seqs.queryStarts.assign(starts, starts + host.sizes[HostStep::kQueryStarts]);
   seqs.numSingleQuery = host.singles;
+  if (host.sizes[HostStep::kPromptKeySlots] > 0) {
+    seqs.promptKeySlots = view(HostStep::kPromptKeySlots);
+    seqs.promptQueryStarts = view(HostStep::kPromptQueryStarts).to(at::kInt);
+    seqs.promptKeyStarts = view(HostStep::kPromptKeyStarts).to(at::kInt);
+  }
   seqs.blockSize = blockSize;
   seqs.slidingWindow = slidingWindow;
   const int64_t* copies = host.part(HostStep::kCopies);

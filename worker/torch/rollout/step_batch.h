@@ -16,7 +16,11 @@ namespace loom::worker {
 // every rank places on its device with one copy. Single-token chunks (decodes) come first, as
 // paged attention wants them.
 struct HostStep {
-  enum Part { kTokens, kPositions, kSlots, kLogitRows, kBlockTables, kContextLens, kQueryStarts, kCopies, kNumParts };
+  // kPromptKeySlots..kPromptKeyStarts: PagedSequences' prompt* fields, empty without prompt chunks.
+  enum Part {
+    kTokens, kPositions, kSlots, kLogitRows, kBlockTables, kContextLens, kQueryStarts, kCopies,
+    kPromptKeySlots, kPromptQueryStarts, kPromptKeyStarts, kNumParts
+  };
   std::array<int64_t, kNumParts> sizes{};
   int64_t widest = 1;   // block-table columns
   int64_t singles = 0;  // single-token chunks
