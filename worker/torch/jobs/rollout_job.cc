@@ -88,6 +88,7 @@ class RolloutRunner final : public JobRunner {
     ASSIGN_OR_RETURN(BuiltModel built, buildModel(spec, rank_.local, rank_.device, rank_.mesh));
     DecoderModel& model = *built.model;
     model.fuseProjections();
+    releaseCachedMemory(rank_.device);  // the unfused weights' memory, before the KV cache is sized
     const planner::ModelConfig& config = model.config();
     const int64_t maxModelLen = r.maxModelLen > 0 ? r.maxModelLen : config.maxPositionEmbeddings;
     if (maxModelLen > config.maxPositionEmbeddings)

@@ -46,6 +46,13 @@ std::string deviceName(const at::Device& device) {
   return "";
 }
 
+void releaseCachedMemory(const at::Device& device) {
+#ifdef LOOM_HAVE_NCCL
+  if (device.is_cuda() && at::hasCUDA()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+  (void)device;
+}
+
 int64_t devicePeakBytes(const at::Device& device) {
 #ifdef LOOM_HAVE_NCCL
   if (device.is_cuda() && at::hasCUDA()) {

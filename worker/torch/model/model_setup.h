@@ -37,6 +37,9 @@ at::Device rankDevice(const planner::JobSpec& spec, int localRank);
 // Makes a GPU the thread's current device (as torchrun scripts do with torch.cuda.set_device):
 // kernels launched without a device of their own, a plugin's among them, go to the rank's GPU.
 void makeCurrent(const at::Device& device);
+// Gives the memory libtorch's caching allocator holds but no tensor uses back to the driver, so
+// that the driver's free memory (deviceMemoryInfo) counts it: after tensors were replaced.
+void releaseCachedMemory(const at::Device& device);
 // Waits for the work queued on `device`'s current stream (nothing on the CPU): a clock read after
 // it measures the GPU, not how far ahead the host got.
 void synchronize(const at::Device& device);
