@@ -13,15 +13,19 @@
 # the same 256 running sequences: its latencies are those of a loaded server.
 # Usage (from the repository root, Loom's binaries in BIN): bench/gpu/rollout.sh BIN OUT [PLUGIN]
 # PROFILE_STEP: a step of the graphs run under the profiler (its report in loom-graphs-rank0.log);
-# PROFILE_PREFILL: one of the eager run's.
+# PROFILE_PREFILL: one of the eager run's. REFERENCES=0: Loom's runs only (no transformers or
+# DeepSpeed: the table's ratios stay empty), for a quick look at a change.
 set -euo pipefail
 bin=$1 out=$2 plugin=${3:-} batch=${BATCH:-256} prompt=128 new=256
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 config=$here/llama-1b-config.json
-python3 "$here/hf_generate.py" --config "$config" --batch "$batch" --prompt $prompt --new $new \
-  > "$out/reference.jsonl" 2> "$out/reference.err" || echo "transformers generate failed: see reference.err"
-if python3 -c "import deepspeed" 2>/dev/null; then
+: > "$out/reference.jsonl"
+if [ "${REFERENCES:-1}" != 0 ]; then
+  python3 "$here/hf_generate.py" --config "$config" --batch "$batch" --prompt $prompt --new $new \
+    > "$out/reference.jsonl" 2> "$out/reference.err" || echo "transformers generate failed: see reference.err"
+fi
+if [ "${REFERENCES:-1}" != 0 ] && python3 -c "import deepspeed" 2>/dev/null; then
   for mode in ${DS_MODES-plain continuous graph_capture}; do
     python3 "$here/deepspeed_rollout.py" --config "$config" --batch "$batch" --prompt $prompt --new $new --mode "$mode" \
       > "$out/deepspeed-$mode.jsonl" 2> "$out/deepspeed-$mode.err" ||
