@@ -87,6 +87,7 @@ Status parseRolloutSpec(const json& object, RolloutSpec* spec) {
   RETURN_IF_ERROR(r.readDouble("kv_cache_memory_gb", &s.kvCacheMemoryGb, false, 0, 1e6));
   RETURN_IF_ERROR(r.readDouble("gpu_memory_utilization", &s.gpuMemoryUtilization, false, 0.01, 1));
   RETURN_IF_ERROR(r.readBool("cuda_graphs", &s.cudaGraphs));
+  RETURN_IF_ERROR(r.readBool("async_scheduling", &s.asyncScheduling));
   RETURN_IF_ERROR(r.readString("dtype", &s.dtype, false));
   RETURN_IF_ERROR(r.readInt("seed", &s.seed, false, 0, INT64_MAX));
   RETURN_IF_ERROR(r.readInt("profile_step", &s.profileStep, false, 0, INT64_MAX));
@@ -122,6 +123,7 @@ json rolloutSpecToJson(const RolloutSpec& s) {
          {"kv_cache_memory_gb", s.kvCacheMemoryGb},
          {"gpu_memory_utilization", s.gpuMemoryUtilization},
          {"cuda_graphs", s.cudaGraphs},
+         {"async_scheduling", s.asyncScheduling},
          {"dtype", s.dtype},
          {"seed", s.seed},
          {"sampling", samplingParamsToJson(s.sampling)}};

@@ -54,6 +54,8 @@ struct RolloutSpec {
   double kvCacheMemoryGb = 0;
   double gpuMemoryUtilization = 0.9;
   bool cudaGraphs = true;  // decode steps replayed as CUDA graphs (cuda only)
+  // The next step scheduled and launched while the device runs this one (tensor parallelism 1).
+  bool asyncScheduling = true;
   std::string dtype = "auto";  // auto: bfloat16 on cuda, float32 on cpu; or float32, bfloat16, float16
   int64_t seed = 0;  // requests without a seed of their own draw from it and their number
   // A step (1-based) that runs under libtorch's profiler, printing where its time went. 0: none.

@@ -4,8 +4,8 @@
 # through the real control plane (`loomctl run`); transformers' generate with static batching on
 # the same model and batch in the same run, and DeepSpeed 0.19.8's rollout (HybridEngineRollout,
 # bench/gpu/deepspeed_rollout.py) in the modes of DS_MODES (default "plain continuous
-# graph_capture"; where DeepSpeed imports). Loom runs with CUDA graphs on and off, and without the
-# kernel plugin (paged attention on the libtorch reference). Prints a table with each run's output
+# graph_capture"; where DeepSpeed imports). Loom runs with CUDA graphs on and off, with asynchronous
+# scheduling off ("graphs-sync"), and without the kernel plugin (paged attention on the libtorch reference). Prints a table with each run's output
 # tokens/s, its ratio to transformers, and the fraction of the decode bandwidth bound (weights
 # plus the KV read per step at the card's memory bandwidth: H200 4.8 TB/s, H100 SXM 3.35 TB/s,
 # H100 PCIe 2.0 TB/s, or BANDWIDTH bytes/s for another card). The run "arriving" (CUDA graphs, the plugin)
@@ -45,11 +45,12 @@ for name, count, spread in [("prompts", batch, 0.0), ("arriving", 1024, arrival)
                 line["arrival_s"] = spread * i / count
             f.write(json.dumps(line) + "\n")
 PY
-runs="graphs eager arriving"
+runs="graphs graphs-sync eager arriving"
 [ -n "$plugin" ] || runs="reference-graphs"
 [ -n "$plugin" ] && runs="$runs reference-graphs"
 for run in ${RUNS:-$runs}; do
-  graphs=true kernels="" profile=${PROFILE_STEP:-0}
+  graphs=true async=true kernels="" profile=${PROFILE_STEP:-0}
+  [[ $run == graphs-sync ]] && async=false profile=0
   [[ $run == eager ]] && graphs=false profile=${PROFILE_PREFILL:-0}
   prompts=$out/prompts.jsonl
   [[ $run == arriving ]] && prompts=$out/arriving.jsonl profile=0
@@ -59,7 +60,8 @@ for run in ${RUNS:-$runs}; do
  $kernels
  "model": {"config": "$config", "init_seed": 1},
  "rollout": {"prompts": "$prompts", "output": "$out/loom-$run-output.jsonl", "max_num_seqs": $batch,
-             "max_num_batched_tokens": 8192, "cuda_graphs": $graphs, "profile_step": $profile}}
+             "max_num_batched_tokens": 8192, "cuda_graphs": $graphs, "async_scheduling": $async,
+             "profile_step": $profile}}
 JSON
   "$bin/loomctl" run "$out/loom-$run.json" --state-dir "$out/state-$run" > "$out/loom-$run.out" 2>&1 ||
     echo "loom $run failed: see loom-$run.out"
@@ -94,7 +96,9 @@ for mode in ["plain", "continuous", "graph_capture", "continuous_graph_capture"]
         continue
     rows.append((f"DeepSpeed {ds['version']} rollout, {mode}", ds["output_tokens_per_s"], ""))
 ds_best = max([tps for name, tps, _ in rows if name.startswith("DeepSpeed")], default=0)
-for run, name in [("graphs", "Loom, CUDA graphs, paged-attention kernel"), ("eager", "Loom, eager, paged-attention kernel"),
+for run, name in [("graphs", "Loom, CUDA graphs, paged-attention kernel"),
+                  ("graphs-sync", "Loom, CUDA graphs, paged-attention kernel, asynchronous scheduling off"),
+                  ("eager", "Loom, eager, paged-attention kernel"),
                   ("reference-graphs", "Loom, CUDA graphs, libtorch paged attention"),
                   ("arriving", "Loom, 1,024 requests arriving over time, CUDA graphs")]:
     try:

@@ -9,7 +9,8 @@ a real CPU rank):
 2. Continuous batching: 64 requests of mixed lengths arriving 20 ms apart (arrival_s) through 8
    running sequences, greedy and
    seeded sampling (top-k, top-p, min-p, n = 2), give each request the tokens it gets in a batch
-   of at most 2 sequences (its own two samples, or it and one other request).
+   of at most 2 sequences (its own two samples, or it and one other request), the first run with
+   asynchronous scheduling (the default) and the second without.
 3. Text: prompts as text through a byte-level BPE tokenizer trained in the test with the
    `tokenizers` package; the ids, the tokens and the decoded text equal transformers' (its fast
    tokenizer over the same tokenizer.json, generate, decode with skip_special_tokens); a stop
@@ -188,7 +189,7 @@ def batching(bin_dir, work):
     runs = {}
     # Together: the requests arrive over 1.3 s, 20 ms apart, and join the running batch as they come.
     for name, extra, arrival in [("together", {"max_num_seqs": 8, "max_num_batched_tokens": 48}, lambda i: i * 0.02),
-                                 ("alone", {"max_num_seqs": 2, "max_num_batched_tokens": 64}, None)]:
+                                 ("alone", {"max_num_seqs": 2, "max_num_batched_tokens": 64, "async_scheduling": False}, None)]:
         path = os.path.join(work, f"batching-{name}-prompts.jsonl")
         write_prompts(path, prompts, sampling, arrival)
         output = os.path.join(work, f"batching-{name}.jsonl")

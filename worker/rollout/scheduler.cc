@@ -106,9 +106,16 @@ void Scheduler::preempt(SequenceId id, ScheduledStep& step) {
   auto chunk = std::find_if(step.chunks.begin(), step.chunks.end(),
                             [&](const ScheduledChunk& c) { return c.sequence == id; });
   if (chunk != step.chunks.end()) {
+    if (chunk->samples > 0) {  // undo what scheduling it did
+      s.tokens.pop_back();
+      s.pendingSamples = chunk->samples - 1;
+      s.forkingSamples -= chunk->samples - 1;
+    }
     step.numTokens -= chunk->count;
     step.chunks.erase(chunk);
   }
+  // Its blocks would go to others while an earlier step still writes into them.
+  if (s.drawing()) std::abort();
   // A copy made for it this step would write into a block that is free again.
   for (int32_t b : s.blocks)
     step.copies.erase(std::remove_if(step.copies.begin(), step.copies.end(),
@@ -134,18 +141,40 @@ bool Scheduler::reserveBlocks(Sequence& s, int64_t tokens, ScheduledStep& step) 
 
 int64_t Scheduler::runningSlots() const {
   int64_t slots = 0;
-  for (SequenceId id : running_) slots += 1 + sequences_.at(id).pendingSamples;
+  for (SequenceId id : running_) {
+    const Sequence& s = sequences_.at(id);
+    slots += 1 + s.pendingSamples + s.forkingSamples;
+  }
   return slots;
+}
+
+bool Scheduler::fullLength(const Sequence& s) const {
+  return s.numOutput() >= s.stop.maxNewTokens || static_cast<int64_t>(s.tokens.size()) >= limits_.maxModelLen;
+}
+
+bool Scheduler::canScheduleAhead() const {
+  int64_t needed = 0;
+  for (SequenceId id : running_) {
+    const Sequence& s = sequences_.at(id);
+    const int64_t remaining = static_cast<int64_t>(s.tokens.size()) - s.computed;
+    needed += blocksNeeded(s, s.computed + std::min(remaining, limits_.maxNumBatchedTokens));
+  }
+  return needed <= pool_.numFree();
 }
 
 ScheduledStep Scheduler::schedule() {
   ScheduledStep step;
   auto budget = [&] { return limits_.maxNumBatchedTokens - step.numTokens; };
-  auto add = [&](const Sequence& s, int64_t count) {
+  auto add = [&](Sequence& s, int64_t count) {
     const bool last = s.computed + count == static_cast<int64_t>(s.tokens.size());
     step.chunks.push_back({.sequence = s.id, .start = s.computed, .count = count,
                            .samples = last ? 1 + s.pendingSamples : 0});
     step.numTokens += count;
+    s.computed += count;
+    if (!last) return;
+    s.forkingSamples += s.pendingSamples;
+    s.pendingSamples = 0;
+    s.tokens.push_back(kPendingToken);
   };
   // Running sequences, decodes before prompt chunks. Preemption removes from running_, so walk
   // a copy and skip what is gone.
@@ -156,6 +185,7 @@ ScheduledStep Scheduler::schedule() {
       Sequence& s = sequences_.at(id);
       const int64_t remaining = static_cast<int64_t>(s.tokens.size()) - s.computed;
       if ((remaining == 1) != decodes) continue;
+      if (s.drawing() && fullLength(s)) continue;  // the step running draws its last token
       const int64_t count = std::min(remaining, budget());
       if (count == 0) break;
       if (!reserveBlocks(s, s.computed + count, step)) continue;
@@ -181,14 +211,14 @@ ScheduledStep Scheduler::schedule() {
   return step;
 }
 
-bool Scheduler::stops(const Sequence& s, FinishReason* reason) const {
-  const int64_t token = s.tokens.back();
+bool Scheduler::stops(const Sequence& s, int64_t index, FinishReason* reason) const {
+  const int64_t token = s.tokens[index];
   auto holds = [&](const std::vector<int64_t>& ids) { return std::find(ids.begin(), ids.end(), token) != ids.end(); };
   if (!s.stop.ignoreEos && holds(s.stop.eosTokenIds)) {
     *reason = FinishReason::kEos;
   } else if (holds(s.stop.stopTokenIds)) {
     *reason = FinishReason::kStop;
-  } else if (s.numOutput() >= s.stop.maxNewTokens || static_cast<int64_t>(s.tokens.size()) >= limits_.maxModelLen) {
+  } else if (index + 1 - s.promptLength >= s.stop.maxNewTokens || index + 1 >= limits_.maxModelLen) {
     *reason = FinishReason::kLength;
   } else {
     return false;
@@ -199,6 +229,7 @@ bool Scheduler::stops(const Sequence& s, FinishReason* reason) const {
 FinishedSequence Scheduler::retire(SequenceId id, FinishReason reason) {
   Sequence& s = sequences_.at(id);
   releaseBlocks(s);
+  if (s.drawing()) s.tokens.pop_back();  // ended while a step draws for it
   if (auto r = std::find(running_.begin(), running_.end(), id); r != running_.end()) running_.erase(r);
   if (auto w = std::find(waiting_.begin(), waiting_.end(), id); w != waiting_.end()) waiting_.erase(w);
   FinishedSequence done{.sequence = id,
@@ -213,43 +244,45 @@ FinishedSequence Scheduler::retire(SequenceId id, FinishReason reason) {
 StepResult Scheduler::complete(const ScheduledStep& step, const std::vector<std::vector<int64_t>>& sampled) {
   if (sampled.size() != step.chunks.size()) std::abort();  // the runner answers every chunk of the step it ran
   StepResult result;
-  std::vector<SequenceId> ended;
+  std::vector<std::pair<SequenceId, FinishReason>> ended;
   for (size_t i = 0; i < step.chunks.size(); ++i) {
     const ScheduledChunk& chunk = step.chunks[i];
-    Sequence& s = sequences_.at(chunk.sequence);
-    s.computed += chunk.count;
-    if (chunk.samples == 0) continue;
-    if (static_cast<int>(sampled[i].size()) != chunk.samples) std::abort();
-    // The prompt's other samples start from its blocks, each with its own first token.
+    auto found = sequences_.find(chunk.sequence);
+    if (found == sequences_.end() || chunk.samples == 0) continue;  // ended while the step ran, or a prompt's part
+    Sequence& s = found->second;
+    const int64_t at = chunk.start + chunk.count;  // where the drawn token goes
+    if (static_cast<int>(sampled[i].size()) != chunk.samples || s.tokens.at(at) != kPendingToken) std::abort();
+    // The prompt's other samples start from its blocks, each with its own first token. The
+    // step after this one may have given `s` a block past the prompt already: not theirs.
     for (int j = 1; j < chunk.samples; ++j) {
       Sequence fork{.id = nextSequence_++,
                     .request = s.request,
                     .sample = s.sample + j,
-                    .tokens = s.tokens,
+                    .tokens = std::vector<int64_t>(s.tokens.begin(), s.tokens.begin() + at),
                     .promptLength = s.promptLength,
-                    .computed = s.computed,
-                    .blocks = s.blocks,
+                    .computed = at,
+                    .blocks = std::vector<int32_t>(s.blocks.begin(), s.blocks.begin() + blocksFor(at)),
                     .pendingSamples = 0,
+                    .forkingSamples = 0,
                     .stop = s.stop};
       for (int32_t b : fork.blocks) pool_.share(b);
       fork.tokens.push_back(sampled[i][j]);
       result.appended.push_back({fork.id, fork.request, fork.sample, sampled[i][j], i, j});
       FinishReason reason;
-      if (stops(fork, &reason)) ended.push_back(fork.id);
+      if (stops(fork, at, &reason)) ended.emplace_back(fork.id, reason);
       running_.push_back(fork.id);
       sequences_.emplace(fork.id, std::move(fork));
     }
-    s.pendingSamples = 0;
-    s.tokens.push_back(sampled[i][0]);
+    s.forkingSamples -= chunk.samples - 1;
+    s.tokens[at] = sampled[i][0];
     result.appended.push_back({s.id, s.request, s.sample, sampled[i][0], i, 0});
     FinishReason reason;
-    if (stops(s, &reason)) ended.push_back(s.id);
+    if (stops(s, at, &reason)) {
+      s.tokens.resize(at + 1);  // a token the step after this one draws for it is not its output
+      ended.emplace_back(s.id, reason);
+    }
   }
-  for (SequenceId id : ended) {
-    FinishReason reason = FinishReason::kLength;
-    stops(sequences_.at(id), &reason);
-    result.finished.push_back(retire(id, reason));
-  }
+  for (const auto& [id, reason] : ended) result.finished.push_back(retire(id, reason));
   return result;
 }
 
@@ -263,7 +296,7 @@ std::vector<FinishedSequence> Scheduler::cancelRequest(RequestId request, Finish
   std::vector<FinishedSequence> out;
   for (SequenceId id : ids) {
     const Sequence& s = sequences_.at(id);
-    const int first = s.sample, pending = s.pendingSamples;
+    const int first = s.sample, pending = s.pendingSamples + s.forkingSamples;
     out.push_back(retire(id, reason));
     // Samples that would have forked from this prompt end with it, having drawn nothing.
     for (int j = 1; j <= pending; ++j)

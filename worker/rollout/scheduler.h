@@ -22,6 +22,15 @@ namespace loom::rollout {
 // needs a block when none is free takes one from the newest running sequence, which is preempted:
 // its blocks are freed and it goes back to the front of the queue, to be recomputed from its
 // tokens (prompt and output so far) when it is admitted again.
+//
+// Steps may overlap by one (asynchronous scheduling, as vLLM's): while a step runs on the device,
+// the next one is scheduled and launched, its decodes reading the tokens the running step draws
+// on the device. A scheduled step therefore counts its tokens as computed at once, and a chunk
+// that draws appends kPendingToken, which complete() replaces with the token drawn. A sequence
+// that the running step ends by length is not scheduled again; one it ends otherwise (an end
+// token, a stop, a cancel) has its extra chunk skipped by complete(). Scheduling ahead never
+// preempts: canScheduleAhead() says whether every running sequence's next chunk fits the free
+// blocks, and when it does not, the runner completes the running step first.
 
 using RequestId = int64_t;
 using SequenceId = int64_t;
@@ -29,6 +38,9 @@ using SequenceId = int64_t;
 // kCancelled: by its client; kAborted: by a weight update that would not wait for it.
 enum class FinishReason { kLength, kStop, kEos, kCancelled, kAborted };
 const char* finishReasonName(FinishReason reason);  // "length", "stop", "eos", "cancelled", "aborted"
+
+// A token drawn by a step still running: the next step's decode reads it on the device.
+inline constexpr int64_t kPendingToken = -1;
 
 struct SchedulerLimits {
   int32_t blockSize = 16;        // tokens per KV block
@@ -61,15 +73,18 @@ struct Sequence {
   SequenceId id = 0;
   RequestId request = 0;
   int sample = 0;  // which of the request's n samples
-  std::vector<int64_t> tokens;  // the prompt, then the output
+  std::vector<int64_t> tokens;  // the prompt, then the output; the last may be kPendingToken
   int64_t promptLength = 0;
-  int64_t computed = 0;  // tokens whose keys and values are in the cache
+  int64_t computed = 0;  // tokens whose keys and values are in the cache, or are being computed
   std::vector<int32_t> blocks;  // the block table: token t sits in blocks[t / blockSize]
-  // Samples still to fork from this one when its prompt is computed (n - 1 until then).
+  // Samples still to fork from this one when its prompt is computed (n - 1 until the prompt's
+  // last chunk is scheduled), then those forking when that step completes.
   int pendingSamples = 0;
+  int forkingSamples = 0;
   StopRule stop;
 
   int64_t numOutput() const { return static_cast<int64_t>(tokens.size()) - promptLength; }
+  bool drawing() const { return !tokens.empty() && tokens.back() == kPendingToken; }
 };
 
 struct ScheduledChunk {
@@ -126,10 +141,14 @@ class Scheduler {
   // in max_model_len for a token, n < 1, and a sequence that could never fit the KV cache.
   StatusOr<RequestId> addRequest(RequestOptions request);
 
-  // The next step's work; empty when nothing waits or runs.
+  // The next step's work; empty when nothing waits or runs. With a step not yet completed,
+  // only where canScheduleAhead().
   ScheduledStep schedule();
-  // Takes the step's drawn tokens back: sampled[i] holds chunk i's `samples` tokens. Appends
-  // them, forks the samples of prompts just computed, and ends the sequences their stop rules end.
+  // Whether the next step can be scheduled while the last one runs: it would preempt nothing.
+  bool canScheduleAhead() const;
+  // Takes a step's drawn tokens back, steps in the order scheduled: sampled[i] holds chunk i's
+  // `samples` tokens. Writes them in, forks the samples of prompts just computed, and ends the
+  // sequences their stop rules end. Chunks of sequences ended meanwhile are skipped.
   StepResult complete(const ScheduledStep& step, const std::vector<std::vector<int64_t>>& sampled);
 
   // Ends a sequence between steps (a stop string matched in its text): its blocks are freed.
@@ -160,8 +179,10 @@ class Scheduler {
   void releaseBlocks(Sequence& s);
   // Sequences a running sequence stands for against max_num_seqs: itself and its pending samples.
   int64_t runningSlots() const;
-  // The reason `s`'s last token ends it, if it does.
-  bool stops(const Sequence& s, FinishReason* reason) const;
+  // The reason the token at `index` ends `s`, if it does.
+  bool stops(const Sequence& s, int64_t index, FinishReason* reason) const;
+  // Whether `s` will hold as many tokens as it may once its drawing token is in.
+  bool fullLength(const Sequence& s) const;
   FinishedSequence retire(SequenceId id, FinishReason reason);
 
   SchedulerLimits limits_;

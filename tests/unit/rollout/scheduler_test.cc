@@ -2,6 +2,7 @@
 
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "tests/catch.h"
@@ -33,8 +34,12 @@ int64_t nextToken(const Sequence& s, int64_t computedAfter, int sample) {
 std::vector<std::vector<int64_t>> draw(const Scheduler& scheduler, const ScheduledStep& step) {
   std::vector<std::vector<int64_t>> sampled;
   for (const ScheduledChunk& c : step.chunks) {
-    const Sequence& s = *scheduler.sequence(c.sequence);
     std::vector<int64_t> tokens;
+    if (!scheduler.sequence(c.sequence)) {  // ended while the step ran: complete() skips it
+      sampled.push_back(tokens);
+      continue;
+    }
+    const Sequence& s = *scheduler.sequence(c.sequence);
     for (int j = 0; j < c.samples; ++j) tokens.push_back(nextToken(s, c.start + c.count, s.sample + j));
     sampled.push_back(tokens);
   }
@@ -310,4 +315,123 @@ TEST_CASE("scheduler: requests it could never run are refused, naming why", "[ro
   CHECK(budget.validate().message().find("max_num_batched_tokens") != std::string::npos);
   SchedulerLimits noBlocks = limits(0);
   CHECK(noBlocks.validate().message().find("no block") != std::string::npos);
+}
+
+namespace {
+
+// Runs the scheduler to the end as the engine does with asynchronous scheduling: each step is
+// scheduled while the one before it still runs (where canScheduleAhead allows), and its drawn
+// tokens are computed once that one has completed, as the device reads them. `arrive(step)` may
+// add requests before each step, and says whether more are to come.
+template <typename Arrive>
+std::map<std::pair<RequestId, int>, FinishedSequence> runAhead(Scheduler& scheduler, Arrive arrive,
+                                                               int64_t* aheadSteps) {
+  std::map<std::pair<RequestId, int>, FinishedSequence> done;
+  std::optional<ScheduledStep> running;
+  *aheadSteps = 0;
+  for (int step = 0; step < 100000; ++step) {
+    const bool more = arrive(step);
+    if (!running) {
+      ScheduledStep first = scheduler.schedule();
+      if (first.empty()) {
+        if (scheduler.idle() && !more) break;
+        continue;
+      }
+      running = std::move(first);
+    }
+    std::optional<ScheduledStep> next;
+    if (scheduler.canScheduleAhead()) {
+      ScheduledStep ahead = scheduler.schedule();
+      REQUIRE(ahead.preempted.empty());
+      if (!ahead.empty()) next = std::move(ahead), ++*aheadSteps;
+    }
+    for (auto& f : scheduler.complete(*running, draw(scheduler, *running)).finished)
+      done.emplace(std::make_pair(f.request, f.sample), f);
+    running = std::move(next);
+  }
+  REQUIRE(scheduler.idle());
+  return done;
+}
+
+}  // namespace
+
+TEST_CASE("scheduler: steps scheduled ahead of the running one give each request its tokens alone", "[rollout]") {
+  // Preemption (in the steps not scheduled ahead), chunked prompts, samples, and end tokens
+  // that end sequences a step after the next one was scheduled.
+  std::vector<int64_t> ends;
+  for (int64_t t = 2; t < 1002; t += 40) ends.push_back(t);
+  std::mt19937 random(11);
+  Scheduler scheduler(limits(16, 6, 24));
+  std::map<RequestId, RequestOptions> requests;
+  auto arrive = [&](int step) {
+    if (requests.size() < 64 && step % 2 == 0) {
+      RequestOptions r = request(1 + random() % 30, 1 + random() % 20, 1 + random() % 3, random() % 500);
+      r.stop.eosTokenIds = ends;
+      requests.emplace(*scheduler.addRequest(r), r);
+    }
+    return requests.size() < 64;
+  };
+  int64_t aheadSteps = 0;
+  auto done = runAhead(scheduler, arrive, &aheadSteps);
+  CHECK(aheadSteps > 100);
+  CHECK(scheduler.numPreemptions() > 0);
+  CHECK(scheduler.numBlocksUsed() == 0);
+  int64_t endedByToken = 0;
+  for (const auto& [id, r] : requests) {
+    Scheduler alone(limits(64));
+    REQUIRE(alone.addRequest(r).isOk());
+    auto reference = runAll(alone);
+    for (int sample = 0; sample < r.n; ++sample) {
+      const FinishedSequence& got = done.at({id, sample});
+      CHECK(got.output == reference.at({0, sample}).output);
+      CHECK(got.reason == reference.at({0, sample}).reason);
+      endedByToken += got.reason == FinishReason::kEos;
+    }
+  }
+  CHECK(endedByToken > 0);
+}
+
+TEST_CASE("scheduler: a step scheduled ahead skips what the running step ends by length", "[rollout]") {
+  Scheduler scheduler(limits(64, 8, 64));
+  REQUIRE(scheduler.addRequest(request(8, 2, /*n=*/2)).isOk());
+  ScheduledStep prefill = scheduler.schedule();
+  REQUIRE(scheduler.canScheduleAhead());
+  // The prompt's sequence decodes its first token ahead; its second sample forks only when the
+  // prefill completes, from the prompt's blocks and not the block taken ahead.
+  ScheduledStep second = scheduler.schedule();
+  REQUIRE(second.chunks.size() == 1);
+  CHECK(second.chunks[0].start == 8);
+  CHECK(second.chunks[0].samples == 1);
+  CHECK(scheduler.sequence(second.chunks[0].sequence)->tokens.back() == kPendingToken);
+  auto first = scheduler.complete(prefill, draw(scheduler, prefill));
+  REQUIRE(first.appended.size() == 2);
+  for (const auto& a : first.appended)  // 8 tokens in blocks of 4, and the block for token 8
+    CHECK(scheduler.sequence(a.sequence)->blocks.size() == (a.sample == 0 ? 3u : 2u));
+  // Both samples draw their last token in the next step: nothing is left to schedule after it.
+  ScheduledStep third = scheduler.schedule();
+  CHECK(third.chunks.size() == 1);  // the fork's first decode; the first sample is computing its last
+  auto secondDone = scheduler.complete(second, draw(scheduler, second));
+  REQUIRE(secondDone.finished.size() == 1);
+  CHECK(secondDone.finished[0].output.size() == 2);
+  CHECK(scheduler.schedule().empty());
+  auto thirdDone = scheduler.complete(third, draw(scheduler, third));
+  REQUIRE(thirdDone.finished.size() == 1);
+  CHECK(thirdDone.finished[0].output.size() == 2);
+  CHECK(scheduler.idle());
+  CHECK(scheduler.numBlocksUsed() == 0);
+}
+
+TEST_CASE("scheduler: a sequence ended while a step computes it leaves no pending token", "[rollout]") {
+  Scheduler scheduler(limits(64, 8, 64));
+  REQUIRE(scheduler.addRequest(request(3, 10)).isOk());
+  ScheduledStep prefill = scheduler.schedule();
+  ScheduledStep decode = scheduler.schedule();
+  auto result = scheduler.complete(prefill, draw(scheduler, prefill));
+  REQUIRE(result.appended.size() == 1);
+  // A stop string matched in the first token's text: the decode already launched is skipped.
+  const FinishedSequence stopped = scheduler.finish(result.appended[0].sequence, FinishReason::kStop);
+  CHECK(stopped.output == std::vector<int64_t>{result.appended[0].token});
+  CHECK(scheduler.complete(decode, draw(scheduler, decode)).appended.empty());
+  CHECK(scheduler.idle());
+  CHECK(scheduler.numBlocksUsed() == 0);
 }

@@ -132,19 +132,20 @@ class RolloutRunner final : public JobRunner {
     // CUDA-graph rows.
     RolloutEngine engine(model, std::move(cache),
                          EngineOptions{.limits = limits, .eosTokenIds = eos, .cudaGraphs = r.cudaGraphs,
+                                       .asyncScheduling = r.asyncScheduling,
                                        .group = group ? &*group : nullptr});
     std::printf("rollout: KV cache %d blocks of %d tokens (%s per rank), max_num_seqs %lld, max_num_batched_tokens "
-                "%lld, max_model_len %lld, tensor parallel %d, CUDA graphs %s\n",
+                "%lld, max_model_len %lld, tensor parallel %d, CUDA graphs %s, asynchronous scheduling %s\n",
                 limits.numBlocks, limits.blockSize, humanBytes(limits.numBlocks * blockBytes).c_str(),
                 static_cast<long long>(limits.maxNumSeqs), static_cast<long long>(limits.maxNumBatchedTokens),
-                static_cast<long long>(maxModelLen), group ? group->size() : 1, engine.cudaGraphs() ? "on" : "off");
+                static_cast<long long>(maxModelLen), group ? group->size() : 1, engine.cudaGraphs() ? "on" : "off",
+                engine.asyncScheduling() ? "on" : "off");
     std::fflush(stdout);
-    if (model.device().is_cuda() && !group) {
-      const Clock::time_point warming = Clock::now();
-      const int64_t graphs = engine.warmUp();
+    const Clock::time_point warming = Clock::now();
+    if (const std::optional<int64_t> graphs = engine.warmUp()) {
       std::printf("rollout: warmed up in %.2f s (a step of %lld tokens, %lld decode graphs)\n",
                   seconds(Clock::now() - warming), static_cast<long long>(limits.maxNumBatchedTokens),
-                  static_cast<long long>(graphs));
+                  static_cast<long long>(*graphs));
       std::fflush(stdout);
     }
     const data::HfTokenizer* text = tokenizer ? &*tokenizer : nullptr;

@@ -11,14 +11,10 @@
 
 namespace loom::worker {
 
-void PagedKvCache::copyBlocks(const std::vector<std::pair<int64_t, int64_t>>& copies) {
-  if (copies.empty()) return;
-  std::vector<int64_t> from, to;
-  for (const auto& [f, t] : copies) from.push_back(f), to.push_back(t);
-  const at::Tensor source = at::tensor(from, at::kLong).to(keys[0].device());
-  const at::Tensor target = at::tensor(to, at::kLong).to(keys[0].device());
+void PagedKvCache::copyBlocks(const at::Tensor& from, const at::Tensor& to) {
+  if (!from.defined() || from.numel() == 0) return;
   for (auto* layers : {&keys, &values})
-    for (at::Tensor& cache : *layers) cache.index_copy_(0, target, cache.index_select(0, source));
+    for (at::Tensor& cache : *layers) cache.index_copy_(0, to, cache.index_select(0, from));
 }
 
 int64_t DecoderModel::kvCacheBytesPerBlock(int64_t blockSize) const {

@@ -41,19 +41,21 @@ bool varlenServes(const at::Tensor& q) {
 at::Tensor attendVarlen(const at::Tensor& q, const at::Tensor& keyCache, const at::Tensor& valueCache,
                         const PagedSequences& s, int64_t first) {
   const int64_t count = s.numSequences() - first;
-  std::vector<int64_t> queryStarts, keyStarts{0};
   int64_t maxQuery = 0, maxKey = 0;
   for (int64_t i = first; i < s.numSequences(); ++i) {
-    queryStarts.push_back(s.queryStarts[i] - s.queryStarts[first]);
-    keyStarts.push_back(keyStarts.back() + s.contextLensHost[i]);
     maxQuery = std::max(maxQuery, s.queryStarts[i + 1] - s.queryStarts[i]);
     maxKey = std::max(maxKey, s.contextLensHost[i]);
   }
-  queryStarts.push_back(s.queryStarts.back() - s.queryStarts[first]);
   at::Tensor slots, cumQuery, cumKey;
   if (s.promptKeySlots.defined() && first == s.numSingleQuery) {
     slots = s.promptKeySlots, cumQuery = s.promptQueryStarts, cumKey = s.promptKeyStarts;
   } else {
+    std::vector<int64_t> queryStarts, keyStarts{0};
+    for (int64_t i = first; i < s.numSequences(); ++i) {
+      queryStarts.push_back(s.queryStarts[i] - s.queryStarts[first]);
+      keyStarts.push_back(keyStarts.back() + s.contextLensHost[i]);
+    }
+    queryStarts.push_back(s.queryStarts.back() - s.queryStarts[first]);
     const auto device = q.device();
     const at::Tensor keyStartsDevice = at::tensor(keyStarts, at::kLong).to(device, /*non_blocking=*/true);
     const at::Tensor lengths = s.contextLens.narrow(0, first, count);

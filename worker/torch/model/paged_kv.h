@@ -18,8 +18,9 @@ struct PagedKvCache {
   int64_t maxModelLen = 0;  // positions the cache serves: RoPE's table covers them
 
   int64_t numBlocks() const { return keys.empty() ? 0 : keys[0].size(0); }
-  // Copies blocks (from, to) in every layer: the copy on write of a shared block.
-  void copyBlocks(const std::vector<std::pair<int64_t, int64_t>>& copies);
+  // Copies block from[i] to block to[i] in every layer (the copy on write of a shared block);
+  // both [k] int64 on the cache's device, or undefined when there is nothing to copy.
+  void copyBlocks(const at::Tensor& from, const at::Tensor& to);
 };
 
 // One step of the rollout as the model computes it: T tokens of S sequences, flat.

@@ -15,8 +15,8 @@ RolloutEngine::RolloutEngine(DecoderModel& model, PagedKvCache cache, EngineOpti
   }
 }
 
-int64_t RolloutEngine::warmUp() {
-  if (options_.group) return 0;
+std::optional<int64_t> RolloutEngine::warmUp() {
+  if (options_.group || !model_.device().is_cuda()) return std::nullopt;
   return warmUpRollout(model_, cache_, options_.limits, /*scratchBlock=*/options_.limits.numBlocks, graphs_.get());
 }
 
@@ -42,42 +42,70 @@ StatusOr<rollout::RequestId> RolloutEngine::addRequest(std::vector<int64_t> prom
   return id;
 }
 
-StepEvents RolloutEngine::step() {
-  StepEvents events;
-  const rollout::ScheduledStep step = scheduler_.schedule();
-  if (step.empty()) return events;
-  events.computedTokens = step.numTokens;
+StepEvents RolloutEngine::step(bool launchMore) {
+  if (!inFlight_) {
+    if (!launchMore) return {};
+    rollout::ScheduledStep first = scheduler_.schedule();
+    if (first.empty()) return {};
+    inFlight_ = launch(std::move(first));
+  }
+  // The next step goes to the device before this one's tokens come back, where it can.
+  std::unique_ptr<InFlight> next;
+  if (launchMore && asyncScheduling() && scheduler_.canScheduleAhead()) {
+    rollout::ScheduledStep ahead = scheduler_.schedule();
+    if (!ahead.empty()) next = launch(std::move(ahead));
+  }
+  StepEvents events = collect(*inFlight_);
+  inFlight_ = std::move(next);
+  return events;
+}
+
+std::unique_ptr<RolloutEngine::InFlight> RolloutEngine::launch(rollout::ScheduledStep step) {
+  auto launched = std::make_unique<InFlight>();
   std::vector<int64_t> logitRow;
-  const HostStep host = encodeStep(step, scheduler_, model_.device().is_cuda(), &logitRow);
+  const HostStep host = encodeStep(step, scheduler_, model_.device().is_cuda(), &logitRow,
+                                   inFlight_ ? &inFlight_->rowOf : nullptr);
   if (options_.group) options_.group->sendStep(host);
-  const StepBatch batch = placeStep(host, model_.device(), cache_.blockSize, model_.config().slidingWindow);
-  cache_.copyBlocks(batch.copies);
+  StepBatch batch = placeStep(host, model_.device(), cache_.blockSize, model_.config().slidingWindow);
+  if (inFlight_) fillPendingTokens(batch, inFlight_->draws.tokens);
+  cache_.copyBlocks(batch.copyFrom, batch.copyTo);
   at::Tensor logits = graphs_ && graphs_->covers(batch) ? graphs_->run(batch)
                                                          : model_.pagedLogits(batch.tokens, batch.paged, cache_);
   if (options_.group) logits = options_.group->gatherLogits(logits, model_.config().vocabSize);
 
   // Each drawing chunk draws for its sequence's sample and, when the prompt forks, the rest.
   std::vector<Draw> draws;
-  std::vector<size_t> firstDraw(step.chunks.size());
+  launched->firstDraw.resize(step.chunks.size());
   for (size_t i = 0; i < step.chunks.size(); ++i) {
     const rollout::ScheduledChunk& c = step.chunks[i];
-    if (c.count > 1) events.promptTokens += c.count;
     const rollout::Sequence& s = *scheduler_.sequence(c.sequence);
     RequestState& request = requests_.at(s.request);
-    firstDraw[i] = draws.size();
+    launched->firstDraw[i] = draws.size();
+    if (c.samples > 0) launched->rowOf[c.sequence] = static_cast<int64_t>(draws.size());
     for (int j = 0; j < c.samples; ++j)
       draws.push_back({.row = logitRow[i], .params = &request.params,
                        .generator = &request.generators[s.sample + j]});
   }
-  const std::vector<DrawnToken> drawn = drawTokens(logits, draws);
+  launched->draws = launchDraws(logits, draws);
+  launched->step = std::move(step);
+  return launched;
+}
+
+StepEvents RolloutEngine::collect(InFlight& done) {
+  const rollout::ScheduledStep& step = done.step;
+  StepEvents events;
+  events.computedTokens = step.numTokens;
+  for (const rollout::ScheduledChunk& c : step.chunks)
+    if (c.count > 1) events.promptTokens += c.count;
+  const std::vector<DrawnToken> drawn = collectDraws(done.draws);
   std::vector<std::vector<int64_t>> sampled(step.chunks.size());
   for (size_t i = 0; i < step.chunks.size(); ++i)
-    for (int j = 0; j < step.chunks[i].samples; ++j) sampled[i].push_back(drawn[firstDraw[i] + j].token);
+    for (int j = 0; j < step.chunks[i].samples; ++j) sampled[i].push_back(drawn[done.firstDraw[i] + j].token);
 
   rollout::StepResult result = scheduler_.complete(step, sampled);
   for (const auto& a : result.appended)
-    events.tokens.push_back(
-        {.request = a.request, .sample = a.sample, .sequence = a.sequence, .drawn = drawn[firstDraw[a.chunk] + a.draw]});
+    events.tokens.push_back({.request = a.request, .sample = a.sample, .sequence = a.sequence,
+                             .drawn = drawn[done.firstDraw[a.chunk] + a.draw]});
   events.finished = std::move(result.finished);
   forget(events.finished);
   return events;

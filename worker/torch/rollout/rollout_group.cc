@@ -68,7 +68,7 @@ Status RolloutGroup::follow(DecoderModel& model, PagedKvCache& cache, int64_t sl
         std::copy(h + 4, h + kHeaderSize, step.sizes.begin());
         step.buffer = payload;
         const StepBatch batch = placeStep(step, device_, cache.blockSize, slidingWindow);
-        cache.copyBlocks(batch.copies);
+        cache.copyBlocks(batch.copyFrom, batch.copyTo);
         gatherLogits(model.pagedLogits(batch.tokens, batch.paged, cache), vocab);
         break;
       }

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <mutex>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include "worker/torch/model/ops.h"
 
@@ -40,9 +42,10 @@ at::Generator sampleGenerator(uint64_t seed, int64_t sample) {
   return at::make_generator<at::CPUGeneratorImpl>(mix(mix(seed) + static_cast<uint64_t>(sample)));
 }
 
-std::vector<DrawnToken> drawTokens(const at::Tensor& logits, const std::vector<Draw>& draws) {
+LaunchedDraws launchDraws(const at::Tensor& logits, const std::vector<Draw>& draws) {
   const auto count = static_cast<int64_t>(draws.size());
-  if (count == 0) return {};
+  LaunchedDraws launched;
+  if (count == 0) return launched;
   const int64_t vocab = logits.size(1);
   std::vector<int64_t> rows, sampled;
   std::vector<float> temperature, topK, topP, minP, uniforms;
@@ -52,6 +55,7 @@ std::vector<DrawnToken> drawTokens(const at::Tensor& logits, const std::vector<D
     const Draw& d = draws[i];
     const planner::SamplingParams& p = *d.params;
     rows.push_back(d.row);
+    launched.topCounts.push_back(std::min(p.logprobs, vocab));
     maxTop = std::max(maxTop, p.logprobs);
     if (p.greedy()) continue;
     sampled.push_back(i);
@@ -64,7 +68,11 @@ std::vector<DrawnToken> drawTokens(const at::Tensor& logits, const std::vector<D
     filters = filters || limitsK || p.topP < 1 || p.minP > 0;
   }
   const at::Device device = logits.device();
-  auto onDevice = [&](const auto& values) { return at::tensor(values).to(device); };
+  // Through pinned memory, without waiting: a blocking copy would wait for the step running.
+  auto onDevice = [&](const auto& values) {
+    const at::Tensor t = at::tensor(values);
+    return device.is_cpu() ? t : t.pin_memory().to(device, /*non_blocking=*/true);
+  };
   // A decode step draws once from each row, in order: no copy of the logits then. They stay in
   // the model's dtype where the result does not depend on it (argmax, the fused logprobs): each
   // pass over [D, V] in fp32 would read and write twice the bytes.
@@ -96,23 +104,45 @@ std::vector<DrawnToken> drawTokens(const at::Tensor& logits, const std::vector<D
     tokens.index_put_({which}, picked.squeeze(1));
   }
   // The chosen tokens' logprobs from the raw logits, as vLLM returns them by default.
-  const at::Tensor chosen = ops().logprobs(raw, tokens).cpu();
-  const at::Tensor tokensHost = tokens.cpu();
+  launched.tokens = tokens;
+  const at::Tensor chosen = ops().logprobs(raw, tokens);
   at::Tensor topValues, topIds;
-  if (maxTop > 0) {
-    maxTop = std::min(maxTop, vocab);
-    auto [values, ids] = at::log_softmax(raw, -1, at::kFloat).topk(maxTop, -1);
-    topValues = values.cpu();
-    topIds = ids.cpu();
+  if (maxTop > 0) std::tie(topValues, topIds) = at::log_softmax(raw, -1, at::kFloat).topk(std::min(maxTop, vocab), -1);
+  if (device.is_cpu()) {
+    launched.hostTokens = tokens, launched.hostLogprobs = chosen, launched.hostTopIds = topIds;
+    launched.hostTopValues = topValues;
+    return launched;
   }
+  // Copies into pinned memory that do not wait, and an event that says when they are done.
+  auto toHost = [](const at::Tensor& t) {
+    if (!t.defined()) return t;
+    at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+    return host.copy_(t, /*non_blocking=*/true);
+  };
+  launched.hostTokens = toHost(tokens), launched.hostLogprobs = toHost(chosen);
+  launched.hostTopIds = toHost(topIds), launched.hostTopValues = toHost(topValues);
+  launched.copied = std::make_shared<c10::Event>(device.type());
+  launched.copied->record(c10::impl::VirtualGuardImpl(device.type()).getStream(device));
+  return launched;
+}
+
+std::vector<DrawnToken> collectDraws(const LaunchedDraws& launched) {
+  if (launched.copied) launched.copied->synchronize();
+  const auto count = static_cast<int64_t>(launched.topCounts.size());
+  const int64_t width = launched.hostTopIds.defined() ? launched.hostTopIds.size(1) : 0;
   std::vector<DrawnToken> out(count);
   for (int64_t i = 0; i < count; ++i) {
-    out[i].token = tokensHost.data_ptr<int64_t>()[i];
-    out[i].logprob = chosen.data_ptr<float>()[i];
-    for (int64_t k = 0; k < draws[i].params->logprobs; ++k)
-      out[i].top.emplace_back(topIds.data_ptr<int64_t>()[i * maxTop + k], topValues.data_ptr<float>()[i * maxTop + k]);
+    out[i].token = launched.hostTokens.data_ptr<int64_t>()[i];
+    out[i].logprob = launched.hostLogprobs.data_ptr<float>()[i];
+    for (int64_t k = 0; k < launched.topCounts[i]; ++k)
+      out[i].top.emplace_back(launched.hostTopIds.data_ptr<int64_t>()[i * width + k],
+                              launched.hostTopValues.data_ptr<float>()[i * width + k]);
   }
   return out;
+}
+
+std::vector<DrawnToken> drawTokens(const at::Tensor& logits, const std::vector<Draw>& draws) {
+  return collectDraws(launchDraws(logits, draws));
 }
 
 }  // namespace loom::worker

@@ -24,7 +24,7 @@ void ServeLoop::run() {
 }
 
 void ServeLoop::runOnce(std::chrono::milliseconds idleWait) {
-  const bool computing = !paused_ && !engine_.idle();
+  const bool computing = (!paused_ && !engine_.idle()) || engine_.stepInFlight();
   rollout::RolloutInbox::Commands commands = inbox_.take(computing ? std::chrono::milliseconds(0) : idleWait);
   for (const rollout::PauseOrder& order : commands.pauses) applyPause(order);
   for (Handle handle : commands.cancelled) cancel(handle, rollout::FinishReason::kCancelled);
@@ -37,7 +37,8 @@ void ServeLoop::runOnce(std::chrono::milliseconds idleWait) {
     }
   }
   advanceUpdates();
-  if (!paused_ && !engine_.idle()) step();
+  // Paused, a step already launched still comes back, and nothing more is launched.
+  if ((!paused_ && !engine_.idle()) || engine_.stepInFlight()) step(/*launch=*/!paused_);
   const Clock::time_point now = Clock::now();
   inbox_.publish(statusView());
   // Every report is stored by the planner, and a served job runs for days: one in 10 s.
@@ -98,6 +99,7 @@ void ServeLoop::advanceUpdates() {
     }
     rollout::WeightsOrder done = std::move(order);
     updates_.pop_front();
+    if (engine_.stepInFlight()) step(/*launch=*/false);  // the weights change under no step
     const Clock::time_point start = Clock::now();
     auto loaded = options_.loadWeights(done.dir);
     if (!loaded.isOk()) {
@@ -117,8 +119,8 @@ void ServeLoop::advanceUpdates() {
   }
 }
 
-void ServeLoop::step() {
-  StepEvents events = engine_.step();
+void ServeLoop::step(bool launch) {
+  StepEvents events = engine_.step(launch);
   const Clock::time_point now = Clock::now();
   ++steps_;
   promptTokens_ += events.promptTokens;

@@ -68,7 +68,7 @@ class ServeLoop {
   void applyPause(const rollout::PauseOrder& order);
   // The update at the front of the queue, once nothing is in flight (or at once with abort).
   void advanceUpdates();
-  void step();
+  void step(bool launch);
   void onToken(const TokenEvent& e, Clock::time_point now, std::vector<rollout::SequenceId>& stopped);
   void onFinished(const rollout::FinishedSequence& f);
   rollout::RolloutStatusView statusView() const;

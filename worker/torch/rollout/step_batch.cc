@@ -14,14 +14,14 @@ int64_t HostStep::offset(Part part) const {
 }
 
 HostStep encodeStep(const rollout::ScheduledStep& step, const rollout::Scheduler& scheduler, bool pinned,
-                    std::vector<int64_t>* logitRow) {
+                    std::vector<int64_t>* logitRow, const PendingRows* pendingRows) {
   const int64_t blockSize = scheduler.limits().blockSize;
   std::vector<size_t> order(step.chunks.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_partition(order.begin(), order.end(), [&](size_t i) { return step.chunks[i].count == 1; });
 
   std::vector<int64_t> tokens, positions, slots, contextLens, queryStarts{0}, logitRows, copies;
-  std::vector<int64_t> promptKeySlots, promptQueryStarts, promptKeyStarts;
+  std::vector<int64_t> promptKeySlots, promptQueryStarts, promptKeyStarts, pendingTokens, pendingRowsOut;
   std::vector<const std::vector<int32_t>*> tables;
   HostStep host;
   logitRow->assign(step.chunks.size(), -1);
@@ -30,7 +30,11 @@ HostStep encodeStep(const rollout::ScheduledStep& step, const rollout::Scheduler
     const rollout::ScheduledChunk& c = step.chunks[i];
     const rollout::Sequence& s = *scheduler.sequence(c.sequence);
     for (int64_t p = c.start; p < c.start + c.count; ++p) {
-      tokens.push_back(s.tokens[p]);
+      if (s.tokens[p] == rollout::kPendingToken) {
+        pendingTokens.push_back(static_cast<int64_t>(tokens.size()));
+        pendingRowsOut.push_back(pendingRows->at(s.id));
+      }
+      tokens.push_back(s.tokens[p] == rollout::kPendingToken ? 0 : s.tokens[p]);
       positions.push_back(p);
       slots.push_back(int64_t(s.blocks[p / blockSize]) * blockSize + p % blockSize);
     }
@@ -56,11 +60,13 @@ HostStep encodeStep(const rollout::ScheduledStep& step, const rollout::Scheduler
   // Block tables padded with block 0, which the attention masks out.
   std::vector<int64_t> blockTables(tables.size() * widest, 0);
   for (size_t r = 0; r < tables.size(); ++r) std::copy(tables[r]->begin(), tables[r]->end(), blockTables.begin() + r * widest);
-  for (const rollout::BlockCopy& c : step.copies) copies.insert(copies.end(), {c.from, c.to});
+  for (const rollout::BlockCopy& c : step.copies) copies.push_back(c.from);
+  for (const rollout::BlockCopy& c : step.copies) copies.push_back(c.to);
 
   const std::array<const std::vector<int64_t>*, HostStep::kNumParts> parts{
       &tokens,      &positions, &slots,          &logitRows,         &blockTables,
-      &contextLens, &queryStarts, &copies, &promptKeySlots, &promptQueryStarts, &promptKeyStarts};
+      &contextLens, &queryStarts, &copies, &promptKeySlots, &promptQueryStarts, &promptKeyStarts,
+      &pendingTokens, &pendingRowsOut};
   int64_t total = 0;
   for (int p = 0; p < HostStep::kNumParts; ++p) total += host.sizes[p] = static_cast<int64_t>(parts[p]->size());
   host.widest = static_cast<int64_t>(widest);
@@ -94,9 +100,19 @@ StepBatch placeStep(const HostStep& host, at::Device device, int64_t blockSize, 
   }
   seqs.blockSize = blockSize;
   seqs.slidingWindow = slidingWindow;
-  const int64_t* copies = host.part(HostStep::kCopies);
-  for (int64_t i = 0; i + 1 < host.sizes[HostStep::kCopies]; i += 2) batch.copies.emplace_back(copies[i], copies[i + 1]);
+  if (const int64_t copies = host.sizes[HostStep::kCopies] / 2; copies > 0) {
+    batch.copyFrom = view(HostStep::kCopies).narrow(0, 0, copies);
+    batch.copyTo = view(HostStep::kCopies).narrow(0, copies, copies);
+  }
+  if (host.sizes[HostStep::kPendingTokens] > 0) {
+    batch.pendingTokens = view(HostStep::kPendingTokens);
+    batch.pendingRows = view(HostStep::kPendingRows);
+  }
   return batch;
+}
+
+void fillPendingTokens(StepBatch& batch, const at::Tensor& drawn) {
+  if (batch.pendingTokens.defined()) batch.tokens.index_copy_(0, batch.pendingTokens, drawn.index_select(0, batch.pendingRows));
 }
 
 }  // namespace loom::worker

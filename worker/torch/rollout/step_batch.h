@@ -1,6 +1,7 @@
 #pragma once
 
 #include <array>
+#include <unordered_map>
 #include <cstdint>
 #include <vector>
 
@@ -19,7 +20,7 @@ struct HostStep {
   // kPromptKeySlots..kPromptKeyStarts: PagedSequences' prompt* fields, empty without prompt chunks.
   enum Part {
     kTokens, kPositions, kSlots, kLogitRows, kBlockTables, kContextLens, kQueryStarts, kCopies,
-    kPromptKeySlots, kPromptQueryStarts, kPromptKeyStarts, kNumParts
+    kPromptKeySlots, kPromptQueryStarts, kPromptKeyStarts, kPendingTokens, kPendingRows, kNumParts
   };
   std::array<int64_t, kNumParts> sizes{};
   int64_t widest = 1;   // block-table columns
@@ -34,16 +35,26 @@ struct HostStep {
 // The step as the model takes it: the chunks' tokens flat, where each sits in its sequence and
 // in the KV cache, and which rows of the logits are drawn from.
 struct StepBatch {
-  at::Tensor tokens;  // [T] int64
+  at::Tensor tokens;  // [T] int64; tokens[pendingTokens[i]] is still to come (fillPendingTokens)
   PagedStep paged;
-  // (from, to) KV blocks to copy before the step: the copy on write of a shared block.
-  std::vector<std::pair<int64_t, int64_t>> copies;
+  // KV blocks to copy before the step, from[i] to to[i]: the copy on write of a shared block.
+  at::Tensor copyFrom, copyTo;  // undefined: no copy
+  // The decodes whose input token the step before draws on the device, and that token's row
+  // among the step before's draws. Undefined: none.
+  at::Tensor pendingTokens, pendingRows;
 };
 
+// Where a kPendingToken's value comes from: the row, among the draws of the step still
+// running, of the token it draws for the sequence.
+using PendingRows = std::unordered_map<rollout::SequenceId, int64_t>;
+
 // `logitRow`: for each chunk of the step, in the step's order, its row of the logits, or -1 when
-// it draws nothing (a prompt not yet wholly computed).
+// it draws nothing (a prompt not yet wholly computed). `pendingRows` covers every sequence whose
+// token is pending (null: none is).
 HostStep encodeStep(const rollout::ScheduledStep& step, const rollout::Scheduler& scheduler, bool pinned,
-                    std::vector<int64_t>* logitRow);
+                    std::vector<int64_t>* logitRow, const PendingRows* pendingRows = nullptr);
 StepBatch placeStep(const HostStep& host, at::Device device, int64_t blockSize, int64_t slidingWindow);
+// Writes the pending tokens into batch.tokens from `drawn` [D], the step before's tokens on the device.
+void fillPendingTokens(StepBatch& batch, const at::Tensor& drawn);
 
 }  // namespace loom::worker
