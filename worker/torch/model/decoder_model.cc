@@ -390,18 +390,23 @@ std::vector<int64_t> DecoderModel::takeExpertLoad() {
 at::Tensor DecoderModel::mlpBlock(const Layer& l, const at::Tensor& input) {
   backends::Communicator& tp = *shards_.tp;
   const at::Tensor x = copyToTensorParallel(input, tp);
-  at::Tensor gate, up;
   // Fused (fuseProjections) where the GEMMs are bound by reading their weights: steps of a few
-  // hundred rows. At a prefill's thousands they are bound by arithmetic, and the fused output's
-  // halves would cost swiglu two copies to make contiguous.
+  // hundred rows. At a prefill's thousands they are bound by arithmetic.
   constexpr int64_t kFusedRowsMax = 512;
-  if (l.gateUp.defined() && x.numel() / x.size(-1) <= kFusedRowsMax) {
-    const at::Tensor both = linear_(x, l.gateUp, l.gateUpBias);
+  const int64_t rows = x.numel() / x.size(-1);
+  if (l.gateUp.defined() && rows <= kFusedRowsMax) {
+    // The fused product transposed, [2I, T]: its gate and up halves are then contiguous blocks
+    // of rows, which SwiGLU reads in place (the halves of [T, 2I] would each need a copy), and
+    // the down projection reads SwiGLU's [I, T] through the GEMM's transpose flag.
+    at::Tensor both = at::mm(l.gateUp, x.reshape({rows, x.size(-1)}).t());
+    if (l.gateUpBias.defined()) both = both + l.gateUpBias.unsqueeze(1);
     const int64_t n = l.gate.size(0);
-    gate = both.narrow(-1, 0, n), up = both.narrow(-1, n, n);
-  } else {
-    gate = linear_(x, l.gate, l.gateBias), up = linear_(x, l.up, l.upBias);
+    const at::Tensor hidden = ops().swiglu(both.narrow(0, 0, n), both.narrow(0, n, n)).t();  // [T, I]
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes.back() = l.down.size(0);
+    return rowParallel(hidden, l.down, l.downBias).view(sizes);
   }
+  const at::Tensor gate = linear_(x, l.gate, l.gateBias), up = linear_(x, l.up, l.upBias);
   at::Tensor hidden;
   {
     FlopsProfile::Scope scope(profile_, l.index, "mlp.act_fn");
