@@ -318,14 +318,6 @@ Status StateStore::updateJob(const JobRecord& job, const std::vector<JobEvent>& 
   return tx.commit();
 }
 
-Status StateStore::appendMetrics(const std::string& jobId, const std::vector<Metric>& metrics) {
-  if (metrics.empty()) return Status::ok();
-  Transaction tx(db_);
-  RETURN_IF_ERROR(tx.began());
-  RETURN_IF_ERROR(insertMetrics(jobId, metrics));
-  return tx.commit();
-}
-
 Status StateStore::insertMetrics(const std::string& jobId, const std::vector<Metric>& metrics) {
   if (metrics.empty()) return Status::ok();
   Statement st(prepared("INSERT INTO metrics (job_id, attempt, rank, step, name, value, time_ms) VALUES (?,?,?,?,?,?,?)"));

@@ -32,7 +32,6 @@ class StateStore {
   Status insertJob(const JobRecord& job, const std::vector<JobEvent>& events, const Plan* plan = nullptr);
   // The job's state, its new events and its new metric rows, in one transaction.
   Status updateJob(const JobRecord& job, const std::vector<JobEvent>& newEvents, const std::vector<Metric>& metrics = {});
-  Status appendMetrics(const std::string& jobId, const std::vector<Metric>& metrics);
 
   StatusOr<std::vector<JobRecord>> loadJobs();
   StatusOr<std::vector<JobEvent>> loadEvents(const std::string& jobId);

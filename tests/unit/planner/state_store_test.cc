@@ -49,8 +49,8 @@ TEST_CASE("jobs - events and metrics survive reopening the database", "[planner]
     REQUIRE((*store)->updateJob(job, {JobEvent{.seq = 2, .timeMs = 20, .state = JobState::kSucceeded, .attempt = 1,
                                                .reason = "done"}})
                 .isOk());
-    REQUIRE((*store)->appendMetrics("a", {Metric{.attempt = 1, .rank = 0, .step = 1, .name = "m", .value = 0.5,
-                                                 .timeMs = 11}})
+    REQUIRE((*store)->updateJob(job, {}, {Metric{.attempt = 1, .rank = 0, .step = 1, .name = "m", .value = 0.5,
+                                                  .timeMs = 11}})
                 .isOk());
   }
   auto store = StateStore::open(path);
@@ -210,7 +210,8 @@ TEST_CASE("metric pages - every row in order, filtered by name and rank, resumed
   loom::testing::TempDir dir;
   auto store = StateStore::open(dir.path() + "/planner.db");
   REQUIRE(store.isOk());
-  REQUIRE((*store)->insertJob(sampleJob("a", "ra"), {}).isOk());
+  const JobRecord job = sampleJob("a", "ra");
+  REQUIRE((*store)->insertJob(job, {}).isOk());
   std::vector<Metric> rows;
   for (int step = 1; step <= 300; ++step) {
     for (int rank = 0; rank < 2; ++rank) {
@@ -218,7 +219,7 @@ TEST_CASE("metric pages - every row in order, filtered by name and rank, resumed
       rows.push_back({.attempt = 1, .rank = rank, .step = step, .name = "lr", .value = 1e-3});
     }
   }
-  REQUIRE((*store)->appendMetrics("a", rows).isOk());
+  REQUIRE((*store)->updateJob(job, {}, rows).isOk());
 
   auto all = (*store)->loadMetricPage({.jobId = "a"});
   REQUIRE(all.isOk());
@@ -249,7 +250,7 @@ TEST_CASE("metric pages - every row in order, filtered by name and rank, resumed
   REQUIRE(empty.isOk());
   CHECK(empty->metrics.empty());
   CHECK(empty->lastRow == query.afterRow);
-  REQUIRE((*store)->appendMetrics("a", {{.attempt = 1, .rank = 0, .step = 301, .name = "loss", .value = 9}}).isOk());
+  REQUIRE((*store)->updateJob(job, {}, {{.attempt = 1, .rank = 0, .step = 301, .name = "loss", .value = 9}}).isOk());
   auto next = (*store)->loadMetricPage(query);
   REQUIRE(next.isOk());
   REQUIRE(next->metrics.size() == 1);
