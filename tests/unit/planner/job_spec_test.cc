@@ -83,6 +83,7 @@ TEST_CASE("rollout specs: engine limits, sampling defaults, and what is refused"
   CHECK(spec->rollout.sampling.topK == 0);
   CHECK(spec->rollout.sampling.stop == std::vector<std::string>{"END"});
   CHECK(spec->rollout.sampling.maxNewTokens == 32);
+  CHECK(spec->rollout.asyncScheduling);
   auto again = parseJobSpec(spec->toJson().dump());
   REQUIRE(again.isOk());
   CHECK(again->toJson() == spec->toJson());
@@ -105,6 +106,11 @@ TEST_CASE("rollout specs: engine limits, sampling defaults, and what is refused"
   CHECK(rolloutError(R"({"prompts": "/p", "output": "/o", "max_num_seqs": 512, "max_num_batched_tokens": 256})")
             .find("rollout.max_num_batched_tokens") == 0);
   CHECK(rolloutError(R"({"prompts": "/p", "output": "/o", "dtype": "int8"})").find("rollout.dtype") == 0);
+  CHECK(rolloutError(R"({"prompts": "/p", "output": "/o", "async_scheduling": "yes"})").find("rollout.async_scheduling") == 0);
+  auto synchronous = parseJobSpec(head + R"({"prompts": "/p", "output": "/o", "async_scheduling": false}})");
+  REQUIRE(synchronous.isOk());
+  CHECK(!synchronous->rollout.asyncScheduling);
+  CHECK(parseJobSpec(synchronous->toJson().dump())->rollout.asyncScheduling == false);
   CHECK(errorOf(R"({"name": "r", "kind": "rollout", "resources": {"ranks": 2}, "model": {"config": "/m/config.json"},
     "rollout": {"prompts": "/p", "output": "/o"}})")
             .find("resources.ranks: 2 ranks for a rollout") == 0);
