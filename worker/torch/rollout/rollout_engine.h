@@ -66,8 +66,8 @@ class RolloutEngine {
                                           uint64_t seed);
   // Computes a step and draws its tokens: the step launched by the call before (with
   // asynchronous scheduling, having launched the next one first), or a step scheduled now.
-  // Nothing when idle. `launch` false: only the step already launched, if any (paused).
-  StepEvents step(bool launch = true);
+  // Nothing when idle. `launchMore` false: only the step already launched, if any (paused).
+  StepEvents step(bool launchMore = true);
   // Ends a sample early (a stop string) or every sample of a request (cancelled by its client,
   // or aborted by a weight update).
   rollout::FinishedSequence finish(rollout::SequenceId sequence, rollout::FinishReason reason);

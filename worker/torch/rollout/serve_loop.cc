@@ -38,7 +38,7 @@ void ServeLoop::runOnce(std::chrono::milliseconds idleWait) {
   }
   advanceUpdates();
   // Paused, a step already launched still comes back, and nothing more is launched.
-  if ((!paused_ && !engine_.idle()) || engine_.stepInFlight()) step(/*launch=*/!paused_);
+  if ((!paused_ && !engine_.idle()) || engine_.stepInFlight()) step(/*launchMore=*/!paused_);
   const Clock::time_point now = Clock::now();
   inbox_.publish(statusView());
   // Every report is stored by the planner, and a served job runs for days: one in 10 s.
@@ -99,7 +99,7 @@ void ServeLoop::advanceUpdates() {
     }
     rollout::WeightsOrder done = std::move(order);
     updates_.pop_front();
-    if (engine_.stepInFlight()) step(/*launch=*/false);  // the weights change under no step
+    if (engine_.stepInFlight()) step(/*launchMore=*/false);  // the weights change under no step
     const Clock::time_point start = Clock::now();
     auto loaded = options_.loadWeights(done.dir);
     if (!loaded.isOk()) {
@@ -119,8 +119,8 @@ void ServeLoop::advanceUpdates() {
   }
 }
 
-void ServeLoop::step(bool launch) {
-  StepEvents events = engine_.step(launch);
+void ServeLoop::step(bool launchMore) {
+  StepEvents events = engine_.step(launchMore);
   const Clock::time_point now = Clock::now();
   ++steps_;
   promptTokens_ += events.promptTokens;

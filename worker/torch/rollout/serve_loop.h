@@ -68,7 +68,8 @@ class ServeLoop {
   void applyPause(const rollout::PauseOrder& order);
   // The update at the front of the queue, once nothing is in flight (or at once with abort).
   void advanceUpdates();
-  void step(bool launch);
+  // One engine step (RolloutEngine::step), its tokens and ends sent to their streams.
+  void step(bool launchMore);
   void onToken(const TokenEvent& e, Clock::time_point now, std::vector<rollout::SequenceId>& stopped);
   void onFinished(const rollout::FinishedSequence& f);
   rollout::RolloutStatusView statusView() const;
