@@ -63,6 +63,7 @@ for run in ${RUNS:-$runs}; do
              "max_num_batched_tokens": 8192, "cuda_graphs": $graphs, "async_scheduling": $async,
              "profile_step": $profile}}
 JSON
+  rm -rf "$out/state-$run"  # one job in it: the rank log below is this run's
   "$bin/loomctl" run "$out/loom-$run.json" --state-dir "$out/state-$run" > "$out/loom-$run.out" 2>&1 ||
     echo "loom $run failed: see loom-$run.out"
   cp "$out"/state-$run/jobs/*/attempt-1/rank-0.log "$out/loom-$run-rank0.log" 2>/dev/null || true
