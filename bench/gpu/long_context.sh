@@ -35,6 +35,7 @@ for mode in $modes; do
    "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}}
 JSON
     ok=1
+    rm -rf "$out/state-$run"  # one job in it: the rank log below is this run's
     timeout 300 "$bin/loomctl" run "$out/loom-$run.json" --state-dir "$out/state-$run" > "$out/loom-$run.out" 2>&1 || ok=0
     log=$(ls "$out"/state-$run/jobs/*/attempt-1/rank-0.log 2>/dev/null | head -1)
     peak=$(grep -o 'device peak [0-9.]* [KMG]iB' "$log" 2>/dev/null | head -1 | sed 's/device peak //')

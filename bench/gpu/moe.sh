@@ -43,6 +43,7 @@ for run in $runs; do
    $experts
    "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}}
 JSON
+  rm -rf "$out/state-$run"  # one job in it: the rank log below is this run's
   "$bin/loomctl" run "$out/loom-$run.json" --state-dir "$out/state-$run" > "$out/loom-$run.out" 2>&1 ||
     echo "loom $run failed: see loom-$run.out"
   cp "$out"/state-$run/jobs/*/attempt-1/rank-0.log "$out/loom-$run-rank0.log" 2>/dev/null || true

@@ -24,6 +24,7 @@ run() {  # name ranks stage
    "bf16": {"enabled": true}, "gradient_clipping": 1.0, "zero_optimization": {"stage": $3},
    "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}}
 JSON
+  rm -rf "$out/state-$1"  # one job in it: the rank log below is this run's
   "$bin/loomctl" run "$out/$1.json" --state-dir "$out/state-$1" > "$out/$1.out" 2>&1 || echo "$1 failed: see $1.out"
   cp "$out"/state-$1/jobs/*/attempt-1/rank-0.log "$out/$1-rank0.log" 2>/dev/null || true
 }

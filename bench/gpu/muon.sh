@@ -29,6 +29,7 @@ for stage in 0 3; do
    "gradient_accumulation_steps": $ga, "steps_per_print": 1, "bf16": {"enabled": true}, "gradient_clipping": 1.0,
    "zero_optimization": {"stage": $stage}, "optimizer": $params}}
 JSON
+    rm -rf "$out/state-$run"  # one job in it: the rank log below is this run's
     "$bin/loomctl" run "$out/loom-$run.json" --state-dir "$out/state-$run" > "$out/loom-$run.out" 2>&1 ||
       echo "loom $run failed: see loom-$run.out"
     cp "$out"/state-$run/jobs/*/attempt-1/rank-0.log "$out/loom-$run-rank0.log" 2>/dev/null || true
