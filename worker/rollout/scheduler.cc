@@ -148,8 +148,8 @@ int64_t Scheduler::runningSlots() const {
   return slots;
 }
 
-bool Scheduler::fullLength(const Sequence& s) const {
-  return s.numOutput() >= s.stop.maxNewTokens || static_cast<int64_t>(s.tokens.size()) >= limits_.maxModelLen;
+bool Scheduler::fullLength(const Sequence& s, int64_t held) const {
+  return held - s.promptLength >= s.stop.maxNewTokens || held >= limits_.maxModelLen;
 }
 
 bool Scheduler::canScheduleAhead() const {
@@ -185,7 +185,8 @@ ScheduledStep Scheduler::schedule() {
       Sequence& s = sequences_.at(id);
       const int64_t remaining = static_cast<int64_t>(s.tokens.size()) - s.computed;
       if ((remaining == 1) != decodes) continue;
-      if (s.drawing() && fullLength(s)) continue;  // the step running draws its last token
+      // The step running draws its last token.
+      if (s.drawing() && fullLength(s, static_cast<int64_t>(s.tokens.size()))) continue;
       const int64_t count = std::min(remaining, budget());
       if (count == 0) break;
       if (!reserveBlocks(s, s.computed + count, step)) continue;
@@ -218,7 +219,7 @@ bool Scheduler::stops(const Sequence& s, int64_t index, FinishReason* reason) co
     *reason = FinishReason::kEos;
   } else if (holds(s.stop.stopTokenIds)) {
     *reason = FinishReason::kStop;
-  } else if (index + 1 - s.promptLength >= s.stop.maxNewTokens || index + 1 >= limits_.maxModelLen) {
+  } else if (fullLength(s, index + 1)) {
     *reason = FinishReason::kLength;
   } else {
     return false;

@@ -177,12 +177,14 @@ class Scheduler {
   bool reserveBlocks(Sequence& s, int64_t tokens, ScheduledStep& step);
   void preempt(SequenceId id, ScheduledStep& step);
   void releaseBlocks(Sequence& s);
-  // Sequences a running sequence stands for against max_num_seqs: itself and its pending samples.
+  // Sequences a running sequence stands for against max_num_seqs: itself and its samples still
+  // to fork (pending or forking).
   int64_t runningSlots() const;
   // The reason the token at `index` ends `s`, if it does.
   bool stops(const Sequence& s, int64_t index, FinishReason* reason) const;
-  // Whether `s` will hold as many tokens as it may once its drawing token is in.
-  bool fullLength(const Sequence& s) const;
+  // Whether a sequence of `s`'s holding `held` tokens has as many as it may: max_new_tokens of
+  // output, or max_model_len in all.
+  bool fullLength(const Sequence& s, int64_t held) const;
   FinishedSequence retire(SequenceId id, FinishReason reason);
 
   SchedulerLimits limits_;

@@ -24,8 +24,7 @@ void ServeLoop::run() {
 }
 
 void ServeLoop::runOnce(std::chrono::milliseconds idleWait) {
-  const bool computing = (!paused_ && !engine_.idle()) || engine_.stepInFlight();
-  rollout::RolloutInbox::Commands commands = inbox_.take(computing ? std::chrono::milliseconds(0) : idleWait);
+  rollout::RolloutInbox::Commands commands = inbox_.take(computing() ? std::chrono::milliseconds(0) : idleWait);
   for (const rollout::PauseOrder& order : commands.pauses) applyPause(order);
   for (Handle handle : commands.cancelled) cancel(handle, rollout::FinishReason::kCancelled);
   for (rollout::WeightsOrder& order : commands.updates) updates_.push_back(std::move(order));
@@ -37,12 +36,16 @@ void ServeLoop::runOnce(std::chrono::milliseconds idleWait) {
     }
   }
   advanceUpdates();
-  // Paused, a step already launched still comes back, and nothing more is launched.
-  if ((!paused_ && !engine_.idle()) || engine_.stepInFlight()) step(/*launchMore=*/!paused_);
+  if (computing()) step(/*launchMore=*/!paused_);
   const Clock::time_point now = Clock::now();
   inbox_.publish(statusView());
   // Every report is stored by the planner, and a served job runs for days: one in 10 s.
   if (seconds(now - lastReport_) >= 10.0) report(now);
+}
+
+bool ServeLoop::computing() const {
+  // Paused, a step already launched still comes back, and nothing more is launched.
+  return (!paused_ && !engine_.idle()) || engine_.stepInFlight();
 }
 
 void ServeLoop::admit(rollout::RolloutInbox::Submission submission) {

@@ -68,6 +68,8 @@ class ServeLoop {
   void applyPause(const rollout::PauseOrder& order);
   // The update at the front of the queue, once nothing is in flight (or at once with abort).
   void advanceUpdates();
+  // Whether the engine has a step to compute or collect now.
+  bool computing() const;
   // One engine step (RolloutEngine::step), its tokens and ends sent to their streams.
   void step(bool launchMore);
   void onToken(const TokenEvent& e, Clock::time_point now, std::vector<rollout::SequenceId>& stopped);

@@ -1,8 +1,8 @@
 #pragma once
 
 #include <array>
-#include <unordered_map>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -18,6 +18,7 @@ namespace loom::worker {
 // paged attention wants them.
 struct HostStep {
   // kPromptKeySlots..kPromptKeyStarts: PagedSequences' prompt* fields, empty without prompt chunks.
+  // kPendingTokens, kPendingRows: StepBatch's fields of those names, empty without pending tokens.
   enum Part {
     kTokens, kPositions, kSlots, kLogitRows, kBlockTables, kContextLens, kQueryStarts, kCopies,
     kPromptKeySlots, kPromptQueryStarts, kPromptKeyStarts, kPendingTokens, kPendingRows, kNumParts
