@@ -186,6 +186,20 @@ typedef struct loom_kernel_table {
                                 const int64_t* block_tables, const int64_t* context_lens, void* out, int64_t seqs,
                                 int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size, int64_t max_blocks,
                                 double scale, int64_t window, void* stream);
+
+  /* Rollout's queries, keys and values of a step's `tokens` tokens on their way into attention,
+   * in one pass: per token, q [heads, dim], k and v [kv_heads, dim], a head's dim elements
+   * contiguous and token rows `q_stride` (q) and `kv_stride` (k, v) elements apart, so that
+   * views of one fused projection [tokens, (heads + 2 kv_heads) dim] need no copy. q and k are
+   * first normalized per head by HF's RMSNorm where q_norm and k_norm ([dim], both or neither:
+   * Qwen3's) are given, then rotated by HF's split-half rotary embedding with cos and sin
+   * [tokens, dim]. The rotated q goes to q_out [tokens, heads, dim]; the rotated k and the v go
+   * to row slots[t] (int64, device memory on "cuda") of key_cache and value_cache
+   * [rows, kv_heads, dim]. Roundings are those of the three ops it replaces. */
+  int (*rope_kv_write)(loom_dtype dtype, const void* q, const void* k, const void* v, int64_t q_stride,
+                       int64_t kv_stride, const void* q_norm, const void* k_norm, double eps, const void* cos,
+                       const void* sin, const int64_t* slots, void* q_out, void* key_cache, void* value_cache,
+                       int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim, void* stream);
 } loom_kernel_table;
 
 /* The one symbol a plugin exports. */

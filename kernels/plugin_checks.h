@@ -52,5 +52,26 @@ int checkPointers(bool needed, std::initializer_list<const void*> pointers, cons
   return LOOM_KERNEL_OK;
 }
 
+// rope_kv_write's arguments (loom_kernel_abi.h), as every plugin checks them.
+int checkRopeKvWrite(loom_dtype dtype, std::initializer_list<const void*> tensors, const void* qNorm,
+                     const void* kNorm, int64_t qStride, int64_t kvStride, int64_t tokens, int64_t heads,
+                     int64_t kvHeads, int64_t dim) {
+  const char* what = "rope_kv_write";
+  LOOM_CHECK(checkDtype(dtype, what));
+  LOOM_CHECK(checkSizes({qStride, kvStride, tokens, heads, kvHeads, dim}, what));
+  const bool work = tokens > 0 && (heads > 0 || kvHeads > 0) && dim > 0;
+  LOOM_CHECK(checkPointers(work, tensors, what));
+  if (dim % 2 != 0)
+    return fail(LOOM_KERNEL_INVALID_ARGUMENT, std::string(what) + ": head_dim must be even, got " + std::to_string(dim));
+  if (qStride < heads * dim || kvStride < kvHeads * dim)
+    return fail(LOOM_KERNEL_INVALID_ARGUMENT,
+                std::string(what) + ": token rows overlap (q_stride " + std::to_string(qStride) + " for " +
+                    std::to_string(heads) + " heads of " + std::to_string(dim) + ", kv_stride " +
+                    std::to_string(kvStride) + " for " + std::to_string(kvHeads) + ")");
+  if ((qNorm == nullptr) != (kNorm == nullptr))
+    return fail(LOOM_KERNEL_INVALID_ARGUMENT, std::string(what) + ": q_norm and k_norm go together (both or neither)");
+  return LOOM_KERNEL_OK;
+}
+
 }  // namespace
 }  // namespace loom::kernels

@@ -31,6 +31,7 @@ const std::vector<OpSlot>& opSlots() {
       LOOM_OP_SLOT(clamped_swiglu_forward),
       LOOM_OP_SLOT(clamped_swiglu_backward),
       LOOM_OP_SLOT(paged_attention_decode),
+      LOOM_OP_SLOT(rope_kv_write),
   };
   return slots;
 }

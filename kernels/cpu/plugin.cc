@@ -469,6 +469,21 @@ int pagedAttentionDecode(loom_dtype dtype, const void* q, const void* keyCache, 
   return LOOM_KERNEL_OK;
 }
 
+int ropeKvWrite(loom_dtype dtype, const void* q, const void* k, const void* v, int64_t qStride, int64_t kvStride,
+                const void* qNorm, const void* kNorm, double eps, const void* cos, const void* sin,
+                const int64_t* slots, void* qOut, void* keyCache, void* valueCache, int64_t tokens, int64_t heads,
+                int64_t kvHeads, int64_t dim, void* stream) {
+  LOOM_CHECK(checkCall(stream, "rope_kv_write"));
+  LOOM_CHECK(checkRopeKvWrite(dtype, {q, k, v, cos, sin, slots, qOut, keyCache, valueCache}, qNorm, kNorm, qStride,
+                              kvStride, tokens, heads, kvHeads, dim));
+  const RopeKvWriteArgs args{.dtype = dtype, .q = q, .k = k, .v = v, .qStride = qStride, .kvStride = kvStride,
+                             .qNorm = qNorm, .kNorm = kNorm, .eps = static_cast<float>(eps), .cos = cos, .sin = sin,
+                             .slots = slots, .qOut = qOut, .keyCache = keyCache, .valueCache = valueCache,
+                             .heads = heads, .kvHeads = kvHeads, .dim = dim};
+  parallelFor(tokens, 1, [&](int64_t b, int64_t e) { ropeKvWriteTokens(args, b, e); });
+  return LOOM_KERNEL_OK;
+}
+
 loom_kernel_table gTable = {
     .abi_version = LOOM_KERNEL_ABI_VERSION,
     .struct_size = sizeof(loom_kernel_table),
@@ -496,6 +511,7 @@ loom_kernel_table gTable = {
     .clamped_swiglu_forward = clampedSwigluForward,
     .clamped_swiglu_backward = clampedSwigluBackward,
     .paged_attention_decode = pagedAttentionDecode,
+    .rope_kv_write = ropeKvWrite,
 };
 
 int initPlugin(const loom_kernel_host* host) {

@@ -146,7 +146,53 @@ void pagedRows(const PagedDecodeArgs& a, int64_t begin, int64_t end) {
   }
 }
 
+// One head's row: HF's RMSNorm (with weights; fp32 statistics, h rounded to T, then the weight's
+// product rounded to T), then the split-half rotation with products and sums rounded to T as the
+// reference's tensor ops round them.
+template <typename T>
+void ropeRow(const T* x, const T* norm, float eps, const T* cos, const T* sin, int64_t dim, T* out) {
+  const int64_t half = dim / 2;
+  std::vector<float> v(static_cast<size_t>(dim));
+  for (int64_t i = 0; i < dim; ++i) v[i] = toFloat(x[i]);
+  if (norm) {
+    float ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += v[i] * v[i];
+    const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) v[i] = rounded<T>(toFloat(norm[i]) * rounded<T>(v[i] * rstd));
+  }
+  auto mul = [](float a, float b) { return rounded<T>(a * b); };
+  for (int64_t i = 0; i < half; ++i) {
+    const float x1 = v[i], x2 = v[half + i];
+    out[i] = fromFloat<T>(mul(x1, toFloat(cos[i])) + mul(-x2, toFloat(sin[i])));
+    out[half + i] = fromFloat<T>(mul(x2, toFloat(cos[half + i])) + mul(x1, toFloat(sin[half + i])));
+  }
+}
+
+template <typename T>
+void ropeKvWriteT(const RopeKvWriteArgs& a, int64_t begin, int64_t end) {
+  const int64_t d = a.dim;
+  for (int64_t t = begin; t < end; ++t) {
+    const T* cos = static_cast<const T*>(a.cos) + t * d;
+    const T* sin = static_cast<const T*>(a.sin) + t * d;
+    const T* q = static_cast<const T*>(a.q) + t * a.qStride;
+    for (int64_t h = 0; h < a.heads; ++h)
+      ropeRow(q + h * d, static_cast<const T*>(a.qNorm), a.eps, cos, sin, d,
+              static_cast<T*>(a.qOut) + (t * a.heads + h) * d);
+    const T* k = static_cast<const T*>(a.k) + t * a.kvStride;
+    const T* v = static_cast<const T*>(a.v) + t * a.kvStride;
+    const int64_t slot = a.slots[t] * a.kvHeads * d;
+    for (int64_t h = 0; h < a.kvHeads; ++h) {
+      ropeRow(k + h * d, static_cast<const T*>(a.kNorm), a.eps, cos, sin, d, static_cast<T*>(a.keyCache) + slot + h * d);
+      std::copy(v + h * d, v + (h + 1) * d, static_cast<T*>(a.valueCache) + slot + h * d);
+    }
+  }
+}
+
 }  // namespace
+
+void ropeKvWriteTokens(const RopeKvWriteArgs& a, int64_t begin, int64_t end) {
+  byType(a.dtype, [&](auto t) { ropeKvWriteT<decltype(t)>(a, begin, end); });
+}
 
 void pagedDecodeRows(const PagedDecodeArgs& a, int64_t begin, int64_t end) {
   byType(a.dtype, [&](auto t) { pagedRows<decltype(t)>(a, begin, end); });

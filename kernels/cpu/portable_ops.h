@@ -1,8 +1,9 @@
 #pragma once
 
 // Ops the CPU plugin writes once in plain C++ for every instruction set (the compiler vectorizes
-// what it can): the masked softmax, GPT-OSS's clamped SwiGLU and rollout's paged decode attention. plugin.cc checks a call and runs
-// these over ranges, as it does the per-instruction-set kernels of cpu_kernels.h.
+// what it can): the masked softmax, GPT-OSS's clamped SwiGLU, and rollout's paged decode attention
+// and RoPE into the KV cache. plugin.cc checks a call and runs these over ranges, as it does the
+// per-instruction-set kernels of cpu_kernels.h.
 
 #include <cstdint>
 
@@ -52,5 +53,26 @@ struct PagedDecodeArgs {
 // Query rows [begin, end) of seqs * heads: each over its sequence's keys and values through the
 // block table, with a running softmax in fp32.
 void pagedDecodeRows(const PagedDecodeArgs& a, int64_t begin, int64_t end);
+
+struct RopeKvWriteArgs {
+  loom_dtype dtype;
+  const void* q;  // [tokens, heads, dim], token rows qStride apart
+  const void* k;  // [tokens, kvHeads, dim], token rows kvStride apart
+  const void* v;
+  int64_t qStride, kvStride;
+  const void* qNorm;  // [dim] or null (then kNorm is null too)
+  const void* kNorm;
+  float eps;
+  const void* cos;  // [tokens, dim]
+  const void* sin;
+  const int64_t* slots;  // [tokens]
+  void* qOut;            // [tokens, heads, dim]
+  void* keyCache;        // [rows, kvHeads, dim]
+  void* valueCache;
+  int64_t heads, kvHeads, dim;
+};
+// Tokens [begin, end): q and k normalized (with norms) and rotated, into qOut and the key cache;
+// v into the value cache.
+void ropeKvWriteTokens(const RopeKvWriteArgs& a, int64_t begin, int64_t end);
 
 }  // namespace loom::kernels::cpu

@@ -47,6 +47,27 @@ struct RopeArgs {
 };
 cudaError_t launchRope(const RopeArgs& a, cudaStream_t stream);
 
+// rope_kv_write (layer_kernels.cu): rollout's q, k and v of a step's tokens, normalized (optional),
+// rotated and written where attention reads them.
+struct RopeKvWriteArgs {
+  loom_dtype dtype;
+  const void* q;  // [tokens, heads, dim], token rows qStride apart
+  const void* k;  // [tokens, kvHeads, dim], token rows kvStride apart
+  const void* v;
+  int64_t qStride, kvStride;
+  const void* qNorm;  // [dim] or null (then kNorm is null too)
+  const void* kNorm;
+  float eps;
+  const void* cos;  // [tokens, dim]
+  const void* sin;
+  const int64_t* slots;  // [tokens]
+  void* qOut;            // [tokens, heads, dim]
+  void* keyCache;        // [rows, kvHeads, dim]
+  void* valueCache;
+  int64_t tokens, heads, kvHeads, dim;
+};
+cudaError_t launchRopeKvWrite(const RopeKvWriteArgs& a, cudaStream_t stream);
+
 struct SwigluArgs {
   loom_dtype dtype;
   const void* gate;

@@ -1,5 +1,6 @@
-// The CUDA plugin's layer kernels: RMSNorm (HF's rounding), RoPE (HF split-half, in place) and
-// SwiGLU. The formulas and their roundings are the CPU plugin's (kernels/cpu/kernels_impl.h).
+// The CUDA plugin's layer kernels: RMSNorm (HF's rounding), RoPE (HF split-half, in place),
+// rollout's RoPE into the KV cache, and SwiGLU. The formulas and their roundings are the CPU
+// plugin's (kernels/cpu/kernels_impl.h).
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -175,6 +176,96 @@ __global__ void ropeKernel(RopeArgs a, int threadsPerRow) {
   }
 }
 
+// rope_kv_write: a group of threadsPerRow lanes (a power of two up to 32) per row of head_dim
+// elements, the step's q rows first, then its k rows, then its v rows. A lane takes the pairs
+// (i, i + half) of its chunks, as ropeKernel does; a v row is copied as it is. With norms, a q or k
+// row's lanes sum its squares by shuffles within the group first, and each element is normalized
+// (and rounded as rmsNormForwardKernel rounds it) before it is rotated.
+template <typename T>
+__global__ void ropeKvWriteKernel(RopeKvWriteArgs a, int threadsPerRow) {
+  constexpr int V = kVec<T>;
+  const int rowsPerBlock = blockDim.x / threadsPerRow;
+  const int lane = threadIdx.x % threadsPerRow;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * rowsPerBlock + threadIdx.x / threadsPerRow;
+  const int64_t qRows = a.tokens * a.heads, kvRows = a.tokens * a.kvHeads;
+  // A group leaves whole, so the shuffles below name only the lanes of their own group.
+  if (row >= qRows + 2 * kvRows) return;
+  const int64_t d = a.dim, half = d / 2;
+  const T* src;
+  T* dst;
+  const T* norm = nullptr;
+  int64_t token;
+  if (row < qRows) {
+    token = row / a.heads;
+    src = static_cast<const T*>(a.q) + token * a.qStride + row % a.heads * d;
+    dst = static_cast<T*>(a.qOut) + row * d;
+    norm = static_cast<const T*>(a.qNorm);
+  } else {
+    const bool isKey = row < qRows + kvRows;
+    const int64_t r = row - qRows - (isKey ? 0 : kvRows), head = r % a.kvHeads;
+    token = r / a.kvHeads;
+    src = static_cast<const T*>(isKey ? a.k : a.v) + token * a.kvStride + head * d;
+    dst = static_cast<T*>(isKey ? a.keyCache : a.valueCache) + (a.slots[token] * a.kvHeads + head) * d;
+    if (!isKey) {
+      for (int64_t i = static_cast<int64_t>(lane) * V; i < d; i += static_cast<int64_t>(threadsPerRow) * V) {
+        const int count = d - i < V ? static_cast<int>(d - i) : V;
+        float x[V];
+        loadChunk(src + i, count, x);
+        storeChunk(dst + i, count, x);
+      }
+      return;
+    }
+    norm = static_cast<const T*>(a.kNorm);
+  }
+  const int64_t step = static_cast<int64_t>(threadsPerRow) * V;
+  float rstd = 0.0f;
+  if (norm) {
+    float ss = 0.0f;
+    for (int64_t i = static_cast<int64_t>(lane) * V; i < half; i += step) {
+      const int count = half - i < V ? static_cast<int>(half - i) : V;
+      float x1[V], x2[V];
+      loadChunk(src + i, count, x1);
+      loadChunk(src + half + i, count, x2);
+#pragma unroll
+      for (int k = 0; k < V; ++k) ss = fmaf(x2[k], x2[k], fmaf(x1[k], x1[k], ss));
+    }
+    const unsigned group = threadsPerRow == 32 ? 0xffffffffu
+                                               : ((1u << threadsPerRow) - 1) << (threadIdx.x % 32 / threadsPerRow * threadsPerRow);
+    for (int offset = threadsPerRow / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(group, ss, offset);
+    rstd = rstdOf(ss, d, a.eps);
+  }
+  const T* c = static_cast<const T*>(a.cos) + token * d;
+  const T* sn = static_cast<const T*>(a.sin) + token * d;
+  auto mul = [](float u, float v) { return roundTo<T>(__fmul_rn(u, v)); };
+  for (int64_t i = static_cast<int64_t>(lane) * V; i < half; i += step) {
+    const int count = half - i < V ? static_cast<int>(half - i) : V;
+    float x1[V], x2[V], c1[V], c2[V], s1[V], s2[V], o1[V], o2[V];
+    loadChunk(src + i, count, x1);
+    loadChunk(src + half + i, count, x2);
+    if (norm) {  // weight * h.to(dtype), rounded to dtype: rmsNormForwardKernel's output
+      float w1[V], w2[V];
+      loadChunk(norm + i, count, w1);
+      loadChunk(norm + half + i, count, w2);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        x1[k] = mul(w1[k], roundTo<T>(__fmul_rn(x1[k], rstd)));
+        x2[k] = mul(w2[k], roundTo<T>(__fmul_rn(x2[k], rstd)));
+      }
+    }
+    loadChunk(c + i, count, c1);
+    loadChunk(c + half + i, count, c2);
+    loadChunk(sn + i, count, s1);
+    loadChunk(sn + half + i, count, s2);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      o1[k] = __fadd_rn(mul(x1[k], c1[k]), mul(-x2[k], s1[k]));
+      o2[k] = __fadd_rn(mul(x2[k], c2[k]), mul(x1[k], s2[k]));
+    }
+    storeChunk(dst + i, count, o1);
+    storeChunk(dst + half + i, count, o2);
+  }
+}
+
 constexpr int kElementThreads = 256;
 
 template <typename T>
@@ -314,6 +405,20 @@ cudaError_t launchRope(const RopeArgs& a, cudaStream_t stream) {
     const int64_t rows = a.qRows + a.kRows;
     const auto blocks = static_cast<unsigned>((rows + rowsPerBlock - 1) / rowsPerBlock);
     ropeKernel<T><<<blocks, threads, 0, stream>>>(a, threadsPerRow);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launchRopeKvWrite(const RopeKvWriteArgs& a, cudaStream_t stream) {
+  byDtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t chunks = (a.dim / 2 + kVec<T> - 1) / kVec<T>;
+    int threadsPerRow = 1;
+    while (threadsPerRow < chunks && threadsPerRow < 32) threadsPerRow *= 2;
+    const int threads = 256, rowsPerBlock = threads / threadsPerRow;
+    const int64_t rows = a.tokens * (a.heads + 2 * a.kvHeads);
+    const auto blocks = static_cast<unsigned>((rows + rowsPerBlock - 1) / rowsPerBlock);
+    ropeKvWriteKernel<T><<<blocks, threads, 0, stream>>>(a, threadsPerRow);
   });
   return cudaGetLastError();
 }

@@ -483,6 +483,40 @@ int pagedAttentionDecode(loom_dtype dtype, const void* q, const void* keyCache, 
   return launched(launchPagedAttentionDecode(a, streamOf(stream)), what);
 }
 
+int ropeKvWrite(loom_dtype dtype, const void* q, const void* k, const void* v, int64_t qStride, int64_t kvStride,
+                const void* qNorm, const void* kNorm, double eps, const void* cos, const void* sin,
+                const int64_t* slots, void* qOut, void* keyCache, void* valueCache, int64_t tokens, int64_t heads,
+                int64_t kvHeads, int64_t dim, void* stream) {
+  const char* what = "rope_kv_write";
+  LOOM_CHECK(checkRopeKvWrite(dtype, {q, k, v, cos, sin, slots, qOut, keyCache, valueCache}, qNorm, kNorm, qStride,
+                              kvStride, tokens, heads, kvHeads, dim));
+  const int64_t rows = tokens * (heads + 2 * kvHeads);
+  if (rows == 0 || dim == 0) return LOOM_KERNEL_OK;
+  // A block takes at least 8 rows (a row's lanes are at most 32 of its 256 threads).
+  LOOM_CHECK(checkRows(rows / 8, what));
+  return launched(launchRopeKvWrite({.dtype = dtype,
+                                     .q = q,
+                                     .k = k,
+                                     .v = v,
+                                     .qStride = qStride,
+                                     .kvStride = kvStride,
+                                     .qNorm = qNorm,
+                                     .kNorm = kNorm,
+                                     .eps = static_cast<float>(eps),
+                                     .cos = cos,
+                                     .sin = sin,
+                                     .slots = slots,
+                                     .qOut = qOut,
+                                     .keyCache = keyCache,
+                                     .valueCache = valueCache,
+                                     .tokens = tokens,
+                                     .heads = heads,
+                                     .kvHeads = kvHeads,
+                                     .dim = dim},
+                                    streamOf(stream)),
+                  what);
+}
+
 // No init: nothing to configure, and the plugin must load on machines without a GPU.
 const loom_kernel_table kTable = {
     .abi_version = LOOM_KERNEL_ABI_VERSION,
@@ -511,6 +545,7 @@ const loom_kernel_table kTable = {
     .clamped_swiglu_forward = clampedSwigluForward,
     .clamped_swiglu_backward = clampedSwigluBackward,
     .paged_attention_decode = pagedAttentionDecode,
+    .rope_kv_write = ropeKvWrite,
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 
+#include "kernels/reference/reference_ops.h"
 #include "tests/catch.h"
 
 namespace loom::testing {
@@ -28,6 +29,45 @@ at::Tensor randomInput(at::IntArrayRef sizes, loom_dtype dtype, double scale) {
   testSeed();
   at::Tensor t = at::randn(sizes) * scale;
   return dtype == LOOM_DTYPE_BF16 ? t.to(at::kBFloat16) : t;
+}
+
+RopeKvWriteCase ropeKvWriteCase(int64_t tokens, int64_t heads, int64_t kvHeads, int64_t dim, bool norms, bool fused,
+                                loom_dtype dtype) {
+  namespace ref = kernels::reference;
+  RopeKvWriteCase c{.tokens = tokens, .heads = heads, .kvHeads = kvHeads, .dim = dim, .eps = 1e-6};
+  if (fused) {
+    c.projection = randomInput({tokens, heads + 2 * kvHeads, dim}, dtype);
+    c.q = c.projection.narrow(1, 0, heads);
+    c.k = c.projection.narrow(1, heads, kvHeads);
+    c.v = c.projection.narrow(1, heads + kvHeads, kvHeads);
+  } else {
+    c.q = randomInput({tokens, heads, dim}, dtype);
+    c.k = randomInput({tokens, kvHeads, dim}, dtype);
+    c.v = randomInput({tokens, kvHeads, dim}, dtype);
+  }
+  c.qStride = c.q.stride(0), c.kvStride = c.k.stride(0);
+  if (norms) c.qNorm = randomInput({dim}, dtype), c.kNorm = randomInput({dim}, dtype);
+  // Real tables, as HF builds them: an angle per position and frequency, the two halves equal.
+  const at::Tensor angles = at::rand({tokens, dim / 2}) * 100.0;
+  const at::Tensor full = at::cat({angles, angles}, -1);
+  const at::ScalarType type = c.q.scalar_type();
+  c.cos = full.cos().to(type), c.sin = full.sin().to(type);
+  const int64_t rows = 2 * tokens + 3;
+  c.slots = at::randperm(rows, at::kLong).narrow(0, 0, tokens).contiguous();
+  c.keyCache = randomInput({rows, kvHeads, dim}, dtype);
+  c.valueCache = randomInput({rows, kvHeads, dim}, dtype);
+
+  auto normed = [&](const at::Tensor& x, const at::Tensor& weight) {
+    if (!weight.defined()) return x.contiguous();
+    return ref::rmsNormForward(x.reshape({-1, dim}), weight, c.eps).view(x.sizes());
+  };
+  // Each token a batch row of one position: x [tokens, heads, 1, dim], its angles [tokens, 1, dim].
+  auto [q, k] = ref::ropeForward(normed(c.q, c.qNorm).unsqueeze(2), normed(c.k, c.kNorm).unsqueeze(2),
+                                 c.cos.unsqueeze(1), c.sin.unsqueeze(1));
+  c.expectedQ = q.squeeze(2);
+  c.expectedKeys = c.keyCache.clone().index_copy_(0, c.slots, k.squeeze(2));
+  c.expectedValues = c.valueCache.clone().index_copy_(0, c.slots, c.v);
+  return c;
 }
 
 Tolerance tolerance(loom_dtype dtype, double termScale) {

@@ -37,6 +37,25 @@ Tolerance tolerance(loom_dtype dtype, double termScale);
 void requireClose(const at::Tensor& actual, const at::Tensor& expected, Tolerance tol, const std::string& what,
                   const at::Tensor& terms = {});
 
+// One call of rope_kv_write and what the reference's ops make of it (rms_norm per head, rope,
+// then the cache rows written): random CPU inputs in `dtype`. With `fused`, q, k and v are views
+// of one projection [tokens, (heads + 2 kv_heads) dim], as the model hands them over; else each
+// its own contiguous tensor (k and v of equal strides).
+struct RopeKvWriteCase {
+  int64_t tokens, heads, kvHeads, dim;
+  double eps;
+  at::Tensor projection;    // fused: [tokens, heads + 2 kvHeads, dim], which q, k and v are views of
+  at::Tensor q, k, v;       // [tokens, heads or kvHeads, dim] with token rows qStride / kvStride apart
+  int64_t qStride, kvStride;
+  at::Tensor qNorm, kNorm;  // [dim], undefined without norms
+  at::Tensor cos, sin;      // [tokens, dim]
+  at::Tensor slots;         // [tokens], distinct rows of the caches
+  at::Tensor keyCache, valueCache;            // [rows, kvHeads, dim], random before the call
+  at::Tensor expectedQ, expectedKeys, expectedValues;  // the reference's q_out and caches after it
+};
+RopeKvWriteCase ropeKvWriteCase(int64_t tokens, int64_t heads, int64_t kvHeads, int64_t dim, bool norms, bool fused,
+                                loom_dtype dtype);
+
 inline const char* dtypeName(loom_dtype dtype) { return dtype == LOOM_DTYPE_BF16 ? "bf16" : "fp32"; }
 
 // One side of an optimizer comparison: the param and its state (`second` undefined for

@@ -408,3 +408,50 @@ TEST_CASE("CUDA paged decode attention matches attention over the gathered keys 
   CHECK(cudaPlugin().paged_attention_decode(LOOM_DTYPE_F32, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 12,
                                             4, 64, 16, 1, 0.125, 0, nullptr) == LOOM_KERNEL_UNSUPPORTED);
 }
+
+TEST_CASE("CUDA rope_kv_write matches rms_norm, rope and the cache writes of the reference", "[gpu][kernels]") {
+  struct Shape {
+    int64_t tokens, heads, kvHeads, dim;
+    bool norms, fused;
+  };
+  // The 1B Llama's decode step (256 tokens, 32/8 heads of 64), Qwen3's norms at head_dim 128, a
+  // head_dim of 66 (a half of 33: chunks that do not divide it) and one of 512 (rows of 32 lanes
+  // that loop).
+  const Shape shapes[] = {{256, 32, 8, 64, false, true},  {9, 16, 8, 128, true, true}, {7, 2, 1, 66, true, false},
+                          {3, 4, 2, 512, true, true},     {1, 1, 1, 2, false, false}};
+  for (bool pooled : kPooledStream) {
+    const StreamPass pass(pooled);
+    for (loom_dtype dtype : kDtypes) {
+      for (const Shape& s : shapes) {
+        const std::string what = fmt::format("rope_kv_write {} {} [{} tokens, {}/{} heads, dim {}{}{}]", pass.label(),
+                                             dtypeName(dtype), s.tokens, s.heads, s.kvHeads, s.dim,
+                                             s.norms ? ", norms" : "", s.fused ? ", fused" : "");
+        const RopeKvWriteCase c = ropeKvWriteCase(s.tokens, s.heads, s.kvHeads, s.dim, s.norms, s.fused, dtype);
+        // The same layout on the device: views of one projection, or tensors of their own.
+        at::Tensor q, k, v;
+        if (s.fused) {
+          const at::Tensor projection = onCuda(c.projection);
+          q = projection.narrow(1, 0, s.heads);
+          k = projection.narrow(1, s.heads, s.kvHeads);
+          v = projection.narrow(1, s.heads + s.kvHeads, s.kvHeads);
+        } else {
+          q = onCuda(c.q), k = onCuda(c.k), v = onCuda(c.v);
+        }
+        const at::Tensor qNorm = s.norms ? onCuda(c.qNorm) : at::Tensor(), kNorm = s.norms ? onCuda(c.kNorm) : at::Tensor();
+        const at::Tensor cos = onCuda(c.cos), sin = onCuda(c.sin), slots = onCuda(c.slots);
+        at::Tensor keys = onCuda(c.keyCache), values = onCuda(c.valueCache);
+        at::Tensor out = at::empty({s.tokens, s.heads, s.dim}, q.options());
+        REQUIRE(cudaPlugin().rope_kv_write(dtype, q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), k.stride(0),
+                                           s.norms ? qNorm.data_ptr() : nullptr, s.norms ? kNorm.data_ptr() : nullptr,
+                                           c.eps, cos.data_ptr(), sin.data_ptr(), slots.data_ptr<int64_t>(),
+                                           out.data_ptr(), keys.data_ptr(), values.data_ptr(), s.tokens, s.heads,
+                                           s.kvHeads, s.dim, pass.stream()) == LOOM_KERNEL_OK);
+        const double terms = std::max(s.norms ? maxAbs(c.qNorm.to(at::kFloat)) * std::sqrt(double(s.dim)) : 1.0,
+                                      std::max(maxAbs(c.q.to(at::kFloat)), maxAbs(c.k.to(at::kFloat))));
+        requireClose(out, c.expectedQ, tolerance(dtype, terms), what + " q");
+        requireClose(keys, c.expectedKeys, tolerance(dtype, terms), what + " key cache");
+        CHECK(at::equal(values.cpu(), c.expectedValues));
+      }
+    }
+  }
+}

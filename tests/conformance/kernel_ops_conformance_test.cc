@@ -376,3 +376,55 @@ TEST_CASE("paged decode attention matches attention over the gathered keys and v
     }
   }
 }
+
+TEST_CASE("rope_kv_write matches rms_norm, rope and the cache writes of the reference", "[kernels]") {
+  struct Shape {
+    int64_t tokens, heads, kvHeads, dim;
+    bool norms, fused;
+  };
+  // dim 66: a half of 33, chunks that do not divide it.
+  const Shape shapes[] = {{5, 4, 2, 16, false, true}, {3, 8, 2, 64, true, true}, {7, 2, 1, 66, true, false},
+                          {1, 1, 1, 2, false, false}};
+  for (const PluginSetup& setup : pluginSetups()) {
+    configurePlugin(setup);
+    for (loom_dtype dtype : kDtypes) {
+      for (const Shape& s : shapes) {
+        const std::string what = fmt::format("rope_kv_write {} {} [{} tokens, {}/{} heads, dim {}{}{}]", setup.label(),
+                                             dtypeName(dtype), s.tokens, s.heads, s.kvHeads, s.dim,
+                                             s.norms ? ", norms" : "", s.fused ? ", fused" : "");
+        RopeKvWriteCase c = ropeKvWriteCase(s.tokens, s.heads, s.kvHeads, s.dim, s.norms, s.fused, dtype);
+        at::Tensor q = at::empty({s.tokens, s.heads, s.dim}, c.q.options());
+        REQUIRE(cpuPlugin().rope_kv_write(dtype, c.q.data_ptr(), c.k.data_ptr(), c.v.data_ptr(), c.qStride,
+                                          c.kvStride, s.norms ? c.qNorm.data_ptr() : nullptr,
+                                          s.norms ? c.kNorm.data_ptr() : nullptr, c.eps, c.cos.data_ptr(),
+                                          c.sin.data_ptr(), c.slots.data_ptr<int64_t>(), q.data_ptr(),
+                                          c.keyCache.data_ptr(), c.valueCache.data_ptr(), s.tokens, s.heads, s.kvHeads,
+                                          s.dim, nullptr) == LOOM_KERNEL_OK);
+        // The rotation cancels (error relative to the largest input); a norm's output is within
+        // |weight| * sqrt(dim) of the terms.
+        const double terms = std::max(s.norms ? maxAbs(c.qNorm.to(at::kFloat)) * std::sqrt(double(s.dim)) : 1.0,
+                                      std::max(maxAbs(c.q.to(at::kFloat)), maxAbs(c.k.to(at::kFloat))));
+        requireClose(q, c.expectedQ, tolerance(dtype, terms), what + " q");
+        requireClose(c.keyCache, c.expectedKeys, tolerance(dtype, terms), what + " key cache");
+        CHECK(at::equal(c.valueCache, c.expectedValues));
+      }
+    }
+  }
+  // Arguments no implementation could take are errors naming the op and what is wrong.
+  float x = 0;
+  int64_t slot = 0;
+  auto call = [&](int64_t qStride, const void* qNorm, const void* kNorm, int64_t dim) {
+    const int rc = cpuPlugin().rope_kv_write(LOOM_DTYPE_F32, &x, &x, &x, qStride, 2 * dim, qNorm, kNorm, 1e-6, &x, &x,
+                                             &slot, &x, &x, &x, 1, 2, 2, dim, nullptr);
+    return std::make_pair(rc, std::string(cpuPlugin().last_error()));
+  };
+  auto [odd, oddWhy] = call(6, nullptr, nullptr, 3);
+  CHECK(odd == LOOM_KERNEL_INVALID_ARGUMENT);
+  CHECK(oddWhy == "rope_kv_write: head_dim must be even, got 3");
+  auto [overlap, overlapWhy] = call(4, nullptr, nullptr, 4);
+  CHECK(overlap == LOOM_KERNEL_INVALID_ARGUMENT);
+  CHECK(overlapWhy.find("rope_kv_write: token rows overlap (q_stride 4 for 2 heads of 4") == 0);
+  auto [lone, loneWhy] = call(8, &x, nullptr, 4);
+  CHECK(lone == LOOM_KERNEL_INVALID_ARGUMENT);
+  CHECK(loneWhy == "rope_kv_write: q_norm and k_norm go together (both or neither)");
+}

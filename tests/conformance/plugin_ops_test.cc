@@ -112,6 +112,33 @@ TEST_CASE("rope through the plugin matches the reference on transposed q and k",
   }
 }
 
+TEST_CASE("rope_kv_write through the plugin matches the reference on views of a fused projection", "[kernels]") {
+  usePlugin();
+  for (at::ScalarType type : kTypes) {
+    for (bool norms : {false, true}) {
+      const std::string what = fmt::format("rope_kv_write {}{}", c10::toString(type), norms ? ", q/k norms" : "");
+      // A step of 6 tokens: 4 query heads and 2 KV heads of 16, as the model slices its fused
+      // q/k/v projection; 8 rows of cache, the tokens' slots scattered over them.
+      const at::Tensor projection = randn({6, 8, 16}, type);
+      const at::Tensor q = projection.narrow(1, 0, 4), k = projection.narrow(1, 4, 2), v = projection.narrow(1, 6, 2);
+      const loom::worker::QkNorms qk = norms ? loom::worker::QkNorms{.q = randn({16}, type), .k = randn({16}, type),
+                                                                     .eps = 1e-6}
+                                             : loom::worker::QkNorms{};
+      const at::Tensor cos = randn({6, 16}, type), sin = randn({6, 16}, type);
+      const at::Tensor slots = at::tensor({7, 0, 3, 5, 1, 6}, at::kLong);
+      const at::Tensor cache = randn({4, 2, 2, 16}, type);  // [blocks, block size, KV heads, dim]
+      at::Tensor keys = cache.clone(), values = cache.clone(), refKeys = cache.clone(), refValues = cache.clone();
+      const at::Tensor out = ops().ropeKvWrite(q, k, v, qk, cos, sin, slots, keys, values);
+      const at::Tensor want = referenceOps().ropeKvWrite(q, k, v, qk, cos, sin, slots, refKeys, refValues);
+      const double rtol = type == at::kBFloat16 ? 2e-2 : 1e-5;
+      requireClose(out, want, {rtol, rtol * maxAbs(want)}, what + " q");
+      requireClose(keys, refKeys, {rtol, rtol * maxAbs(refKeys)}, what + " keys");
+      CHECK(at::equal(values, refValues));
+      CHECK(!at::equal(values, cache));  // the values were written
+    }
+  }
+}
+
 TEST_CASE("swiglu through the plugin matches the reference with its gradients", "[kernels]") {
   usePlugin();
   for (at::ScalarType type : kTypes) {

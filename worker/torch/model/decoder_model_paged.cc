@@ -83,23 +83,14 @@ at::Tensor DecoderModel::pagedAttentionBlock(const Layer& l, const at::Tensor& i
   } else {
     q = linear_(x, l.q, l.qBias), k = linear_(x, l.k, l.kBias), v = linear_(x, l.v, l.vBias);
   }
-  // Each token a batch row of its own with one position, [T, H, 1, D], its angles [T, 1, D]: the
-  // rotated q and k come out in the [T, H, D] layout the cache and attention take, untransposed.
-  q = q.view({t, heads_, 1, d});
-  k = k.view({t, kvHeads_, 1, d});
+  q = q.view({t, heads_, d});
+  k = k.view({t, kvHeads_, d});
   v = v.view({t, kvHeads_, d});
-  if (config_.qkNorm) {
-    q = ops().rmsNorm(q, l.qNorm, config_.rmsNormEps);
-    k = ops().rmsNorm(k, l.kNorm, config_.rmsNormEps);
-  }
-  auto [qr, kr] = ops().rope(q, k, batchCos_.view({t, 1, d}), batchSin_.view({t, 1, d}));
-  q = qr.reshape({t, heads_, d});
-  k = kr.reshape({t, kvHeads_, d});
+  const QkNorms norms = config_.qkNorm ? QkNorms{.q = l.qNorm, .k = l.kNorm, .eps = config_.rmsNormEps} : QkNorms{};
   const int64_t layer = &l - layers_.data();
-  at::Tensor& keys = kvCache_->keys[layer];
-  at::Tensor& values = kvCache_->values[layer];
-  keys.view({-1, kvHeads_, d}).index_copy_(0, pagedStep_->slots, k.to(keys.scalar_type()));
-  values.view({-1, kvHeads_, d}).index_copy_(0, pagedStep_->slots, v.to(values.scalar_type()));
+  const at::Tensor& keys = kvCache_->keys[layer];
+  const at::Tensor& values = kvCache_->values[layer];
+  q = ops().ropeKvWrite(q, k, v, norms, batchCos_, batchSin_, pagedStep_->slots, keys, values);
   const at::Tensor attended = ops().pagedAttention(q, keys, values, pagedStep_->sequences);
   return rowParallel(attended.reshape({1, t, heads_ * d}), l.o, l.oBias);
 }

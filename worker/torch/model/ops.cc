@@ -28,6 +28,22 @@ std::pair<at::Tensor, at::Tensor> ropeReference(const at::Tensor& q, const at::T
   return {q * cos + rotateHalf(q) * sin, k * cos + rotateHalf(k) * sin};
 }
 
+at::Tensor ropeKvWriteReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const QkNorms& norms,
+                                const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& slots,
+                                const at::Tensor& keyCache, const at::Tensor& valueCache) {
+  const int64_t t = q.size(0), d = q.size(2), kvHeads = k.size(1);
+  // Each token a batch row of its own with one position, [T, H, 1, D], its angles [T, 1, D].
+  at::Tensor q4 = q.unsqueeze(2), k4 = k.unsqueeze(2);
+  if (norms.q.defined()) {
+    q4 = rmsNormReference(q4, norms.q, norms.eps);
+    k4 = rmsNormReference(k4, norms.k, norms.eps);
+  }
+  auto [qr, kr] = ropeReference(q4, k4, cos.view({t, 1, d}), sin.view({t, 1, d}));
+  keyCache.view({-1, kvHeads, d}).index_copy_(0, slots, kr.reshape({t, kvHeads, d}).to(keyCache.scalar_type()));
+  valueCache.view({-1, kvHeads, d}).index_copy_(0, slots, v.to(valueCache.scalar_type()));
+  return qr.reshape({t, q.size(1), d});
+}
+
 at::Tensor swigluReference(const at::Tensor& gate, const at::Tensor& up) { return at::silu(gate) * up; }
 
 at::Tensor attentionReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -55,6 +71,7 @@ constexpr OpTable kReference{
     .clampedSwiglu = kernels::reference::clampedSwigluForward,
     .attention = attentionReference,
     .pagedAttention = pagedAttentionReference,
+    .ropeKvWrite = ropeKvWriteReference,
     .crossEntropy = crossEntropyReference,
     .logprobs = logprobsReference,
 };

@@ -9,6 +9,13 @@
 
 namespace loom::worker {
 
+// Per-head RMSNorm weights of q and k (Qwen3's q_norm and k_norm): both undefined where the model
+// has none.
+struct QkNorms {
+  at::Tensor q, k;
+  double eps = 0;
+};
+
 // The named ops the models call. Every layer goes through this one table, so that a kernel
 // plugin can take an op over without the models knowing; the entries start as the libtorch
 // reference implementations below, which autograd differentiates.
@@ -31,6 +38,14 @@ struct OpTable {
   // Rollout's attention of a step's tokens q [T, H, D] over the paged KV cache (paged_attention.h).
   at::Tensor (*pagedAttention)(const at::Tensor& q, const at::Tensor& keyCache, const at::Tensor& valueCache,
                                const PagedSequences& sequences);
+  // Rollout's q, k and v of a step's T tokens on their way into attention: q [T, H, D], k and v
+  // [T, Hkv, D] (views of a fused projection's output do: each head's D contiguous). q and k go
+  // through `norms` where defined, then the rotary embedding at cos and sin [T, D]; k and v are
+  // written into the caches [blocks, blockSize, Hkv, D] at the flat positions `slots` [T].
+  // Returns the rotated q, [T, H, D]. No gradient.
+  at::Tensor (*ropeKvWrite)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const QkNorms& norms,
+                            const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& slots,
+                            const at::Tensor& keyCache, const at::Tensor& valueCache);
   // Mean cross-entropy of logits [N, V] against labels [N] (computed in fp32; label -100 is ignored).
   at::Tensor (*crossEntropy)(const at::Tensor& logits, const at::Tensor& labels);
   // log p(label) per row of logits [N, V], in fp32: [N].

@@ -355,6 +355,39 @@ at::Tensor pagedAttention(const at::Tensor& q, const at::Tensor& keys, const at:
   return out;
 }
 
+// Through the plugin where every tensor is of q's dtype and device and laid out as the slot
+// reads it (heads of D contiguous, k and v rows equally spaced), and nothing wants a gradient.
+at::Tensor ropeKvWrite(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const QkNorms& norms,
+                       const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& slots,
+                       const at::Tensor& keyCache, const at::Tensor& valueCache) {
+  auto headsInPlace = [](const at::Tensor& x, int64_t d) {
+    return x.dim() == 3 && x.size(2) == d && x.stride(2) == 1 && x.stride(1) == d;
+  };
+  auto alike = [&](const at::Tensor& x) {
+    return !x.defined() || (x.scalar_type() == q.scalar_type() && x.device() == q.device() && x.is_contiguous());
+  };
+  const int64_t d = q.size(-1);
+  const bool usable =
+      gRegistry && gRegistry->pluginProvides(&loom_kernel_table::rope_kv_write, deviceName(q)) && pluginDtype(q) &&
+      !(at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad())) &&
+      headsInPlace(q, d) && headsInPlace(k, d) && headsInPlace(v, d) && k.stride(0) == v.stride(0) &&
+      k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() && alike(norms.q) && alike(norms.k) &&
+      alike(cos) && alike(sin) && alike(keyCache) && alike(valueCache) && slots.scalar_type() == at::kLong &&
+      slots.device() == q.device() && slots.is_contiguous();
+  return pluginOr(
+      usable,
+      [&] {
+        at::Tensor out = at::empty({q.size(0), q.size(1), d}, q.options());
+        run(&loom_kernel_table::rope_kv_write, q, dtypeOf(q), q.const_data_ptr(), k.const_data_ptr(),
+            v.const_data_ptr(), q.stride(0), k.stride(0), norms.q.defined() ? norms.q.const_data_ptr() : nullptr,
+            norms.k.defined() ? norms.k.const_data_ptr() : nullptr, norms.eps, cos.const_data_ptr(),
+            sin.const_data_ptr(), slots.const_data_ptr<int64_t>(), out.data_ptr(), keyCache.data_ptr(),
+            valueCache.data_ptr(), q.size(0), q.size(1), k.size(1), d, streamOf(q));
+        return out;
+      },
+      [&] { return referenceOps().ropeKvWrite(q, k, v, norms, cos, sin, slots, keyCache, valueCache); });
+}
+
 }  // namespace
 
 bool pluginPagedDecode(const c10::Device& device) {
@@ -373,6 +406,7 @@ void usePluginOps(const kernels::KernelRegistry& registry) {
   table.crossEntropy = crossEntropy;
   table.logprobs = logprobs;
   table.pagedAttention = pagedAttention;
+  table.ropeKvWrite = ropeKvWrite;
 }
 
 }  // namespace loom::worker
