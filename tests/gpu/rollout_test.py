@@ -1,7 +1,7 @@
 """Rollout on a GPU in bf16, through `loomctl run` with the CUDA kernel plugin: the paths the CPU
 oracle (tests/oracles/rollout_test.py) cannot reach — the paged decode kernel, prompt chunks
 through flash attention's variable-length form over keys gathered from the cache, the fused
-projections in bf16, CUDA graphs of decode steps and the warm-up before the first request. The
+projections in bf16, q/k norms, RoPE and the cache write in one kernel, CUDA graphs of decode steps and the warm-up before the first request. The
 reference is transformers' forward in fp32 on the same (bf16) weights, teacher-forced over Loom's
 tokens: each token Loom chose is the reference's likeliest within bf16's error, and its logprob is
 the reference's within it too. Prompts longer than the step's token budget are computed in
@@ -37,6 +37,8 @@ def config(family):
          "torch_dtype": "bfloat16"}
     if family == "qwen2":  # biases on q, k and v: the fused projection's bias
         c.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=False)
+    if family == "qwen3":  # per-head norms of q and k, inside the fused RoPE and cache write
+        c.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3", use_sliding_window=False)
     if family == "mistral":  # a window shorter than the longer prompts, in both attention paths
         c.update(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=48)
     return c
@@ -69,7 +71,8 @@ def main():
             for p in prompts:
                 f.write(json.dumps({"prompt_token_ids": p, "sampling": {"temperature": 0, "max_new_tokens": MAX_NEW,
                                                                        "ignore_eos": True}}) + "\n")
-        for family, graphs in [("llama", True), ("llama", False), ("qwen2", True), ("mistral", True)]:
+        for family, graphs in [("llama", True), ("llama", False), ("qwen2", True), ("qwen3", True),
+                               ("mistral", True)]:
             model_dir = os.path.join(work, family)
             if not os.path.exists(model_dir):
                 reference = save_model(torch, transformers, family, model_dir)
