@@ -73,3 +73,45 @@ TEST_CASE("a step of decodes only has no prompt keys", "[rollout]") {
   CHECK(batch.paged.sequences.numSingleQuery == batch.paged.sequences.numSequences());
   CHECK_FALSE(batch.paged.sequences.promptKeySlots.defined());
 }
+
+TEST_CASE("a decode graph's rows past a smaller step are padding again, not the larger step's sequences",
+          "[rollout]") {
+  rollout::Scheduler scheduler({.blockSize = 4, .numBlocks = 64, .maxNumSeqs = 8, .maxNumBatchedTokens = 64,
+                                .maxModelLen = 128});
+  std::vector<rollout::RequestId> requests;
+  for (int64_t length : {6, 3, 9, 2, 5}) {
+    auto id = scheduler.addRequest({.prompt = std::vector<int64_t>(length, 7), .n = 1, .stop = {.maxNewTokens = 8}});
+    REQUIRE(id.isOk());
+    requests.push_back(*id);
+  }
+  const rollout::ScheduledStep prompts = scheduler.schedule();
+  scheduler.complete(prompts, std::vector<std::vector<int64_t>>(prompts.chunks.size(), std::vector<int64_t>{3}));
+  auto decodeBatch = [&] {
+    const rollout::ScheduledStep step = scheduler.schedule();
+    std::vector<int64_t> logitRow;
+    StepBatch batch = placeStep(encodeStep(step, scheduler, /*pinned=*/false, &logitRow), at::kCPU, 4, 0);
+    scheduler.complete(step, std::vector<std::vector<int64_t>>(step.chunks.size(), std::vector<int64_t>{4}));
+    return batch;
+  };
+  const int64_t scratch = 64;
+  DecodeRows rows = paddingRows(8, 32, scratch, 4, 0, at::kCPU);
+  const StepBatch five = decodeBatch();
+  REQUIRE(five.paged.sequences.numSequences() == 5);
+  stageDecodeRows(five, rows, scratch, 4);
+  CHECK(at::equal(rows.step.slots.narrow(0, 0, 5), five.paged.slots));
+  CHECK(at::equal(rows.step.slots.narrow(0, 5, 3), at::full({3}, scratch * 4, at::kLong)));
+
+  // Two sequences end; their blocks may go to others, so the rows that held them must not write there.
+  for (rollout::RequestId id : {requests[1], requests[3]}) scheduler.cancelRequest(id, rollout::FinishReason::kCancelled);
+  const StepBatch three = decodeBatch();
+  REQUIRE(three.paged.sequences.numSequences() == 3);
+  stageDecodeRows(three, rows, scratch, 4);
+  CHECK(at::equal(rows.tokens.narrow(0, 0, 3), three.tokens));
+  CHECK(at::equal(rows.step.positions.narrow(0, 0, 3), three.paged.positions));
+  CHECK(at::equal(rows.step.slots.narrow(0, 0, 3), three.paged.slots));
+  CHECK(at::equal(rows.step.sequences.contextLens.narrow(0, 0, 3), three.paged.sequences.contextLens));
+  CHECK(at::equal(rows.step.slots.narrow(0, 3, 5), at::full({5}, scratch * 4, at::kLong)));
+  CHECK(at::equal(rows.step.sequences.contextLens.narrow(0, 3, 5), at::ones({5}, at::kLong)));
+  CHECK(at::equal(rows.step.sequences.blockTables.narrow(0, 3, 5), at::full({5, 32}, scratch, at::kLong)));
+  CHECK(at::equal(rows.tokens.narrow(0, 3, 5), at::zeros({5}, at::kLong)));
+}

@@ -33,13 +33,7 @@ class CudaDecodeGraphs final : public DecodeGraphs {
   at::Tensor run(const StepBatch& batch) override {
     const int64_t n = batch.paged.sequences.numSequences();
     Graph& g = graphOf(sizeFor(n));
-    const PagedSequences& s = batch.paged.sequences;
-    // Rows past n keep the padding they were captured with: the scratch slot, one position.
-    g.tokens.narrow(0, 0, n).copy_(batch.tokens, /*non_blocking=*/true);
-    g.step.positions.narrow(0, 0, n).copy_(batch.paged.positions, true);
-    g.step.slots.narrow(0, 0, n).copy_(batch.paged.slots, true);
-    g.step.sequences.contextLens.narrow(0, 0, n).copy_(s.contextLens, true);
-    g.step.sequences.blockTables.narrow(0, 0, n).narrow(1, 0, s.blockTables.size(1)).copy_(s.blockTables, true);
+    stageDecodeRows(batch, g.rows, scratch_, cache_.blockSize);
     g.graph->replay();
     return g.logits.narrow(0, 0, n);
   }
@@ -55,8 +49,8 @@ class CudaDecodeGraphs final : public DecodeGraphs {
  private:
   struct Graph {
     std::unique_ptr<at::cuda::CUDAGraph> graph;
-    at::Tensor tokens, logits;
-    PagedStep step;
+    DecodeRows rows;
+    at::Tensor logits;
   };
 
   int64_t sizeFor(int64_t n) const {
@@ -69,19 +63,7 @@ class CudaDecodeGraphs final : public DecodeGraphs {
     auto found = graphs_.find(size);
     if (found != graphs_.end()) return found->second;
     Graph& g = graphs_[size];
-    const auto longs = at::TensorOptions().dtype(at::kLong).device(model_.device());
-    g.tokens = at::zeros({size}, longs);
-    g.step.positions = at::zeros({size}, longs);
-    g.step.slots = at::full({size}, scratch_ * cache_.blockSize, longs);
-    g.step.logitRows = at::arange(size, longs);
-    PagedSequences& s = g.step.sequences;
-    s.blockTables = at::full({size, width_}, scratch_, longs);
-    s.contextLens = at::ones({size}, longs);
-    s.contextLensHost.assign(size, 1);
-    for (int64_t i = 0; i <= size; ++i) s.queryStarts.push_back(i);
-    s.numSingleQuery = size;
-    s.blockSize = cache_.blockSize;
-    s.slidingWindow = model_.config().slidingWindow;
+    g.rows = paddingRows(size, width_, scratch_, cache_.blockSize, model_.config().slidingWindow, model_.device());
     // Warm up (lazy initialisations, the RoPE table) and capture on a side stream, as capture
     // requires; the current stream waits for both.
     const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(model_.device().index());
@@ -89,10 +71,10 @@ class CudaDecodeGraphs final : public DecodeGraphs {
     current.synchronize();
     {
       const c10::cuda::CUDAStreamGuard onSide(side);
-      model_.pagedLogits(g.tokens, g.step, cache_);
+      model_.pagedLogits(g.rows.tokens, g.rows.step, cache_);
       g.graph = std::make_unique<at::cuda::CUDAGraph>();
       g.graph->capture_begin(pool_);
-      g.logits = model_.pagedLogits(g.tokens, g.step, cache_);
+      g.logits = model_.pagedLogits(g.rows.tokens, g.rows.step, cache_);
       g.graph->capture_end();
     }
     side.synchronize();

@@ -111,6 +111,42 @@ StepBatch placeStep(const HostStep& host, at::Device device, int64_t blockSize, 
   return batch;
 }
 
+DecodeRows paddingRows(int64_t size, int64_t maxBlocksPerSequence, int64_t scratchBlock, int64_t blockSize,
+                       int64_t slidingWindow, at::Device device) {
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
+  DecodeRows rows;
+  rows.tokens = at::zeros({size}, longs);
+  rows.step.positions = at::zeros({size}, longs);
+  rows.step.slots = at::full({size}, scratchBlock * blockSize, longs);
+  rows.step.logitRows = at::arange(size, longs);
+  PagedSequences& s = rows.step.sequences;
+  s.blockTables = at::full({size, maxBlocksPerSequence}, scratchBlock, longs);
+  s.contextLens = at::ones({size}, longs);
+  s.contextLensHost.assign(size, 1);
+  for (int64_t i = 0; i <= size; ++i) s.queryStarts.push_back(i);
+  s.numSingleQuery = size;
+  s.blockSize = blockSize;
+  s.slidingWindow = slidingWindow;
+  return rows;
+}
+
+void stageDecodeRows(const StepBatch& batch, DecodeRows& rows, int64_t scratchBlock, int64_t blockSize) {
+  const PagedSequences& from = batch.paged.sequences;
+  PagedSequences& to = rows.step.sequences;
+  const int64_t n = from.numSequences(), pad = rows.tokens.size(0) - n;
+  rows.tokens.narrow(0, 0, n).copy_(batch.tokens, /*non_blocking=*/true);
+  rows.step.positions.narrow(0, 0, n).copy_(batch.paged.positions, true);
+  rows.step.slots.narrow(0, 0, n).copy_(batch.paged.slots, true);
+  to.contextLens.narrow(0, 0, n).copy_(from.contextLens, true);
+  to.blockTables.narrow(0, 0, n).narrow(1, 0, from.blockTables.size(1)).copy_(from.blockTables, true);
+  if (pad == 0) return;
+  rows.tokens.narrow(0, n, pad).zero_();
+  rows.step.positions.narrow(0, n, pad).zero_();
+  rows.step.slots.narrow(0, n, pad).fill_(scratchBlock * blockSize);
+  to.contextLens.narrow(0, n, pad).fill_(1);
+  to.blockTables.narrow(0, n, pad).fill_(scratchBlock);
+}
+
 void fillPendingTokens(StepBatch& batch, const at::Tensor& drawn) {
   if (batch.pendingTokens.defined()) batch.tokens.index_copy_(0, batch.pendingTokens, drawn.index_select(0, batch.pendingRows));
 }

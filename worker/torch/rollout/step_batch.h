@@ -58,4 +58,20 @@ StepBatch placeStep(const HostStep& host, at::Device device, int64_t blockSize, 
 // Writes the pending tokens into batch.tokens from `drawn` [D], the step before's tokens on the device.
 void fillPendingTokens(StepBatch& batch, const at::Tensor& drawn);
 
+// A decode graph's static inputs (decode_graphs.h): `size` rows, one decode each, that every
+// replay's step fills.
+struct DecodeRows {
+  at::Tensor tokens;
+  PagedStep step;
+};
+// `size` rows of padding on `device`: token 0 at position 0 with a context of one, its key and
+// value written into and read from `scratchBlock`, a block of the cache no sequence holds.
+DecodeRows paddingRows(int64_t size, int64_t maxBlocksPerSequence, int64_t scratchBlock, int64_t blockSize,
+                       int64_t slidingWindow, at::Device device);
+// Copies a decode step's n sequences into the first n rows and makes the rest padding again,
+// without waiting for the device. A row left as an earlier, larger step filled it would write its
+// key and value into a slot that may since be another sequence's: a freed block taken by a new
+// prompt, or a shared block that a copy on write left to the other samples.
+void stageDecodeRows(const StepBatch& batch, DecodeRows& rows, int64_t scratchBlock, int64_t blockSize);
+
 }  // namespace loom::worker
