@@ -7,13 +7,18 @@
 //   - attach: all N nodes registered, seconds;
 //   - placement: CreateJob called -> the launch order at a node, p50 / p99 / max;
 //   - jobs: all M succeeded, seconds and jobs per second;
-//   - GetJob and ListJobs (a page of 100) latency p50 / p99 from C callers while jobs run;
+//   - GetJob and ListJobs (a page of 100) latency p50 / p99 from C callers while jobs run: each
+//     calls as soon as its last call is answered, or with --get-rate R the callers together start
+//     R calls a second on a fixed schedule (a caller that falls behind calls at once until it is
+//     on time again); a call's latency is from when it is sent, not when it was due, as the
+//     callers share the machine's cores and a due time includes their own wake-up;
 //   - heartbeats sent per second over the run;
 //   - the planner's CPU seconds and peak resident memory (/proc);
 //   - a planner restart with M jobs stored: seconds until GetJob answers.
 // --check exits non-zero unless every job succeeded and the restarted planner knows them all
 // (the CI form runs 100 nodes and 1,000 jobs); it never judges a time.
-// Usage: loom-bench-control-plane-scale [--nodes 1000] [--jobs 10000] [--slots 8] [--clients 8] [--check]
+// Usage: loom-bench-control-plane-scale [--nodes 1000] [--jobs 10000] [--slots 8] [--clients 8]
+//        [--list-every 10] [--get-rate 0] [--check]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -243,6 +248,7 @@ std::string probeSpec(int index, int ranks) {
 int main(int argc, char** argv) {
   CLI::App app{"Loom control-plane scale benchmark: simulated daemons against a real planner"};
   int nodes = 1000, jobs = 10000, slots = 8, clients = 8, listEvery = 10;
+  double getRate = 0;
   bool check = false;
   std::string stateDir;
   app.add_option("--nodes", nodes, "simulated node daemons")->capture_default_str();
@@ -250,6 +256,8 @@ int main(int argc, char** argv) {
   app.add_option("--slots", slots, "slots per node")->capture_default_str();
   app.add_option("--clients", clients, "concurrent submitters, then GetJob and ListJobs callers")->capture_default_str();
   app.add_option("--list-every", listEvery, "each caller's ListJobs per this many GetJob calls (0: none)")
+      ->capture_default_str();
+  app.add_option("--get-rate", getRate, "GetJob calls a second over all callers (0: each calls as soon as answered)")
       ->capture_default_str();
   app.add_option("--state-dir", stateDir, "the planner's (default: a new temporary directory, removed after)");
   app.add_flag("--check", check, "exit non-zero unless every job succeeded and a restarted planner knows them all");
@@ -338,13 +346,20 @@ int main(int argc, char** argv) {
       args.SetInt("grpc.channel_id", nodes + clients + c);
       loom::client::LoomClient own(loom::security::makeChannel(planner.address, admin, args));
       std::vector<double> gets, lists;
+      // With a rate, caller c's call i is due at start + (i + c / clients) * clients / rate.
+      const auto start = Clock::now();
+      const std::chrono::duration<double> every(getRate > 0 ? clients / getRate : 0.0);
       for (int i = 0; reading; ++i) {
+        if (getRate > 0) {
+          const auto due = start + std::chrono::duration_cast<Clock::duration>(every * (i + static_cast<double>(c) / clients));
+          std::this_thread::sleep_until(due);
+        }
         const int k = nextJob.load() > 0 ? (c * 7919 + i) % std::min(nextJob.load(), jobs) : 0;
         const std::string id = submitted[static_cast<size_t>(k)].first;
         if (!id.empty()) {
-          auto t = Clock::now();
+          const auto sent = Clock::now();
           (void)own.getJob(id);
-          gets.push_back(msSince(t));
+          gets.push_back(msSince(sent));
         }
         if (listEvery > 0 && i % listEvery == 0) {
           loom::v1::ListJobsRequest page;
@@ -419,8 +434,9 @@ int main(int argc, char** argv) {
   std::printf("| all jobs done | %.1f s (%.0f jobs/s) |\n", runSeconds, succeeded / runSeconds);
   std::printf("| placement: CreateJob called -> launch at a node | p50 %.1f ms, p99 %.1f ms, max %.1f ms |\n",
               percentile(placementMs, 0.5), percentile(placementMs, 0.99), percentile(placementMs, 1));
-  std::printf("| GetJob under load (%zu calls) | p50 %.2f ms, p99 %.2f ms |\n", getMs.size(), percentile(getMs, 0.5),
-              percentile(getMs, 0.99));
+  const std::string rate = getRate > 0 ? fmt::format("{:.0f} a second", getRate) : "as fast as answered";
+  std::printf("| GetJob under load (%zu calls, %s) | p50 %.2f ms, p99 %.2f ms |\n", getMs.size(), rate.c_str(),
+              percentile(getMs, 0.5), percentile(getMs, 0.99));
   std::printf("| ListJobs, a page of 100, under load (%zu calls) | p50 %.2f ms, p99 %.2f ms |\n", listMs.size(),
               percentile(listMs, 0.5), percentile(listMs, 0.99));
   std::printf("| heartbeats handled | %.0f /s |\n", heartbeatsPerSecond);
