@@ -3,7 +3,9 @@
 namespace loom::convert {
 
 grpc::Status toGrpc(const Status& status) {
-  if (status.isOk()) return grpc::Status::OK;
+  // Not grpc::Status::OK, a symbol of libgrpc++: the worker converts its plan with this file and
+  // links no gRPC (worker/rollout_service.h).
+  if (status.isOk()) return grpc::Status();
   return {static_cast<grpc::StatusCode>(status.code()), status.message()};
 }
 

@@ -14,7 +14,8 @@ namespace loom::worker {
 namespace {
 
 // Train, eval and rollout run in libloom_torch.so; their metrics go to the daemon as progress
-// reports. A served rollout's RPC server runs on this side, which speaks protobuf.
+// reports. A served rollout's RPC server runs on this side, which speaks protobuf, from
+// libloom_rollout_service.so.
 Status runTorchJob(const RankContext& context, const planner::JobSpec& spec, const planner::Plan* plan,
                    ReportClient& reports) {
   ASSIGN_OR_RETURN(TorchRuntime * torch, loadTorchRuntime());
@@ -23,12 +24,13 @@ Status runTorchJob(const RankContext& context, const planner::JobSpec& spec, con
   hooks.notice = [&](const std::string& what) { reports.notice(what); };
   hooks.serveRollout = [&](rollout::RolloutInbox& inbox,
                            const planner::SamplingParams& defaults) -> StatusOr<std::shared_ptr<void>> {
-    ASSIGN_OR_RETURN(std::unique_ptr<RolloutServer> server, RolloutServer::start(context.masterAddr, inbox, defaults));
+    ASSIGN_OR_RETURN(StartRolloutServiceFn start, loadRolloutService());
+    ASSIGN_OR_RETURN(RolloutServing serving, start(context.masterAddr, inbox, defaults));
     std::printf("rollout: serving loom.v1.RolloutService at %s (clients call the planner, which routes to it)\n",
-                server->address().c_str());
+                serving.address.c_str());
     std::fflush(stdout);
-    reports.serving(server->address());
-    return std::shared_ptr<void>(std::move(server));
+    reports.serving(serving.address);
+    return serving.server;
   };
   // A train job checkpoints on SIGTERM before it exits; the other kinds have nothing to save.
   if (spec.kind == planner::JobKind::kTrain) {

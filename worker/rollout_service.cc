@@ -398,3 +398,14 @@ RolloutServer::~RolloutServer() {
 }
 
 }  // namespace loom::worker
+
+extern "C" loom::worker::StartRolloutServiceFn loom_rollout_service() {
+  return [](const std::string& host, loom::rollout::RolloutInbox& inbox,
+            const loom::planner::SamplingParams& defaults) -> loom::StatusOr<loom::worker::RolloutServing> {
+    ASSIGN_OR_RETURN(std::unique_ptr<loom::worker::RolloutServer> server,
+                     loom::worker::RolloutServer::start(host, inbox, defaults));
+    loom::worker::RolloutServing serving{.server = nullptr, .address = server->address()};
+    serving.server = std::shared_ptr<loom::worker::RolloutServer>(std::move(server));
+    return serving;
+  };
+}
