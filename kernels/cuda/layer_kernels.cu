@@ -344,6 +344,13 @@ cudaError_t partialsPool(cudaMemPool_t* pool) {
   return cudaSuccess;
 }
 
+// Lanes for a row of `chunks` chunks: the power of two that covers them, at most `cap`.
+int lanesPerRow(int64_t chunks, int cap) {
+  int lanes = 1;
+  while (lanes < chunks && lanes < cap) lanes *= 2;
+  return lanes;
+}
+
 }  // namespace
 
 cudaError_t launchRmsNormForward(const RmsNormArgs& a, cudaStream_t stream) {
@@ -398,9 +405,7 @@ cudaError_t launchRope(const RopeArgs& a, cudaStream_t stream) {
   const int64_t half = a.headDim / 2;
   byDtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const int64_t chunks = (half + kVec<T> - 1) / kVec<T>;
-    int threadsPerRow = 1;
-    while (threadsPerRow < chunks && threadsPerRow < 128) threadsPerRow *= 2;
+    const int threadsPerRow = lanesPerRow((half + kVec<T> - 1) / kVec<T>, 128);
     const int threads = 256, rowsPerBlock = threads / threadsPerRow;
     const int64_t rows = a.qRows + a.kRows;
     const auto blocks = static_cast<unsigned>((rows + rowsPerBlock - 1) / rowsPerBlock);
@@ -412,9 +417,8 @@ cudaError_t launchRope(const RopeArgs& a, cudaStream_t stream) {
 cudaError_t launchRopeKvWrite(const RopeKvWriteArgs& a, cudaStream_t stream) {
   byDtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const int64_t chunks = (a.dim / 2 + kVec<T> - 1) / kVec<T>;
-    int threadsPerRow = 1;
-    while (threadsPerRow < chunks && threadsPerRow < 32) threadsPerRow *= 2;
+    // At most a warp per row: a row's lanes sum its squares by shuffles.
+    const int threadsPerRow = lanesPerRow((a.dim / 2 + kVec<T> - 1) / kVec<T>, 32);
     const int threads = 256, rowsPerBlock = threads / threadsPerRow;
     const int64_t rows = a.tokens * (a.heads + 2 * a.kvHeads);
     const auto blocks = static_cast<unsigned>((rows + rowsPerBlock - 1) / rowsPerBlock);
