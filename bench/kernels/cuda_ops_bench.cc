@@ -215,11 +215,16 @@ int main(int argc, char** argv) {
         },
         [&] { ref::klDivergence(logits, other); });
   }
-  {  // Rollout's decode attention: 256 sequences of 128 to 384 positions over a paged cache of
-     // 16-position blocks, 32 query heads over 8 KV heads of 64 (the 1B Llama), blocks scattered.
-    const int64_t seqs = 256, heads = 32, kvHeads = 8, dim = 64, blockSize = 16, longest = 384;
+  // Rollout's decode attention over a paged cache of 16-position blocks, scattered, 32 query heads
+  // over 8 KV heads of 64 (the 1B Llama): the rollout benchmark's 256 sequences of 128 to 384
+  // positions, then fewer and longer sequences (fewer blocks of the kernel, each longer-lived).
+  struct Contexts {
+    int64_t seqs, shortest, longest;
+  };
+  for (const Contexts& c : {Contexts{256, 128, 384}, Contexts{64, 1024, 1024}, Contexts{16, 4096, 4096}}) {
+    const int64_t seqs = c.seqs, heads = 32, kvHeads = 8, dim = 64, blockSize = 16, longest = c.longest;
     const int64_t maxBlocks = longest / blockSize, numBlocks = seqs * maxBlocks;
-    const at::Tensor lengths = at::randint(128, longest + 1, {seqs}, f32.dtype(at::kLong));
+    const at::Tensor lengths = at::randint(c.shortest, longest + 1, {seqs}, f32.dtype(at::kLong));
     const at::Tensor tables = at::randperm(numBlocks, f32.dtype(at::kLong)).view({seqs, maxBlocks});
     const at::Tensor keys = at::randn({numBlocks, blockSize, kvHeads, dim}, bf16);
     const at::Tensor values = at::randn({numBlocks, blockSize, kvHeads, dim}, bf16);
@@ -235,7 +240,7 @@ int main(int argc, char** argv) {
       return cache.index_select(0, tables.flatten()).view({seqs, longest, kvHeads, dim}).transpose(1, 2);
     };
     bench.run(
-        "paged_attention_decode", fmt::format("{} seqs x 128-384 positions, {}/{} heads of {} bf16", seqs, heads,
+        "paged_attention_decode", fmt::format("{} seqs x {}-{} positions, {}/{} heads of {} bf16", seqs, c.shortest, longest, heads,
                                               kvHeads, dim),
         bytes,
         [&] {

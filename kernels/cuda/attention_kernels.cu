@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads) lanesDecodeKernel(PagedDecodeArgs a)
     loadChunk<T, kElems>(static_cast<const T*>(a.q) + (seq * a.heads + int64_t(kvHead) * kGroup + g) * kDim +
                              part * kElems, kElems, v);
 #pragma unroll
-    for (int e = 0; e < kElems; ++e) query[g][e] = v[e] * a.scale;
+    for (int e = 0; e < kElems; ++e) query[g][e] = v[e] * (a.scale * kLog2e);
   }
   // This lane's running softmax: per query head, the max score, the sum of exp(score - max) and
   // its elements of the values weighted alike.
@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(kThreads) mmaDecodeKernel(PagedDecodeArgs a) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const bool valid = chunkFirst + n * 8 + 2 * t + i < pipeline.context;
-        score[n][i] = valid ? score[n][i] * a.scale : -kInf;
+        score[n][i] = valid ? score[n][i] * (a.scale * kLog2e) : -kInf;
         top = fmaxf(top, score[n][i]);
       }
     }
@@ -300,8 +300,10 @@ __global__ void __launch_bounds__(kThreads) mmaDecodeKernel(PagedDecodeArgs a) {
 
 // ---- launch ----
 
-// Chunks in shared memory per block: the one being scored and the next, in flight.
-constexpr int kStages = 2;
+// Chunks in shared memory per block: the one being scored and the next two, in flight. A block's
+// warps wait on their own arithmetic about as long as on memory; two chunks in flight rather than
+// one took the decode step's attention from 0.90 to 0.85 ms on an H100 (docs/benchmarks.md).
+constexpr int kStages = 3;
 
 template <int kDim, int kGroup>
 cudaError_t launchMma(const PagedDecodeArgs& a, dim3 grid, cudaStream_t stream) {
@@ -360,7 +362,11 @@ cudaError_t launchPagedAttentionDecode(const PagedDecodeArgs& a, cudaStream_t st
   if (reinterpret_cast<uintptr_t>(a.keyCache) % 16 != 0 || reinterpret_cast<uintptr_t>(a.valueCache) % 16 != 0)
     return cudaErrorMisalignedAddress;
   const dim3 grid(static_cast<unsigned>(a.seqs), static_cast<unsigned>(a.kvHeads));
-  return a.dtype == LOOM_DTYPE_BF16 ? launchForType<Bf16>(a, grid, stream) : launchForType<float>(a, grid, stream);
+  PagedDecodeArgs args = a;
+  args.blockShift = -1;
+  for (int shift = 0; shift < 31; ++shift)
+    if (int64_t{1} << shift == a.blockSize) args.blockShift = shift;
+  return a.dtype == LOOM_DTYPE_BF16 ? launchForType<Bf16>(args, grid, stream) : launchForType<float>(args, grid, stream);
 }
 
 }  // namespace loom::kernels::gpu

@@ -182,6 +182,7 @@ struct PagedDecodeArgs {
   void* out;               // [seqs, heads, dim]
   int64_t seqs, heads, kvHeads, dim, blockSize, maxBlocks, window;
   float scale;
+  int blockShift = -1;  // log2(blockSize) where it is a power of two; set by launchPagedAttentionDecode
 };
 // The head layouts the kernel is built for: dim 32, 64 or 128, and 1, 2, 4 or 8 query heads per
 // KV head.

@@ -15,9 +15,11 @@ namespace loom::kernels::gpu::paged {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
-// exp(m - top) with top >= m, where m may be -inf: a score that was never taken, or a running
-// softmax that saw nothing (and top may then be -inf too).
-__device__ __forceinline__ float weightOf(float m, float top) { return m == -kInf ? 0.0f : expf(m - top); }
+// The kernels keep scores in base 2 (the query scaled by log2(e) as well as by the softmax's
+// scale), so that a weight is one exp2: 2^(m - top) with top >= m, where m may be -inf: a score
+// that was never taken, or a running softmax that saw nothing (and top may then be -inf too).
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float weightOf(float m, float top) { return m == -kInf ? 0.0f : exp2f(m - top); }
 
 // 16 bytes from global to shared memory, asynchronously; zeros where `valid` is false.
 __device__ __forceinline__ void copyAsync16(void* shared, const void* global, bool valid) {
@@ -49,6 +51,7 @@ struct ChunkPipeline {
   const int64_t* table;
   int64_t slotStride;  // elements between two positions of the cache
   int first, context, chunks, blockSize;
+  int blockShift;  // PagedDecodeArgs::blockShift
   int64_t slots[kCopies];  // the next chunk to copy: this thread's pieces' slots, -1 past the end
 
   static __device__ __forceinline__ int index(int position, int piece) {
@@ -66,7 +69,8 @@ struct ChunkPipeline {
         slotStride(a.kvHeads * kDim),
         // Positions fit 32 bits (a context of 2^31 tokens would not fit the cache); slots may not.
         context(static_cast<int>(a.contextLens[seq])),
-        blockSize(static_cast<int>(a.blockSize)) {
+        blockSize(static_cast<int>(a.blockSize)),
+        blockShift(a.blockShift) {
     first = a.window > 0 && context > a.window ? context - static_cast<int>(a.window) : 0;
     chunks = (context - first + kChunk - 1) / kChunk;
 #pragma unroll
@@ -82,7 +86,9 @@ struct ChunkPipeline {
 #pragma unroll
     for (int j = 0; j < kCopies; ++j) {
       const int p = first + c * kChunk + (threadIdx.x + j * kThreads) / kPieces;
-      slots[j] = c < chunks && p < context ? table[p / blockSize] * blockSize + p % blockSize : -1;
+      // A division by a value known only at run time costs tens of instructions, per piece per chunk.
+      const int entry = blockShift >= 0 ? p >> blockShift : p / blockSize;
+      slots[j] = c < chunks && p < context ? table[entry] * blockSize + (p - entry * blockSize) : -1;
     }
   }
   __device__ void copy(int c) {
