@@ -1,7 +1,8 @@
 #include "worker/plan_file.h"
 
-#include "common/files.h"
-#include "proto/convert.h"
+#include <mutex>
+
+#include "worker/sibling_library.h"
 
 namespace loom::worker {
 
@@ -9,10 +10,16 @@ StatusOr<planner::Plan> readPlanFile(const std::string& path) {
   if (path.empty())
     return failedPrecondition("LOOM_PLAN: the launch handed this rank no plan (train and eval jobs are compiled on "
                               "submit, and the plan travels with the launch)");
-  ASSIGN_OR_RETURN(const std::string bytes, files::readFile(path));
-  v1::Plan plan;
-  if (!plan.ParseFromString(bytes)) return Status(StatusCode::kDataLoss, path + ": not a loom.v1.Plan");
-  return convert::fromProto(plan);
+  static std::once_flag once;
+  static StatusOr<ReadPlanFileFn> reader = Status(StatusCode::kInternal, "not loaded");
+  std::call_once(once, [] {
+    auto entry = loadSiblingEntry("LOOM_WORKER_PROTO", "libloom_worker_proto.so", "loom_plan_reader",
+                                  "the plan reader");
+    if (entry.isOk()) reader = reinterpret_cast<ReadPlanFileFn (*)()>(*entry)();
+    else reader = entry.status();
+  });
+  if (!reader.isOk()) return reader.status();
+  return (*reader)(path);
 }
 
 }  // namespace loom::worker

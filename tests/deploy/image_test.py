@@ -9,12 +9,16 @@ kernel plugins name (DT_NEEDED), as this build resolves it:
 - anything else: the Debian package that owns it must be in the runtime stage's list, in Debian's
   base (its required packages and apt), or a dependency of one of them.
 
-A library added to the build without its package in the Dockerfile fails here, not when a cluster
-first pulls the image.
+Every libloom_*.so the build makes must also be one the runtime stage copies (a worker loads
+them beside itself on first use, so nothing else would notice one left behind).
+
+A library added to the build without its package in the Dockerfile, or without its COPY, fails
+here, not when a cluster first pulls the image.
 
   python3 tests/deploy/image_test.py --build build
 """
 import argparse
+import fnmatch
 import functools
 import importlib.metadata
 import importlib.util
@@ -33,12 +37,24 @@ from loom_runs import check, exit_code  # noqa: E402
 FROM_TORCH_WHEELS = {"libcudart.so": "cuda-toolkit", "libnccl.so": "nvidia-nccl", "libcuda.so": None}
 
 
+def runtime_stage(dockerfile):
+    """The Dockerfile's last stage, its continuation lines joined."""
+    text = open(dockerfile).read().replace("\\\n", " ")
+    return text[text.rindex("\nFROM "):]
+
+
 def runtime_packages(dockerfile):
     """The packages the last stage's `apt-get install` names."""
-    text = open(dockerfile).read().replace("\\\n", " ")  # continuation lines joined
-    last_stage = text[text.rindex("\nFROM "):]
-    command = re.search(r"apt-get install ([^&\n]*)", last_stage).group(1)
+    command = re.search(r"apt-get install ([^&\n]*)", runtime_stage(dockerfile)).group(1)
     return {w for w in command.split() if not w.startswith("-")}
+
+
+def runtime_copies(dockerfile):
+    """The build stage's files the last stage copies (`COPY --from=build` sources, globs kept)."""
+    sources = []
+    for args in re.findall(r"^COPY --from=build (.*)$", runtime_stage(dockerfile), re.M):
+        sources += args.split()[:-1]  # the last word is the destination
+    return sources
 
 
 def installed_packages():
@@ -126,6 +142,14 @@ def main():
                 missing.append(f"{soname} (Debian's {package}, not in the runtime stage)")
         check(not missing, f"{os.path.relpath(f, build)}: every library it loads is in the image"
               + (f"; missing: {', '.join(missing)}" if missing else ""))
+
+    copied = runtime_copies(os.path.join(REPO, "deploy", "Dockerfile"))
+    check(any(c.endswith("/loom-worker") for c in copied), f"the runtime stage's copies are read ({len(copied)})")
+    for f in files:
+        if os.path.dirname(f) != os.path.join(build, "lib"):
+            continue
+        name = os.path.basename(f)
+        check(any(fnmatch.fnmatch("/build/lib/" + name, c) for c in copied), f"lib/{name} is copied into the image")
 
     # The check itself must fail on a library that is not there: drop a package from the list.
     without_grpc = closure((listed - {"libgrpc++1.51"}) | base, packages, provided_by)

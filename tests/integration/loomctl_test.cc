@@ -160,6 +160,35 @@ TEST_CASE("loom-worker --version loads its libtorch runtime - a wrong path is na
   CHECK(files::readFile(out).value().find("/nowhere/libloom_torch.so") != std::string::npos);
 }
 
+TEST_CASE("loom-worker reads its plan through libloom_worker_proto.so - a corrupt plan, a wrong path are named",
+          "[integration]") {
+  TempDir dir;
+  nlohmann::json spec{{"name", "planned"},
+                      {"kind", "train"},
+                      {"resources", {{"ranks", 1}}},
+                      {"model", {{"config", "config.json"}}},
+                      {"data", {{"train", "train.tokens"}, {"seq_len", 16}}},
+                      {"train", {{"steps", 1}}},
+                      {"deepspeed", {{"train_micro_batch_size_per_gpu", 1}, {"optimizer", {{"type", "AdamW"}}}}}};
+  writeSpec(dir, "plan.pb", "not a plan");
+  // A rank's environment as loomd sets it; nothing listens on the report socket, and the plan is
+  // read before the rank reports.
+  const std::string rank = "LOOM_JOB_ID=j1 LOOM_ATTEMPT=1 RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 "
+                           "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 LOOM_HEARTBEAT_MS=1000 LOOM_SPEC=" +
+                           writeSpec(dir, "job.json", spec.dump()) + " LOOM_RANK_DIR=" + dir.path() +
+                           " LOOM_REPORT_SOCKET=" + dir.path() + "/none.sock LOOM_PLAN=" + dir.path() + "/plan.pb ";
+  const std::string out = dir.path() + "/out";
+  int rc = std::system((rank + binary("loom-worker") + " >" + out + " 2>&1").c_str());
+  CHECK(WEXITSTATUS(rc) == 1);
+  CHECK(files::readFile(out).value().find("plan: " + dir.path() + "/plan.pb: not a loom.v1.Plan") != std::string::npos);
+  rc = std::system((rank + "LOOM_WORKER_PROTO=/nowhere/libloom_worker_proto.so " + binary("loom-worker") + " >" + out +
+                    " 2>&1")
+                       .c_str());
+  CHECK(WEXITSTATUS(rc) == 1);
+  CHECK(files::readFile(out).value().find("cannot load the plan reader: /nowhere/libloom_worker_proto.so") !=
+        std::string::npos);
+}
+
 TEST_CASE("loomctl data prepare writes a token file - a bad input is named with its line", "[integration]") {
   TempDir dir;
   std::string fortunes = writeSpec(dir, "fortunes", "one\n%\ntwo\n");
