@@ -15,9 +15,9 @@ namespace loom::kernels::gpu::paged {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
-// The kernels keep scores in base 2 (the query scaled by log2(e) as well as by the softmax's
-// scale), so that a weight is one exp2: 2^(m - top) with top >= m, where m may be -inf: a score
-// that was never taken, or a running softmax that saw nothing (and top may then be -inf too).
+// The kernels keep scores in base 2 (scaled by log2(e) as well as by the softmax's scale), so
+// that a weight is one exp2: 2^(m - top) with top >= m, where m may be -inf: a score that was
+// never taken, or a running softmax that saw nothing (and top may then be -inf too).
 constexpr float kLog2e = 1.4426950408889634f;
 __device__ __forceinline__ float weightOf(float m, float top) { return m == -kInf ? 0.0f : exp2f(m - top); }
 
