@@ -3,7 +3,10 @@
 // Each simulated daemon holds a real Attach stream of its own connection, registers with its
 // slots, heartbeats at the interval the planner asks for, and answers every launch as loomd's
 // ranks would report: started, ready, exited 0 (rank 0's node first names the master endpoint)
-// — no processes. C clients submit M probe jobs of 1 to 8 ranks meanwhile. Reported:
+// — no processes. C clients submit M probe jobs of 1 to 8 ranks meanwhile, each as soon as the
+// last is answered, or with --submit-rate S the clients together S jobs a second on a fixed
+// schedule (below the planner's most, its latencies are those of a planner with time to spare).
+// Reported:
 //   - attach: all N nodes registered, seconds;
 //   - placement: CreateJob called -> the launch order at a node, p50 / p99 / max;
 //   - jobs: all M succeeded, seconds and jobs per second;
@@ -18,7 +21,7 @@
 // --check exits non-zero unless every job succeeded and the restarted planner knows them all
 // (the CI form runs 100 nodes and 1,000 jobs); it never judges a time.
 // Usage: loom-bench-control-plane-scale [--nodes 1000] [--jobs 10000] [--slots 8] [--clients 8]
-//        [--list-every 10] [--get-rate 0] [--check]
+//        [--list-every 10] [--get-rate 0] [--submit-rate 0] [--check]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -248,7 +251,7 @@ std::string probeSpec(int index, int ranks) {
 int main(int argc, char** argv) {
   CLI::App app{"Loom control-plane scale benchmark: simulated daemons against a real planner"};
   int nodes = 1000, jobs = 10000, slots = 8, clients = 8, listEvery = 10;
-  double getRate = 0;
+  double getRate = 0, submitRate = 0;
   bool check = false;
   std::string stateDir;
   app.add_option("--nodes", nodes, "simulated node daemons")->capture_default_str();
@@ -258,6 +261,8 @@ int main(int argc, char** argv) {
   app.add_option("--list-every", listEvery, "each caller's ListJobs per this many GetJob calls (0: none)")
       ->capture_default_str();
   app.add_option("--get-rate", getRate, "GetJob calls a second over all callers (0: each calls as soon as answered)")
+      ->capture_default_str();
+  app.add_option("--submit-rate", submitRate, "jobs submitted a second over all clients (0: each as soon as answered)")
       ->capture_default_str();
   app.add_option("--state-dir", stateDir, "the planner's (default: a new temporary directory, removed after)");
   app.add_flag("--check", check, "exit non-zero unless every job succeeded and a restarted planner knows them all");
@@ -319,6 +324,7 @@ int main(int argc, char** argv) {
   std::atomic<int> nextJob{0};
   std::atomic<int> failedSubmits{0};
   std::vector<std::thread> submitters;
+  const auto submitStart = Clock::now();
   for (int c = 0; c < clients; ++c) {
     submitters.emplace_back([&, c] {
       grpc::ChannelArguments args;
@@ -326,6 +332,10 @@ int main(int argc, char** argv) {
       loom::client::LoomClient own(loom::security::makeChannel(planner.address, admin, args));
       std::mt19937 rng(static_cast<unsigned>(c));
       for (int i; (i = nextJob.fetch_add(1)) < jobs;) {
+        // With a rate, job i is due at submitStart + i / rate, whichever client takes it.
+        if (submitRate > 0)
+          std::this_thread::sleep_until(submitStart +
+                                        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(i / submitRate)));
         const auto asked = Clock::now();
         auto created = own.createJob(probeSpec(i, 1 + static_cast<int>(rng() % 8)));
         if (!created.isOk()) {
@@ -427,8 +437,9 @@ int main(int argc, char** argv) {
   stopPlanner(again.pid);
   if (ownDir) std::filesystem::remove_all(stateDir);
 
-  std::printf("| %d simulated nodes of %d slots, %d probe jobs of 1-8 ranks, %d clients | value |\n|---|---|\n", nodes,
-              slots, jobs, clients);
+  const std::string pace = submitRate > 0 ? fmt::format(", {:.0f} submitted a second", submitRate) : "";
+  std::printf("| %d simulated nodes of %d slots, %d probe jobs of 1-8 ranks%s, %d clients | value |\n|---|---|\n",
+              nodes, slots, jobs, pace.c_str(), clients);
   std::printf("| all nodes attached | %.2f s |\n", attachSeconds);
   std::printf("| jobs succeeded | %d of %d (%d submits refused) |\n", succeeded, jobs, failedSubmits.load());
   std::printf("| all jobs done | %.1f s (%.0f jobs/s) |\n", runSeconds, succeeded / runSeconds);
