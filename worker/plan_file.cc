@@ -1,7 +1,5 @@
 #include "worker/plan_file.h"
 
-#include <mutex>
-
 #include "worker/sibling_library.h"
 
 namespace loom::worker {
@@ -10,14 +8,8 @@ StatusOr<planner::Plan> readPlanFile(const std::string& path) {
   if (path.empty())
     return failedPrecondition("LOOM_PLAN: the launch handed this rank no plan (train and eval jobs are compiled on "
                               "submit, and the plan travels with the launch)");
-  static std::once_flag once;
-  static StatusOr<ReadPlanFileFn> reader = Status(StatusCode::kInternal, "not loaded");
-  std::call_once(once, [] {
-    auto entry = loadSiblingEntry("LOOM_WORKER_PROTO", "libloom_worker_proto.so", "loom_plan_reader",
-                                  "the plan reader");
-    if (entry.isOk()) reader = reinterpret_cast<ReadPlanFileFn (*)()>(*entry)();
-    else reader = entry.status();
-  });
+  static const StatusOr<ReadPlanFileFn> reader = callSiblingEntry<ReadPlanFileFn>(
+      "LOOM_WORKER_PROTO", "libloom_worker_proto.so", "loom_plan_reader", "the plan reader");
   if (!reader.isOk()) return reader.status();
   return (*reader)(path);
 }
