@@ -59,6 +59,12 @@ using loom::v1::PlannerMessage;
 using loom::bench::msSince;
 using loom::bench::percentile;
 
+// Waits until `seconds` after `start`: the fixed schedules of --submit-rate and --get-rate.
+void sleepUntil(Clock::time_point start, double seconds) {
+  std::this_thread::sleep_until(start +
+                                std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)));
+}
+
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "loom-bench-control-plane-scale: %s\n", what.c_str());
   std::exit(1);
@@ -260,9 +266,11 @@ int main(int argc, char** argv) {
   app.add_option("--clients", clients, "concurrent submitters, then GetJob and ListJobs callers")->capture_default_str();
   app.add_option("--list-every", listEvery, "each caller's ListJobs per this many GetJob calls (0: none)")
       ->capture_default_str();
-  app.add_option("--get-rate", getRate, "GetJob calls a second over all callers (0: each calls as soon as answered)")
+  app.add_option("--get-rate", getRate,
+                 "GetJob calls a second over all callers (0: each calls as soon as answered)")
       ->capture_default_str();
-  app.add_option("--submit-rate", submitRate, "jobs submitted a second over all clients (0: each as soon as answered)")
+  app.add_option("--submit-rate", submitRate,
+                 "jobs submitted a second over all clients (0: each as soon as answered)")
       ->capture_default_str();
   app.add_option("--state-dir", stateDir, "the planner's (default: a new temporary directory, removed after)");
   app.add_flag("--check", check, "exit non-zero unless every job succeeded and a restarted planner knows them all");
@@ -333,9 +341,7 @@ int main(int argc, char** argv) {
       std::mt19937 rng(static_cast<unsigned>(c));
       for (int i; (i = nextJob.fetch_add(1)) < jobs;) {
         // With a rate, job i is due at submitStart + i / rate, whichever client takes it.
-        if (submitRate > 0)
-          std::this_thread::sleep_until(submitStart +
-                                        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(i / submitRate)));
+        if (submitRate > 0) sleepUntil(submitStart, i / submitRate);
         const auto asked = Clock::now();
         auto created = own.createJob(probeSpec(i, 1 + static_cast<int>(rng() % 8)));
         if (!created.isOk()) {
@@ -358,12 +364,8 @@ int main(int argc, char** argv) {
       std::vector<double> gets, lists;
       // With a rate, caller c's call i is due at start + (i + c / clients) * clients / rate.
       const auto start = Clock::now();
-      const std::chrono::duration<double> every(getRate > 0 ? clients / getRate : 0.0);
       for (int i = 0; reading; ++i) {
-        if (getRate > 0) {
-          const auto due = start + std::chrono::duration_cast<Clock::duration>(every * (i + static_cast<double>(c) / clients));
-          std::this_thread::sleep_until(due);
-        }
+        if (getRate > 0) sleepUntil(start, (i + static_cast<double>(c) / clients) * clients / getRate);
         const int k = nextJob.load() > 0 ? (c * 7919 + i) % std::min(nextJob.load(), jobs) : 0;
         const std::string id = submitted[static_cast<size_t>(k)].first;
         if (!id.empty()) {

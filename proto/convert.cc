@@ -3,8 +3,8 @@
 namespace loom::convert {
 
 grpc::Status toGrpc(const Status& status) {
-  // Not grpc::Status::OK, a symbol of libgrpc++: the worker converts its plan with this file and
-  // links no gRPC (worker/rollout_service.h).
+  // Not grpc::Status::OK, a symbol of libgrpc++: libloom_worker_proto.so converts plans with this
+  // file and links no gRPC (worker/plan_file.h).
   if (status.isOk()) return grpc::Status();
   return {static_cast<grpc::StatusCode>(status.code()), status.message()};
 }

@@ -7,9 +7,9 @@
 namespace loom::worker {
 
 // The entry point `symbol` of a library the worker loads only when a job needs it (libtorch's
-// side, the Plan reader, the rollout service): at $`envVar` if set, else ../lib/`fileName` beside the worker
-// binary; loaded once per process and never unloaded. The error names the path and dlopen's
-// reason, or the missing symbol.
+// side, the Plan reader, the rollout service): at $`envVar` if set, else ../lib/`fileName` beside
+// the worker binary; never unloaded. The error names the path and dlopen's reason, or the missing
+// symbol.
 StatusOr<void*> loadSiblingEntry(const char* envVar, const std::string& fileName, const char* symbol,
                                  const std::string& what);
 

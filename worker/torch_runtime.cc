@@ -5,8 +5,8 @@
 namespace loom::worker {
 
 StatusOr<TorchRuntime*> loadTorchRuntime() {
-  static const StatusOr<TorchRuntime*> loaded =
-      callSiblingEntry<TorchRuntime*>("LOOM_TORCH_RUNTIME", "libloom_torch.so", "loom_torch_runtime", "the torch runtime");
+  static const StatusOr<TorchRuntime*> loaded = callSiblingEntry<TorchRuntime*>(
+      "LOOM_TORCH_RUNTIME", "libloom_torch.so", "loom_torch_runtime", "the torch runtime");
   return loaded;
 }
 

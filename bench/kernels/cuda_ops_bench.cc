@@ -240,8 +240,9 @@ int main(int argc, char** argv) {
       return cache.index_select(0, tables.flatten()).view({seqs, longest, kvHeads, dim}).transpose(1, 2);
     };
     bench.run(
-        "paged_attention_decode", fmt::format("{} seqs x {}-{} positions, {}/{} heads of {} bf16", seqs, c.shortest, longest, heads,
-                                              kvHeads, dim),
+        "paged_attention_decode",
+        fmt::format("{} seqs x {}-{} positions, {}/{} heads of {} bf16", seqs, c.shortest, longest, heads, kvHeads,
+                    dim),
         bytes,
         [&] {
           require(t.paged_attention_decode(dt, q.data_ptr(), keys.data_ptr(), values.data_ptr(),

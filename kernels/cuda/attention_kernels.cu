@@ -363,10 +363,9 @@ cudaError_t launchPagedAttentionDecode(const PagedDecodeArgs& a, cudaStream_t st
     return cudaErrorMisalignedAddress;
   const dim3 grid(static_cast<unsigned>(a.seqs), static_cast<unsigned>(a.kvHeads));
   PagedDecodeArgs args = a;
-  args.blockShift = -1;
-  for (int shift = 0; shift < 31; ++shift)
-    if (int64_t{1} << shift == a.blockSize) args.blockShift = shift;
-  return a.dtype == LOOM_DTYPE_BF16 ? launchForType<Bf16>(args, grid, stream) : launchForType<float>(args, grid, stream);
+  args.blockShift = (a.blockSize & (a.blockSize - 1)) == 0 ? __builtin_ctzll(static_cast<uint64_t>(a.blockSize)) : -1;
+  return a.dtype == LOOM_DTYPE_BF16 ? launchForType<Bf16>(args, grid, stream)
+                                    : launchForType<float>(args, grid, stream);
 }
 
 }  // namespace loom::kernels::gpu

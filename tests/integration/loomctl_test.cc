@@ -180,7 +180,8 @@ TEST_CASE("loom-worker reads its plan through libloom_worker_proto.so - a corrup
   const std::string out = dir.path() + "/out";
   int rc = std::system((rank + binary("loom-worker") + " >" + out + " 2>&1").c_str());
   CHECK(WEXITSTATUS(rc) == 1);
-  CHECK(files::readFile(out).value().find("plan: " + dir.path() + "/plan.pb: not a loom.v1.Plan") != std::string::npos);
+  CHECK(files::readFile(out).value().find("plan: " + dir.path() + "/plan.pb: not a loom.v1.Plan") !=
+        std::string::npos);
   rc = std::system((rank + "LOOM_WORKER_PROTO=/nowhere/libloom_worker_proto.so " + binary("loom-worker") + " >" + out +
                     " 2>&1")
                        .c_str());
