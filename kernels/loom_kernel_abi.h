@@ -200,6 +200,13 @@ typedef struct loom_kernel_table {
                        int64_t kv_stride, const void* q_norm, const void* k_norm, double eps, const void* cos,
                        const void* sin, const int64_t* slots, void* q_out, void* key_cache, void* value_cache,
                        int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim, void* stream);
+
+  /* A residual add and the RMSNorm after it, in one pass over x, residual, sum and y [rows, dim]:
+   * sum = x + residual rounded to dtype (a torch add), written to sum; y = rms_norm_forward's y of
+   * that sum, with weight [dim]. The decoder's every add of a layer's output to the residual
+   * stream is followed by such a norm. */
+  int (*add_rms_norm)(loom_dtype dtype, const void* x, const void* residual, const void* weight, void* sum, void* y,
+                      int64_t rows, int64_t dim, double eps, void* stream);
 } loom_kernel_table;
 
 /* The one symbol a plugin exports. */

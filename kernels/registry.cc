@@ -32,6 +32,7 @@ const std::vector<OpSlot>& opSlots() {
       LOOM_OP_SLOT(clamped_swiglu_backward),
       LOOM_OP_SLOT(paged_attention_decode),
       LOOM_OP_SLOT(rope_kv_write),
+      LOOM_OP_SLOT(add_rms_norm),
   };
   return slots;
 }

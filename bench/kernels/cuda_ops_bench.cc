@@ -1,7 +1,8 @@
 // CUDA kernel benchmark: every op of the CUDA plugin against its libtorch reference (the
 // reference_ops.h functions the registry falls back to) on CUDA tensors of a Llama-3-8B step
 // (hidden 4096, MLP 14336, 32 / 8 heads of 128, vocabulary 128256), in bf16, rollout's paged
-// decode attention on the 1B Llama's heads (against the gathered cache through SDPA), plus the
+// decode attention and its norms on the 1B Llama's shapes (the attention against the gathered cache
+// through SDPA, the residual add and norm against a torch add and the reference norm), plus the
 // optimizer steps on fp32 parameters. Each side runs alternately on the default stream, timed per
 // call with CUDA events; the table gives the median time and the bandwidth of the bytes the op
 // must move (each input read once, each output written once), to compare with the card's copy
@@ -132,6 +133,28 @@ int main(int argc, char** argv) {
                   t, "rms_norm_backward");
         },
         [&] { ref::rmsNormBackward(x, w, dy, 1e-5); });
+  }
+  {  // Rollout's decode step on the 1B Llama: 256 rows of 2048, the norm alone and after the residual add
+    const int64_t rows = 256, dim = 2048;
+    const at::Tensor x = at::randn({rows, dim}, bf16), residual = at::randn({rows, dim}, bf16),
+                     w = at::randn({dim}, bf16);
+    at::Tensor sum = at::empty_like(x), y = at::empty_like(x);
+    const std::string shape = fmt::format("[{}, {}] bf16", rows, dim);
+    bench.run(
+        "rms_norm_forward", shape, 2 * rows * dim * kB,
+        [&] {
+          require(t.rms_norm_forward(dt, x.data_ptr(), w.data_ptr(), y.data_ptr(), nullptr, rows, dim, 1e-5, nullptr),
+                  t, "rms_norm_forward");
+        },
+        [&] { ref::rmsNormForward(x, w, 1e-5); });
+    bench.run(
+        "add_rms_norm", shape, 4 * rows * dim * kB,
+        [&] {
+          require(t.add_rms_norm(dt, x.data_ptr(), residual.data_ptr(), w.data_ptr(), sum.data_ptr(), y.data_ptr(),
+                                 rows, dim, 1e-5, nullptr),
+                  t, "add_rms_norm");
+        },
+        [&] { ref::rmsNormForward(x + residual, w, 1e-5); });
   }
   {  // RoPE on q [B, 32, S, 128], k [B, 8, S, 128], S 2048
     const int64_t seq = 2048, batch = std::max<int64_t>(1, tokens / seq), d = 128;

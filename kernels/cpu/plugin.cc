@@ -145,6 +145,24 @@ int rmsNormForward(loom_dtype dtype, const void* x, const void* weight, void* y,
   return LOOM_KERNEL_OK;
 }
 
+int addRmsNorm(loom_dtype dtype, const void* x, const void* residual, const void* weight, void* sum, void* y,
+               int64_t rows, int64_t dim, double eps, void* stream) {
+  const char* what = "add_rms_norm";
+  LOOM_CHECK(checkCall(stream, what));
+  LOOM_CHECK(checkDtype(dtype, what));
+  LOOM_CHECK(checkSizes({rows, dim}, what));
+  LOOM_CHECK(checkPointers(rows * dim > 0, {x, residual, weight, sum, y}, what));
+  // The norm is rms_norm_forward's own, on each range's sums while they are in cache.
+  const RmsNormArgs args{
+      .dtype = dtype, .x = sum, .weight = weight, .y = y, .rstdOut = nullptr, .dim = dim, .eps = static_cast<float>(eps)};
+  const IsaKernels* isa = runtime().isa;
+  parallelFor(rows, rowGrain(dim), [&](int64_t b, int64_t e) {
+    addRange(dtype, x, residual, sum, b * dim, e * dim);
+    isa->rmsNormForward(args, b, e);
+  });
+  return LOOM_KERNEL_OK;
+}
+
 int rmsNormBackward(loom_dtype dtype, const void* x, const void* weight, const void* dy, const float* rstd, void* dx,
                     float* dweight, int64_t rows, int64_t dim, double eps, void* stream) {
   LOOM_CHECK(checkCall(stream, "rms_norm_backward"));
@@ -512,6 +530,7 @@ loom_kernel_table gTable = {
     .clamped_swiglu_backward = clampedSwigluBackward,
     .paged_attention_decode = pagedAttentionDecode,
     .rope_kv_write = ropeKvWrite,
+    .add_rms_norm = addRmsNorm,
 };
 
 int initPlugin(const loom_kernel_host* host) {

@@ -99,6 +99,11 @@ void clampedBackward(const ClampedSwigluArgs& a, int64_t begin, int64_t end) {
   }
 }
 
+template <typename T>
+void addT(const T* x, const T* residual, T* sum, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) sum[i] = fromFloat<T>(toFloat(x[i]) + toFloat(residual[i]));
+}
+
 }  // namespace
 
 void maskedSoftmaxForwardRows(const MaskedSoftmaxArgs& a, int64_t begin, int64_t end) {
@@ -196,6 +201,13 @@ void ropeKvWriteTokens(const RopeKvWriteArgs& a, int64_t begin, int64_t end) {
 
 void pagedDecodeRows(const PagedDecodeArgs& a, int64_t begin, int64_t end) {
   byType(a.dtype, [&](auto t) { pagedRows<decltype(t)>(a, begin, end); });
+}
+
+void addRange(loom_dtype dtype, const void* x, const void* residual, void* sum, int64_t begin, int64_t end) {
+  byType(dtype, [&](auto t) {
+    using T = decltype(t);
+    addT(static_cast<const T*>(x), static_cast<const T*>(residual), static_cast<T*>(sum), begin, end);
+  });
 }
 
 }  // namespace loom::kernels::cpu

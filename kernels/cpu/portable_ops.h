@@ -1,8 +1,8 @@
 #pragma once
 
 // Ops the CPU plugin writes once in plain C++ for every instruction set (the compiler vectorizes
-// what it can): the masked softmax, GPT-OSS's clamped SwiGLU, and rollout's paged decode attention
-// and RoPE into the KV cache. plugin.cc checks a call and runs these over ranges, as it does the
+// what it can): the masked softmax, GPT-OSS's clamped SwiGLU, rollout's paged decode attention
+// and RoPE into the KV cache, and the residual add before a norm. plugin.cc checks a call and runs these over ranges, as it does the
 // per-instruction-set kernels of cpu_kernels.h.
 
 #include <cstdint>
@@ -74,5 +74,8 @@ struct RopeKvWriteArgs {
 // Tokens [begin, end): q and k normalized (with norms) and rotated, into qOut and the key cache;
 // v into the value cache.
 void ropeKvWriteTokens(const RopeKvWriteArgs& a, int64_t begin, int64_t end);
+
+// sum = x + residual over elements [begin, end), rounded to dtype as a torch add rounds it.
+void addRange(loom_dtype dtype, const void* x, const void* residual, void* sum, int64_t begin, int64_t end);
 
 }  // namespace loom::kernels::cpu

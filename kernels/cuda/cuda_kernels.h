@@ -35,6 +35,21 @@ cudaError_t launchRmsNormBackward(const RmsNormArgs& a, cudaStream_t stream);
 // one block's shared memory); 0 when the device cannot be queried.
 int64_t rmsNormBackwardMaxDim();
 
+// add_rms_norm (layer_kernels.cu): sum = x + residual, y = RMSNorm(sum), one block per row.
+struct AddRmsNormArgs {
+  loom_dtype dtype;
+  const void* x;
+  const void* residual;
+  const void* weight;
+  void* sum;
+  void* y;
+  int64_t rows, dim;
+  float eps;
+};
+cudaError_t launchAddRmsNorm(const AddRmsNormArgs& a, cudaStream_t stream);
+// The largest dim add_rms_norm takes: a row's sums live in one block's registers.
+int64_t addRmsNormMaxDim(loom_dtype dtype);
+
 struct RopeArgs {
   loom_dtype dtype;
   void* q;

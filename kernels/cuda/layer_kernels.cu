@@ -1,9 +1,10 @@
-// The CUDA plugin's layer kernels: RMSNorm (HF's rounding), RoPE (HF split-half, in place),
-// rollout's RoPE into the KV cache, and SwiGLU. The formulas and their roundings are the CPU
-// plugin's (kernels/cpu/kernels_impl.h).
+// The CUDA plugin's layer kernels: RMSNorm (HF's rounding; alone, or after a residual add), RoPE
+// (HF split-half, in place), rollout's RoPE into the KV cache, and SwiGLU. The formulas and their
+// roundings are the CPU plugin's (kernels/cpu/kernels_impl.h).
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_common.cuh"
@@ -12,6 +13,10 @@ namespace loom::kernels::gpu {
 namespace {
 
 constexpr int kRowThreadCap = 512;
+// add_rms_norm's threads per row at most: its sums live in registers (up to kAddRmsNormMaxChunks
+// chunks a thread), and 256 threads leave each the 255 registers that takes.
+constexpr int kAddRmsNormThreads = 256;
+constexpr int kAddRmsNormMaxChunks = 16;
 // Blocks of rms_norm_backward, each summing dweight over its rows: a fixed number (not one per
 // multiprocessor) so that dweight's summation order, and so its bits, are the same on any GPU.
 constexpr int64_t kRmsBackwardBlocks = 512;
@@ -52,6 +57,55 @@ __global__ void __launch_bounds__(kRowThreadCap)
     for (int k = 0; k < V; ++k) out[k] = __fmul_rn(wv[k], roundTo<T>(__fmul_rn(xv[k], r)));  // weight * h.to(dtype)
     storeChunk(yr + i, count, out);
   });
+}
+
+// One block per row, the row's sum held in registers between the two passes: thread t has the
+// chunks j * blockDim.x + t (j < kChunks) of kVec<T> elements, so that a warp's accesses are
+// contiguous. The norm's arithmetic and roundings are rmsNormForwardKernel's, on the sum rounded
+// to T as a torch add rounds it. Where a thread holds few chunks it reads its weights before the
+// block's reduction, so that their loads do not wait behind it.
+template <typename T, int kChunks>
+__global__ void __launch_bounds__(kAddRmsNormThreads)
+    addRmsNormKernel(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                     T* __restrict__ sum, T* __restrict__ y, int64_t dim, float eps) {
+  constexpr int V = kVec<T>;
+  constexpr bool kWeightsEarly = kChunks <= 4;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
+  auto chunkAt = [&](int j) { return (static_cast<int64_t>(j) * blockDim.x + threadIdx.x) * V; };
+  auto countAt = [&](int64_t i) { return i < dim ? static_cast<int>(dim - i < V ? dim - i : V) : 0; };
+  float s[kChunks][V];
+  float wv[kWeightsEarly ? kChunks : 1][V];
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int64_t i = chunkAt(j);
+    const int count = countAt(i);
+    float a[V] = {}, b[V] = {};
+    if (count > 0) {
+      loadChunk(x + base + i, count, a);
+      loadChunk(residual + base + i, count, b);
+      if constexpr (kWeightsEarly) loadChunk(w + i, count, wv[j]);
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      s[j][k] = roundTo<T>(__fadd_rn(a[k], b[k]));
+      ss = fmaf(s[j][k], s[j][k], ss);
+    }
+    if (count > 0) storeChunk(sum + base + i, count, s[j]);
+  }
+  const float r = rstdOf(blockSum(ss), dim, eps);
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int64_t i = chunkAt(j);
+    const int count = countAt(i);
+    if (count == 0) continue;
+    float out[V];
+    float* weights = wv[kWeightsEarly ? j : 0];
+    if constexpr (!kWeightsEarly) loadChunk(w + i, count, wv[0]);
+#pragma unroll
+    for (int k = 0; k < V; ++k) out[k] = __fmul_rn(weights[k], roundTo<T>(__fmul_rn(s[j][k], r)));
+    storeChunk(y + base + i, count, out);
+  }
 }
 
 // Block b takes rows [rows * b / blocks, rows * (b + 1) / blocks) (at least one, as blocks <=
@@ -359,6 +413,39 @@ cudaError_t launchRmsNormForward(const RmsNormArgs& a, cudaStream_t stream) {
     const int threads = rowThreads((a.dim + 2 * kVec<T> - 1) / (2 * kVec<T>), kRowThreadCap);
     rmsNormForwardKernel<T><<<static_cast<unsigned>(a.rows), threads, 0, stream>>>(
         static_cast<const T*>(a.x), static_cast<const T*>(a.weight), static_cast<T*>(a.y), a.rstdOut, a.dim, a.eps);
+  });
+  return cudaGetLastError();
+}
+
+int64_t addRmsNormMaxDim(loom_dtype dtype) {
+  return int64_t{kAddRmsNormThreads} * kAddRmsNormMaxChunks * (dtype == LOOM_DTYPE_BF16 ? kVec<Bf16> : kVec<float>);
+}
+
+cudaError_t launchAddRmsNorm(const AddRmsNormArgs& a, cudaStream_t stream) {
+  byDtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t chunks = (a.dim + kVec<T> - 1) / kVec<T>;
+    auto launch = [&](auto chunksPerThread) {
+      constexpr int kChunks = decltype(chunksPerThread)::value;
+      const int threads = rowThreads((chunks + kChunks - 1) / kChunks, kAddRmsNormThreads);
+      addRmsNormKernel<T, kChunks><<<static_cast<unsigned>(a.rows), threads, 0, stream>>>(
+          static_cast<const T*>(a.x), static_cast<const T*>(a.residual), static_cast<const T*>(a.weight),
+          static_cast<T*>(a.sum), static_cast<T*>(a.y), a.dim, a.eps);
+    };
+    // The fewest chunks a thread that cover the row with at most kAddRmsNormThreads threads.
+    const int64_t perThread = (chunks + kAddRmsNormThreads - 1) / kAddRmsNormThreads;
+    if (perThread <= 1) {
+      launch(std::integral_constant<int, 1>{});
+    } else if (perThread <= 2) {
+      launch(std::integral_constant<int, 2>{});
+    } else if (perThread <= 4) {
+      launch(std::integral_constant<int, 4>{});
+    } else if (perThread <= 8) {
+      launch(std::integral_constant<int, 8>{});
+    } else {
+      static_assert(kAddRmsNormMaxChunks == 16);
+      launch(std::integral_constant<int, 16>{});
+    }
   });
   return cudaGetLastError();
 }

@@ -142,6 +142,30 @@ int rmsNormForward(loom_dtype dtype, const void* x, const void* weight, void* y,
                   what);
 }
 
+int addRmsNorm(loom_dtype dtype, const void* x, const void* residual, const void* weight, void* sum, void* y,
+               int64_t rows, int64_t dim, double eps, void* stream) {
+  const char* what = "add_rms_norm";
+  LOOM_CHECK(checkDtype(dtype, what));
+  LOOM_CHECK(checkSizes({rows, dim}, what));
+  LOOM_CHECK(checkRows(rows, what));
+  LOOM_CHECK(checkPointers(rows * dim > 0, {x, residual, weight, sum, y}, what));
+  if (rows == 0 || dim == 0) return LOOM_KERNEL_OK;
+  if (dim > addRmsNormMaxDim(dtype))
+    return fail(LOOM_KERNEL_UNSUPPORTED, std::string(what) + ": dim " + std::to_string(dim) + " is past the " +
+                                             std::to_string(addRmsNormMaxDim(dtype)) + " one block holds");
+  return launched(launchAddRmsNorm({.dtype = dtype,
+                                    .x = x,
+                                    .residual = residual,
+                                    .weight = weight,
+                                    .sum = sum,
+                                    .y = y,
+                                    .rows = rows,
+                                    .dim = dim,
+                                    .eps = static_cast<float>(eps)},
+                                   streamOf(stream)),
+                  what);
+}
+
 int rmsNormBackward(loom_dtype dtype, const void* x, const void* weight, const void* dy, const float* rstd, void* dx,
                     float* dweight, int64_t rows, int64_t dim, double eps, void* stream) {
   const char* what = "rms_norm_backward";
@@ -546,6 +570,7 @@ const loom_kernel_table kTable = {
     .clamped_swiglu_backward = clampedSwigluBackward,
     .paged_attention_decode = pagedAttentionDecode,
     .rope_kv_write = ropeKvWrite,
+    .add_rms_norm = addRmsNorm,
 };
 
 }  // namespace

@@ -71,6 +71,39 @@ TEST_CASE("CUDA rms_norm forward and backward match the reference", "[gpu][kerne
   }
 }
 
+TEST_CASE("CUDA add_rms_norm matches a torch add and the reference rms_norm of the sum", "[gpu][kernels]") {
+  // 256 x 2048: the 1B Llama's decode step (a chunk a thread); 5 x 33: rows that start unaligned;
+  // 3 x 5000 and 2 x 16384: several chunks a thread, up to 8 (bf16) and 16 (fp32), the most one holds.
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},      {3, 7},     {5, 33},   {17, 256},
+                                                {256, 2048}, {64, 4096}, {3, 5000}, {2, 16384}};
+  const double eps = 1e-6;
+  for (bool pooled : kPooledStream) {
+    const StreamPass pass(pooled);
+    for (loom_dtype dtype : kDtypes) {
+      for (auto [rows, dim] : shapes) {
+        const std::string what = fmt::format("add_rms_norm {} {} [{}, {}]", pass.label(), dtypeName(dtype), rows, dim);
+        const at::Tensor x = cudaInput({rows, dim}, dtype), residual = cudaInput({rows, dim}, dtype),
+                         w = cudaInput({dim}, dtype);
+        at::Tensor sum = at::empty_like(x), y = at::empty_like(x);
+        REQUIRE(cudaPlugin().add_rms_norm(dtype, x.data_ptr(), residual.data_ptr(), w.data_ptr(), sum.data_ptr(),
+                                          y.data_ptr(), rows, dim, eps, pass.stream()) == LOOM_KERNEL_OK);
+        const at::Tensor sumRef = x + residual;
+        CHECK(at::equal(sum, sumRef));
+        // As for rms_norm: rstd's last bit can move round(h) by a bf16 ulp (terms |w h|).
+        const at::Tensor h = sumRef.to(at::kFloat) * ref::rmsNormRstd(sumRef, eps).unsqueeze(1);
+        const at::Tensor yTerms = dtype == LOOM_DTYPE_BF16 ? (w.to(at::kFloat) * h).abs() : at::Tensor();
+        requireClose(y, ref::rmsNormForward(sumRef, w, eps), tolerance(dtype, 0.0), what + " y", yTerms);
+      }
+    }
+  }
+  // A row longer than one block holds is refused before anything runs (the model's unfused ops take it).
+  const int64_t dim = 256 * 16 * 8 + 8;
+  const at::Tensor x = cudaInput({1, dim}, LOOM_DTYPE_BF16);
+  at::Tensor out = at::empty_like(x);
+  CHECK(cudaPlugin().add_rms_norm(LOOM_DTYPE_BF16, x.data_ptr(), x.data_ptr(), x.data_ptr(), out.data_ptr(),
+                                  out.data_ptr(), 1, dim, eps, nullptr) == LOOM_KERNEL_UNSUPPORTED);
+}
+
 TEST_CASE("CUDA rms_norm_backward's dweight is the same bits on every run", "[gpu][kernels]") {
   const int64_t rows = 3000, dim = 2048;
   const at::Tensor x = cudaInput({rows, dim}, LOOM_DTYPE_BF16), w = cudaInput({dim}, LOOM_DTYPE_BF16),

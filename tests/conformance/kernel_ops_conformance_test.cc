@@ -65,6 +65,31 @@ TEST_CASE("rms_norm forward and backward match the reference", "[kernels]") {
   }
 }
 
+TEST_CASE("add_rms_norm matches a torch add and the reference rms_norm of the sum", "[kernels]") {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {3, 7}, {5, 33}, {17, 256}, {4, 4096}};
+  const double eps = 1e-6;
+  for (const PluginSetup& setup : pluginSetups()) {
+    configurePlugin(setup);
+    for (loom_dtype dtype : kDtypes) {
+      for (auto [rows, dim] : shapes) {
+        const std::string what = fmt::format("add_rms_norm {} {} [{}, {}]", setup.label(), dtypeName(dtype), rows, dim);
+        const at::Tensor x = randomInput({rows, dim}, dtype), residual = randomInput({rows, dim}, dtype),
+                         w = randomInput({dim}, dtype);
+        at::Tensor sum = at::empty_like(x), y = at::empty_like(x);
+        REQUIRE(cpuPlugin().add_rms_norm(dtype, x.data_ptr(), residual.data_ptr(), w.data_ptr(), sum.data_ptr(),
+                                         y.data_ptr(), rows, dim, eps, nullptr) == LOOM_KERNEL_OK);
+        const at::Tensor sumRef = x + residual;
+        CHECK(at::equal(sum, sumRef));
+        requireClose(y, loom::kernels::reference::rmsNormForward(sumRef, w, eps), tolerance(dtype, 0.0), what + " y");
+      }
+    }
+  }
+  // A call without its tensors is an error naming the op.
+  CHECK(cpuPlugin().add_rms_norm(LOOM_DTYPE_F32, nullptr, nullptr, nullptr, nullptr, nullptr, 2, 4, 1e-6, nullptr) ==
+        LOOM_KERNEL_INVALID_ARGUMENT);
+  CHECK(std::string(cpuPlugin().last_error()).find("add_rms_norm") == 0);
+}
+
 TEST_CASE("rope forward and backward match the reference", "[kernels]") {
   struct Shape {
     int64_t batch, qHeads, kHeads, seq, headDim;

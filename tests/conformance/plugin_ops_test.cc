@@ -94,6 +94,32 @@ TEST_CASE("rms_norm through the plugin matches the reference with its gradients"
   CHECK(nodeOf(ops().rmsNorm(half, at::ones({8}, at::kHalf), 1e-6)).find("RmsNormFunction") == std::string::npos);
 }
 
+TEST_CASE("add_rms_norm through the plugin matches the reference, and keeps gradients where they are wanted",
+          "[kernels]") {
+  usePlugin();
+  for (at::ScalarType type : kTypes) {
+    const std::string what = fmt::format("add_rms_norm {}", c10::toString(type));
+    const at::Tensor x = randn({2, 5, 48}, type), residual = randn({2, 5, 48}, type), w = randn({48}, type);
+    at::NoGradGuard noGrad;
+    auto [sum, y] = ops().addRmsNorm(x, residual, w, 1e-5);
+    auto [sumRef, yRef] = referenceOps().addRmsNorm(x, residual, w, 1e-5);
+    CHECK(at::equal(sum, sumRef));
+    const double rtol = type == at::kBFloat16 ? 2e-2 : 1e-5;
+    requireClose(y, yRef, {rtol, rtol * maxAbs(yRef)}, what + " y");
+  }
+  // With a gradient wanted it is the add and the table's rms_norm, which autograd goes through.
+  const std::vector<at::Tensor> in = {randn({3, 16}, at::kFloat), randn({3, 16}, at::kFloat), randn({16}, at::kFloat)};
+  auto outputs = [](auto addRmsNorm) {
+    return [addRmsNorm](const std::vector<at::Tensor>& t) {
+      auto [sum, y] = addRmsNorm(t[0], t[1], t[2], 1e-5);
+      return std::vector<at::Tensor>{sum, y};
+    };
+  };
+  const std::vector<at::Tensor> got =
+      compare("add_rms_norm with gradients", in, 3, outputs(ops().addRmsNorm), outputs(referenceOps().addRmsNorm));
+  CHECK(nodeOf(got[1]).find("RmsNormFunction") != std::string::npos);
+}
+
 TEST_CASE("rope through the plugin matches the reference on transposed q and k", "[kernels]") {
   usePlugin();
   for (at::ScalarType type : kTypes) {

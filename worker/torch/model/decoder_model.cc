@@ -1,6 +1,7 @@
 #include "worker/torch/model/decoder_model.h"
 
 #include <cmath>
+#include <tuple>
 #include <unordered_set>
 #include <utility>
 
@@ -429,8 +430,7 @@ at::Tensor DecoderModel::block(int index, const at::Tensor& input) {
       normed = ops().rmsNorm(input, finalNorm_, config_.rmsNormEps);
     }
     if (profile_) profile_->close("model");
-    FlopsProfile::Scope scope(profile_, "lm_head");
-    return linear_(copyToTensorParallel(normed, tp), head_, {});
+    return headLogits(normed);
   }
   if (!at::GradMode::is_enabled() || !checkpointing_.covers(index - 1) || !needsGradient(index, input))
     return decoderLayer(index, input);
@@ -438,6 +438,11 @@ at::Tensor DecoderModel::block(int index, const at::Tensor& input) {
   if (out.routerLogits.defined() && config_.outputRouterLogits)
     loadBalancing_.add(out.routerLogits, config_.expertsPerToken);
   return out.hidden;
+}
+
+at::Tensor DecoderModel::headLogits(const at::Tensor& normed) {
+  FlopsProfile::Scope scope(profile_, "lm_head");
+  return linear_(copyToTensorParallel(normed, *shards_.tp), head_, {});
 }
 
 bool DecoderModel::needsGradient(int index, const at::Tensor& input) const {
@@ -450,25 +455,32 @@ bool DecoderModel::needsGradient(int index, const at::Tensor& input) const {
 at::Tensor DecoderModel::decoderLayer(int index, const at::Tensor& input, RoutingMode mode, RoutingRecord* record) {
   const Layer& layer = layers_[index - 1];
   FlopsProfile::Scope whole(profile_, layer.index, "");
-  at::Tensor normed, attended, mlpInput, out;
+  at::Tensor normed;
   {
     FlopsProfile::Scope scope(profile_, layer.index, "input_layernorm");
     normed = ops().rmsNorm(input, layer.inputNorm, config_.rmsNormEps);
   }
+  auto [h, out] = layerPastInputNorm(layer, input, normed, mode, record);
+  return h + out;
+}
+
+std::pair<at::Tensor, at::Tensor> DecoderModel::layerPastInputNorm(const Layer& layer, const at::Tensor& input,
+                                                                   const at::Tensor& normed, RoutingMode mode,
+                                                                   RoutingRecord* record) {
+  at::Tensor attended, h, mlpInput, out;
   {
     FlopsProfile::Scope scope(profile_, layer.index, "self_attn");
     attended = config_.isMla() ? latentAttentionBlock(layer, normed) : attentionBlock(layer, normed);
   }
-  const at::Tensor h = input + attended;
   {
     FlopsProfile::Scope scope(profile_, layer.index, "post_attention_layernorm");
-    mlpInput = ops().rmsNorm(h, layer.postNorm, config_.rmsNormEps);
+    std::tie(h, mlpInput) = ops().addRmsNorm(input, attended, layer.postNorm, config_.rmsNormEps);
   }
   {
     FlopsProfile::Scope scope(profile_, layer.index, "mlp");
     out = layer.moe ? moeBlock(layer, mlpInput, mode, record) : mlpBlock(layer, mlpInput);
   }
-  return h + out;
+  return {h, out};
 }
 
 at::Tensor DecoderModel::latentAttentionBlock(const Layer& l, const at::Tensor& input) {

@@ -198,6 +198,15 @@ class DecoderModel {
   // attentionBlock's rollout form: x [1, T, hidden], keys and values written to the cache.
   at::Tensor pagedAttentionBlock(const Layer& layer, const at::Tensor& x);
   at::Tensor moeBlock(const Layer& layer, const at::Tensor& x, RoutingMode mode, RoutingRecord* record);
+  // A decoder layer past its input norm (`normed` of `input`): attention, the residual add with
+  // the post-attention norm, the MLP. Returns the residual stream after attention and the MLP's
+  // output, which the caller adds: decoderLayer at once, the rollout forward in one op with the
+  // next layer's input norm.
+  std::pair<at::Tensor, at::Tensor> layerPastInputNorm(const Layer& layer, const at::Tensor& input,
+                                                       const at::Tensor& normed, RoutingMode mode,
+                                                       RoutingRecord* record);
+  // The head of the final norm's output: this rank's columns of the logits.
+  at::Tensor headLogits(const at::Tensor& normed);
   // Whether block `index`'s backward computes anything: its input or a parameter wants a gradient.
   bool needsGradient(int index, const at::Tensor& input) const;
   at::Tensor latentAttentionBlock(const Layer& layer, const at::Tensor& x);

@@ -2,6 +2,8 @@
 // in the paged KV cache (paged_kv.h) and attention over it (paged_attention.h).
 #include "worker/torch/model/decoder_model.h"
 
+#include <tuple>
+
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
@@ -107,11 +109,22 @@ at::Tensor DecoderModel::pagedLogits(const at::Tensor& tokens, const PagedStep& 
     DecoderModel* model;
     ~Reset() { model->pagedStep_ = nullptr, model->kvCache_ = nullptr; }
   } reset{this};
-  at::Tensor h = block(0, tokens.view({1, -1}));
-  for (int i = 1; i < numBlocks() - 1; ++i) h = decoderLayer(i, h);
-  // Only the rows that are sampled reach the head: a prompt's other tokens need no logits.
-  h = h.index_select(1, step.logitRows);
-  return block(numBlocks() - 1, h).squeeze(0);
+  // The layers of block(), with each residual add done in one op with the norm after it: a
+  // layer's MLP output is added to the stream by the next layer's input norm (the last layer's
+  // by the final norm).
+  const double eps = config_.rmsNormEps;
+  at::Tensor residual = block(0, tokens.view({1, -1}));
+  at::Tensor normed = ops().rmsNorm(residual, layers_.front().inputNorm, eps);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    auto [h, out] = layerPastInputNorm(layers_[i], residual, normed, RoutingMode::kRoute, nullptr);
+    const bool last = i + 1 == layers_.size();
+    if (last) {  // only the rows that are sampled reach the head: a prompt's other tokens need no logits
+      h = h.index_select(1, step.logitRows);
+      out = out.index_select(1, step.logitRows);
+    }
+    std::tie(residual, normed) = ops().addRmsNorm(h, out, last ? finalNorm_ : layers_[i + 1].inputNorm, eps);
+  }
+  return headLogits(normed).squeeze(0);
 }
 
 }  // namespace loom::worker

@@ -44,6 +44,12 @@ at::Tensor ropeKvWriteReference(const at::Tensor& q, const at::Tensor& k, const 
   return qr.reshape({t, q.size(1), d});
 }
 
+std::pair<at::Tensor, at::Tensor> addRmsNormReference(const at::Tensor& x, const at::Tensor& residual,
+                                                      const at::Tensor& weight, double eps) {
+  at::Tensor sum = x + residual;
+  return {sum, rmsNormReference(sum, weight, eps)};
+}
+
 at::Tensor swigluReference(const at::Tensor& gate, const at::Tensor& up) { return at::silu(gate) * up; }
 
 at::Tensor attentionReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -72,6 +78,7 @@ constexpr OpTable kReference{
     .attention = attentionReference,
     .pagedAttention = pagedAttentionReference,
     .ropeKvWrite = ropeKvWriteReference,
+    .addRmsNorm = addRmsNormReference,
     .crossEntropy = crossEntropyReference,
     .logprobs = logprobsReference,
 };

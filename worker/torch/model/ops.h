@@ -46,6 +46,10 @@ struct OpTable {
   at::Tensor (*ropeKvWrite)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const QkNorms& norms,
                             const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& slots,
                             const at::Tensor& keyCache, const at::Tensor& valueCache);
+  // The residual stream's add and the RMSNorm after it: sum = x + residual, then {sum,
+  // rmsNorm(sum, weight, eps)}; x and residual [..., d] alike.
+  std::pair<at::Tensor, at::Tensor> (*addRmsNorm)(const at::Tensor& x, const at::Tensor& residual,
+                                                  const at::Tensor& weight, double eps);
   // Mean cross-entropy of logits [N, V] against labels [N] (computed in fp32; label -100 is ignored).
   at::Tensor (*crossEntropy)(const at::Tensor& logits, const at::Tensor& labels);
   // log p(label) per row of logits [N, V], in fp32: [N].

@@ -388,6 +388,34 @@ at::Tensor ropeKvWrite(const at::Tensor& q, const at::Tensor& k, const at::Tenso
       [&] { return referenceOps().ropeKvWrite(q, k, v, norms, cos, sin, slots, keyCache, valueCache); });
 }
 
+// Through the plugin where nothing wants a gradient and x, residual and weight are alike (dtype,
+// device, contiguous rows of the weight's length); else the add, then the table's RMSNorm.
+std::pair<at::Tensor, at::Tensor> addRmsNorm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                                             double eps) {
+  auto alike = [&](const at::Tensor& t) {
+    return t.scalar_type() == x.scalar_type() && t.device() == x.device() && t.is_contiguous();
+  };
+  const bool usable =
+      gRegistry && gRegistry->pluginProvides(&loom_kernel_table::add_rms_norm, deviceName(x)) && pluginDtype(x) &&
+      !(at::GradMode::is_enabled() && (x.requires_grad() || residual.requires_grad() || weight.requires_grad())) &&
+      x.dim() > 0 && residual.sizes() == x.sizes() && weight.dim() == 1 && weight.numel() == x.size(-1) &&
+      alike(x) && alike(residual) && alike(weight);
+  return pluginOr(
+      usable,
+      [&] {
+        at::Tensor sum = at::empty_like(x), y = at::empty_like(x);
+        const int64_t dim = x.size(-1);
+        run(&loom_kernel_table::add_rms_norm, x, dtypeOf(x), x.const_data_ptr(), residual.const_data_ptr(),
+            weight.const_data_ptr(), sum.data_ptr(), y.data_ptr(), dim == 0 ? 0 : x.numel() / dim, dim, eps,
+            streamOf(x));
+        return std::pair{sum, y};
+      },
+      [&] {
+        at::Tensor sum = x + residual;
+        return std::pair{sum, rmsNorm(sum, weight, eps)};
+      });
+}
+
 }  // namespace
 
 bool pluginPagedDecode(const c10::Device& device) {
@@ -407,6 +435,7 @@ void usePluginOps(const kernels::KernelRegistry& registry) {
   table.logprobs = logprobs;
   table.pagedAttention = pagedAttention;
   table.ropeKvWrite = ropeKvWrite;
+  table.addRmsNorm = addRmsNorm;
 }
 
 }  // namespace loom::worker
