@@ -207,6 +207,12 @@ typedef struct loom_kernel_table {
    * stream is followed by such a norm. */
   int (*add_rms_norm)(loom_dtype dtype, const void* x, const void* residual, const void* weight, void* sum, void* y,
                       int64_t rows, int64_t dim, double eps, void* stream);
+
+  /* Greedy decoding's pick and its logprob in one pass over logits [rows, vocab]: tokens[row] (int64)
+   * the index of the row's largest value, the first of equal ones, a NaN counting as the largest
+   * (torch.argmax); logprobs[row] (fp32) = log_softmax(row)[tokens[row]]. */
+  int (*greedy_logprobs)(loom_dtype dtype, const void* logits, int64_t rows, int64_t vocab, int64_t* tokens,
+                         float* logprobs, void* stream);
 } loom_kernel_table;
 
 /* The one symbol a plugin exports. */

@@ -33,6 +33,7 @@ const std::vector<OpSlot>& opSlots() {
       LOOM_OP_SLOT(paged_attention_decode),
       LOOM_OP_SLOT(rope_kv_write),
       LOOM_OP_SLOT(add_rms_norm),
+      LOOM_OP_SLOT(greedy_logprobs),
   };
   return slots;
 }

@@ -2,7 +2,8 @@
 // reference_ops.h functions the registry falls back to) on CUDA tensors of a Llama-3-8B step
 // (hidden 4096, MLP 14336, 32 / 8 heads of 128, vocabulary 128256), in bf16, rollout's paged
 // decode attention and its norms on the 1B Llama's shapes (the attention against the gathered cache
-// through SDPA, the residual add and norm against a torch add and the reference norm), plus the
+// through SDPA, the residual add and norm against a torch add and the reference norm, the greedy
+// pick against torch's argmax and the reference logprobs), plus the
 // optimizer steps on fp32 parameters. Each side runs alternately on the default stream, timed per
 // call with CUDA events; the table gives the median time and the bandwidth of the bytes the op
 // must move (each input read once, each output written once), to compare with the card's copy
@@ -237,6 +238,19 @@ int main(int argc, char** argv) {
                   t, "kl_divergence");
         },
         [&] { ref::klDivergence(logits, other); });
+  }
+  {  // Greedy decoding's pick and logprob on the 1B Llama's decode step: 256 rows of its vocabulary
+    const int64_t rows = 256, vocab = 128256;
+    const at::Tensor logits = at::randn({rows, vocab}, bf16);
+    at::Tensor tokens = at::empty({rows}, f32.dtype(at::kLong)), chosen = at::empty({rows}, f32);
+    bench.run(
+        "greedy_logprobs", fmt::format("[{}, {}] bf16", rows, vocab), rows * vocab * kB,
+        [&] {
+          require(t.greedy_logprobs(dt, logits.data_ptr(), rows, vocab, tokens.data_ptr<int64_t>(),
+                                    chosen.data_ptr<float>(), nullptr),
+                  t, "greedy_logprobs");
+        },
+        [&] { ref::logprobs(logits, logits.argmax(-1)); });
   }
   // Rollout's decode attention over a paged cache of 16-position blocks, scattered, 32 query heads
   // over 8 KV heads of 64 (the 1B Llama): the rollout benchmark's 256 sequences of 128 to 384

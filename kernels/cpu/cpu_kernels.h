@@ -76,7 +76,7 @@ struct SwigluArgs {
   void* dup;         // backward
 };
 
-enum class VocabOp { kCrossEntropyForward, kCrossEntropyBackward, kLogprobs, kEntropy, kKlDivergence };
+enum class VocabOp { kCrossEntropyForward, kCrossEntropyBackward, kLogprobs, kEntropy, kKlDivergence, kGreedy };
 
 struct VocabArgs {
   VocabOp op;
@@ -87,6 +87,7 @@ struct VocabArgs {
   const float* lseIn;     // cross-entropy backward, may be null
   const float* dloss;     // cross-entropy backward
   float* out;             // loss, logprob, entropy, KL
+  int64_t* tokensOut;     // greedy: each row's argmax
   float* lseOut;          // cross-entropy forward, may be null
   void* dlogits;          // cross-entropy backward
   int64_t vocab;

@@ -346,6 +346,18 @@ void vocabT(const VocabArgs& a, int64_t begin, int64_t end) {
       case VocabOp::kKlDivergence:
         klRow(x, static_cast<const T*>(a.logitsQ) + row * v, v, a.out + row);
         break;
+      case VocabOp::kGreedy: {
+        // torch.argmax's pick: the first NaN, else the first of the largest values.
+        int64_t best = 0;
+        for (int64_t i = 1; i < v && !std::isnan(toFloat(x[best])); ++i) {
+          const float xi = toFloat(x[i]);
+          if (std::isnan(xi) || xi > toFloat(x[best])) best = i;
+        }
+        const float m = rowMax(x, v);
+        a.tokensOut[row] = best;
+        a.out[row] = (toFloat(x[best]) - m) - std::log(rowSumExp(x, v, m, nullptr));
+        break;
+      }
     }
   }
 }

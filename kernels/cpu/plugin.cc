@@ -317,6 +317,16 @@ int logprobs(loom_dtype dtype, const void* logits, const int64_t* labels, int64_
       what);
 }
 
+int greedyLogprobs(loom_dtype dtype, const void* logits, int64_t rows, int64_t vocab, int64_t* tokens, float* logprobs,
+                   void* stream) {
+  const char* what = "greedy_logprobs";
+  LOOM_CHECK(checkCall(stream, what));
+  LOOM_CHECK(checkPointers(rows > 0, {logits, tokens, logprobs}, what));
+  return runVocab(
+      {.op = VocabOp::kGreedy, .dtype = dtype, .logits = logits, .out = logprobs, .tokensOut = tokens, .vocab = vocab},
+      rows, what);
+}
+
 int entropy(loom_dtype dtype, const void* logits, int64_t rows, int64_t vocab, float* out, void* stream) {
   LOOM_CHECK(checkCall(stream, "entropy"));
   LOOM_CHECK(checkPointers(rows > 0, {logits, out}, "entropy"));
@@ -531,6 +541,7 @@ loom_kernel_table gTable = {
     .paged_attention_decode = pagedAttentionDecode,
     .rope_kv_write = ropeKvWrite,
     .add_rms_norm = addRmsNorm,
+    .greedy_logprobs = greedyLogprobs,
 };
 
 int initPlugin(const loom_kernel_host* host) {

@@ -127,7 +127,7 @@ cudaError_t launchMaskedSoftmax(const MaskedSoftmaxArgs& a, cudaStream_t stream)
 constexpr uint64_t kBadLabelSet = 1ull << 63;
 constexpr int64_t kBadRowMax = (1ll << 28) - 1;
 
-enum class VocabOp : int { kCrossEntropyForward, kCrossEntropyBackward, kLogprobs, kEntropy, kKlDivergence };
+enum class VocabOp : int { kCrossEntropyForward, kCrossEntropyBackward, kLogprobs, kEntropy, kKlDivergence, kGreedy };
 
 struct VocabArgs {
   VocabOp op;
@@ -138,6 +138,7 @@ struct VocabArgs {
   const float* lseIn;     // cross-entropy backward, may be null
   const float* dloss;     // cross-entropy backward
   float* out;             // loss, logprob, entropy, KL
+  int64_t* tokensOut;     // greedy: each row's argmax
   float* lseOut;          // cross-entropy forward, may be null
   void* dlogits;          // cross-entropy backward
   int64_t rows, vocab;

@@ -17,6 +17,7 @@
 // call with rows = 0.
 #include <cuda_runtime_api.h>
 
+#include <climits>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -378,6 +379,22 @@ int logprobs(loom_dtype dtype, const void* logits, const int64_t* labels, int64_
                   stream, what);
 }
 
+int greedyLogprobs(loom_dtype dtype, const void* logits, int64_t rows, int64_t vocab, int64_t* tokens, float* logprobs,
+                   void* stream) {
+  const char* what = "greedy_logprobs";
+  LOOM_CHECK(checkPointers(rows > 0, {logits, tokens, logprobs}, what));
+  // The argmax travels through the block's reductions as an int.
+  if (vocab > INT_MAX) return fail(LOOM_KERNEL_UNSUPPORTED, std::string(what) + ": a vocabulary past 2^31 - 1");
+  return runVocab({.op = VocabOp::kGreedy,
+                   .dtype = dtype,
+                   .logits = logits,
+                   .out = logprobs,
+                   .tokensOut = tokens,
+                   .rows = rows,
+                   .vocab = vocab},
+                  stream, what);
+}
+
 int entropy(loom_dtype dtype, const void* logits, int64_t rows, int64_t vocab, float* out, void* stream) {
   LOOM_CHECK(checkPointers(rows > 0, {logits, out}, "entropy"));
   return runVocab(
@@ -571,6 +588,7 @@ const loom_kernel_table kTable = {
     .paged_attention_decode = pagedAttentionDecode,
     .rope_kv_write = ropeKvWrite,
     .add_rms_norm = addRmsNorm,
+    .greedy_logprobs = greedyLogprobs,
 };
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The CUDA plugin's ops over the vocabulary: cross-entropy forward and backward, logprobs,
-// entropy and KL. One block per row reads the row's logits in dtype once per pass and keeps
+// entropy, KL and greedy decoding's pick with its logprob. One block per row reads the row's logits in dtype once per pass and keeps
 // only running statistics in fp32: the maximum and the sum of exponentials below it (online
 // logsumexp: a new maximum rescales the sum), plus what entropy and KL need beside them. The
 // blocks' statistics combine in a fixed tree (device_common.cuh), so results are deterministic.
@@ -85,6 +85,26 @@ __device__ __forceinline__ KlStats combine(KlStats a, KlStats b) {
   return r;
 }
 
+// Greedy decoding's statistics: MaxSum and the argmax, its value and index (an int's bits: the
+// reductions move floats).
+struct Greedy {
+  MaxSum ms;
+  float best;
+  int index;
+};
+// Whether value a at index ia comes before b at ib in torch.argmax's order: a NaN first, then the
+// larger value, then the smaller index.
+__device__ __forceinline__ bool precedes(float a, int ia, float b, int ib) {
+  const bool aNan = a != a, bNan = b != b;
+  if (aNan != bNan) return aNan;
+  if (!aNan && a != b) return a > b;
+  return ia < ib;
+}
+__device__ __forceinline__ Greedy combine(Greedy a, Greedy b) {
+  const bool first = precedes(a.best, a.index, b.best, b.index);
+  return {combine(a.ms, b.ms), first ? a.best : b.best, first ? a.index : b.index};
+}
+
 template <typename T>
 __device__ __forceinline__ MaxSum rowMaxSum(const T* __restrict__ x, int64_t vocab) {
   constexpr int V = kVec<T>;
@@ -139,6 +159,29 @@ __global__ void __launch_bounds__(kVocabThreadCap) labelledRowKernel(VocabArgs a
     const float logprob = (toFloat(x[label]) - st.m) - logSum;
     a.out[row] = a.op == VocabOp::kLogprobs ? logprob : -logprob;
     if (a.lseOut) a.lseOut[row] = st.m + logSum;
+  }
+}
+
+// Greedy decoding: the row's argmax and its logprob, (x[argmax] - m) - log(s), in one pass.
+template <typename T>
+__global__ void __launch_bounds__(kVocabThreadCap) greedyRowKernel(VocabArgs a) {
+  constexpr int V = kVec<T>;
+  const int64_t row = blockIdx.x;
+  const T* x = static_cast<const T*>(a.logits) + row * a.vocab;
+  Greedy st{{-kInf, 0.0f}, -kInf, INT_MAX};
+  forEachChunk(x, a.vocab, [&](int64_t i, int count) {
+    float v[V];
+    loadChunk(x + i, count, v);
+    add(st.ms, v, count);
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      if (k < count && precedes(v[k], static_cast<int>(i) + k, st.best, st.index))
+        st.best = v[k], st.index = static_cast<int>(i) + k;
+  });
+  st = blockReduce(st, Greedy{{-kInf, 0.0f}, -kInf, INT_MAX}, [](Greedy u, Greedy w) { return combine(u, w); });
+  if (threadIdx.x == 0) {
+    a.tokensOut[row] = st.index;
+    a.out[row] = (st.best - st.ms.m) - logf(st.ms.s);
   }
 }
 
@@ -262,6 +305,9 @@ cudaError_t launchVocab(const VocabArgs& a, cudaStream_t stream) {
         break;
       case VocabOp::kKlDivergence:
         klKernel<T><<<rows, threads, 0, stream>>>(a);
+        break;
+      case VocabOp::kGreedy:
+        greedyRowKernel<T><<<rows, threads, 0, stream>>>(a);
         break;
     }
   });

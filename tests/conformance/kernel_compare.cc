@@ -70,6 +70,29 @@ RopeKvWriteCase ropeKvWriteCase(int64_t tokens, int64_t heads, int64_t kvHeads, 
   return c;
 }
 
+GreedyCase greedyCase(int64_t rows, int64_t vocab, loom_dtype dtype) {
+  at::Tensor logits = randomInput({rows, vocab}, dtype, 3.0);
+  if (rows >= 3 && vocab >= 8) {
+    const double top = logits.to(at::kFloat).max().item<double>() + 1.0;
+    logits[0][2] = top, logits[0][6] = top;
+    logits[1][3] = NAN, logits[1][7] = NAN;
+  }
+  const at::Tensor tokens = logits.argmax(-1);
+  const at::Tensor logprobs = at::log_softmax(logits.to(at::kFloat), -1).gather(1, tokens.unsqueeze(1)).squeeze(1);
+  return {logits, tokens, logprobs};
+}
+
+void checkGreedy(const GreedyCase& c, const at::Tensor& tokens, const at::Tensor& logprobs, const std::string& what) {
+  INFO(what << " (seed " << testSeed() << ")");
+  CHECK(at::equal(tokens.cpu(), c.tokens));
+  const at::Tensor got = logprobs.cpu(), nan = c.logprobs.isnan();
+  CHECK(at::equal(got.isnan(), nan));
+  const at::Tensor logits = c.logits.to(at::kFloat);
+  const double lseScale = std::log(static_cast<double>(logits.size(1))) + logits.nan_to_num(0).abs().max().item<double>();
+  const Tolerance tol = tolerance(LOOM_DTYPE_F32, lseScale + 1.0);
+  requireClose(got.masked_select(~nan), c.logprobs.masked_select(~nan), tol, what + " logprobs");
+}
+
 Tolerance tolerance(loom_dtype dtype, double termScale) {
   const double rtol = dtype == LOOM_DTYPE_BF16 ? 0x1p-6 : 1e-6;
   return {rtol, rtol * termScale};

@@ -56,6 +56,18 @@ struct RopeKvWriteCase {
 RopeKvWriteCase ropeKvWriteCase(int64_t tokens, int64_t heads, int64_t kvHeads, int64_t dim, bool norms, bool fused,
                                 loom_dtype dtype);
 
+// Logits for greedy_logprobs, random in `dtype`, and what torch makes of them (at::argmax, then
+// log_softmax at the pick). Where there are 3 rows and 8 entries or more, row 0 has its largest
+// value twice (the first is the pick) and row 1 two NaNs (the first is the pick, its logprob NaN).
+struct GreedyCase {
+  at::Tensor logits;            // [rows, vocab]
+  at::Tensor tokens, logprobs;  // int64 and fp32 [rows]
+};
+GreedyCase greedyCase(int64_t rows, int64_t vocab, loom_dtype dtype);
+// The picks equal torch's; the logprobs are within fp32 rounding of log-sum-exps of the logits'
+// size, and NaN exactly where torch's are.
+void checkGreedy(const GreedyCase& c, const at::Tensor& tokens, const at::Tensor& logprobs, const std::string& what);
+
 inline const char* dtypeName(loom_dtype dtype) { return dtype == LOOM_DTYPE_BF16 ? "bf16" : "fp32"; }
 
 // One side of an optimizer comparison: the param and its state (`second` undefined for

@@ -328,6 +328,26 @@ TEST_CASE("CUDA cross_entropy, logprobs, entropy and KL over the vocabulary matc
   }
 }
 
+TEST_CASE("CUDA greedy_logprobs picks as torch.argmax does, with log_softmax at the pick", "[gpu][kernels]") {
+  // 256 x 128256: the 1B Llama's decode step; 5 x 33: rows that start unaligned.
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {3, 8}, {5, 33}, {17, 1000}, {256, 128256}};
+  for (bool pooled : kPooledStream) {
+    const StreamPass pass(pooled);
+    for (loom_dtype dtype : kDtypes) {
+      for (auto [rows, vocab] : shapes) {
+        const GreedyCase c = greedyCase(rows, vocab, dtype);
+        const at::Tensor logits = onCuda(c.logits);
+        at::Tensor tokens = at::empty({rows}, logits.options().dtype(at::kLong));
+        at::Tensor logprobs = at::empty({rows}, logits.options().dtype(at::kFloat));
+        REQUIRE(cudaPlugin().greedy_logprobs(dtype, logits.data_ptr(), rows, vocab, tokens.data_ptr<int64_t>(),
+                                             logprobs.data_ptr<float>(), pass.stream()) == LOOM_KERNEL_OK);
+        checkGreedy(c, tokens, logprobs,
+                    fmt::format("greedy_logprobs {} {} [{}, {}]", pass.label(), dtypeName(dtype), rows, vocab));
+      }
+    }
+  }
+}
+
 TEST_CASE("CUDA: a label outside the vocabulary makes its row NaN and the next labelled call an error",
           "[gpu][kernels]") {
   const loom_kernel_table& t = cudaPlugin();

@@ -252,6 +252,23 @@ TEST_CASE("cross_entropy, logprobs, entropy and KL over the vocabulary match the
   checkVocabOps(setups.front(), LOOM_DTYPE_F32, 530, 32000);
 }
 
+TEST_CASE("greedy_logprobs picks as torch.argmax does, with log_softmax at the pick", "[kernels]") {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {3, 8}, {17, 1000}, {6, 32003}};
+  for (const PluginSetup& setup : pluginSetups()) {
+    configurePlugin(setup);
+    for (loom_dtype dtype : kDtypes) {
+      for (auto [rows, vocab] : shapes) {
+        const GreedyCase c = greedyCase(rows, vocab, dtype);
+        at::Tensor tokens = at::empty({rows}, at::kLong), logprobs = at::empty({rows});
+        REQUIRE(cpuPlugin().greedy_logprobs(dtype, c.logits.data_ptr(), rows, vocab, tokens.data_ptr<int64_t>(),
+                                            logprobs.data_ptr<float>(), nullptr) == LOOM_KERNEL_OK);
+        checkGreedy(c, tokens, logprobs,
+                    fmt::format("greedy_logprobs {} {} [{}, {}]", setup.label(), dtypeName(dtype), rows, vocab));
+      }
+    }
+  }
+}
+
 TEST_CASE("a label outside the vocabulary is an error before anything is written", "[kernels]") {
   const at::Tensor logits = at::randn({2, 10});
   const at::Tensor labels = at::tensor({3, 10}, at::kLong);

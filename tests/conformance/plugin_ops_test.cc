@@ -198,6 +198,19 @@ TEST_CASE("cross entropy and logprobs through the plugin match the reference", "
   }
 }
 
+TEST_CASE("greedy picks and their logprobs through the plugin match torch's argmax and the reference logprobs",
+          "[kernels]") {
+  usePlugin();
+  for (at::ScalarType type : kTypes) {
+    const at::Tensor logits = randn({7, 300}, type);
+    auto [tokens, chosen] = ops().greedyLogprobs(logits);
+    auto [tokensRef, chosenRef] = referenceOps().greedyLogprobs(logits);
+    CHECK(at::equal(tokens, logits.argmax(-1)));
+    CHECK(at::equal(tokens, tokensRef));
+    requireClose(chosen, chosenRef, {1e-5, 1e-5 * maxAbs(chosenRef)}, fmt::format("greedy {}", c10::toString(type)));
+  }
+}
+
 TEST_CASE("a label outside the vocabulary is an error naming the op", "[kernels]") {
   usePlugin();
   at::Tensor logits = at::randn({4, 10});

@@ -70,6 +70,11 @@ at::Tensor logprobsReference(const at::Tensor& logits, const at::Tensor& labels)
   return at::log_softmax(logits.to(at::kFloat), -1).gather(1, labels.unsqueeze(1)).squeeze(1);
 }
 
+std::pair<at::Tensor, at::Tensor> greedyLogprobsReference(const at::Tensor& logits) {
+  at::Tensor tokens = logits.argmax(-1);
+  return {tokens, logprobsReference(logits, tokens)};
+}
+
 constexpr OpTable kReference{
     .rmsNorm = rmsNormReference,
     .rope = ropeReference,
@@ -81,6 +86,7 @@ constexpr OpTable kReference{
     .addRmsNorm = addRmsNormReference,
     .crossEntropy = crossEntropyReference,
     .logprobs = logprobsReference,
+    .greedyLogprobs = greedyLogprobsReference,
 };
 
 }  // namespace

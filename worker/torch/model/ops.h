@@ -54,6 +54,9 @@ struct OpTable {
   at::Tensor (*crossEntropy)(const at::Tensor& logits, const at::Tensor& labels);
   // log p(label) per row of logits [N, V], in fp32: [N].
   at::Tensor (*logprobs)(const at::Tensor& logits, const at::Tensor& labels);
+  // Greedy decoding over logits [N, V]: {argmax per row (int64, torch.argmax's pick), its log p in
+  // fp32}. No gradient.
+  std::pair<at::Tensor, at::Tensor> (*greedyLogprobs)(const at::Tensor& logits);
 };
 
 // The table in use (the libtorch references unless a plugin replaced an entry).

@@ -316,6 +316,24 @@ at::Tensor logprobs(const at::Tensor& logits, const at::Tensor& labels) {
       [&] { return referenceOps().logprobs(logits, labels); });
 }
 
+// Through the plugin where nothing wants a gradient: logits [N, V] of a dtype it takes.
+std::pair<at::Tensor, at::Tensor> greedyLogprobs(const at::Tensor& logits) {
+  const bool usable = gRegistry && gRegistry->pluginProvides(&loom_kernel_table::greedy_logprobs, deviceName(logits)) &&
+                      pluginDtype(logits) && logits.dim() == 2 && logits.is_contiguous() &&
+                      !(at::GradMode::is_enabled() && logits.requires_grad());
+  return pluginOr(
+      usable,
+      [&] {
+        const int64_t rows = logits.size(0);
+        at::Tensor tokens = at::empty({rows}, logits.options().dtype(at::kLong));
+        at::Tensor chosen = at::empty({rows}, logits.options().dtype(at::kFloat));
+        run(&loom_kernel_table::greedy_logprobs, logits, dtypeOf(logits), logits.const_data_ptr(), rows,
+            logits.size(1), tokens.data_ptr<int64_t>(), chosen.data_ptr<float>(), streamOf(logits));
+        return std::pair{tokens, chosen};
+      },
+      [&] { return referenceOps().greedyLogprobs(logits); });
+}
+
 // The step's decodes (its single-query sequences, first) through the plugin; its prompt chunks, if
 // any, through the reference.
 at::Tensor pagedAttention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
@@ -436,6 +454,7 @@ void usePluginOps(const kernels::KernelRegistry& registry) {
   table.pagedAttention = pagedAttention;
   table.ropeKvWrite = ropeKvWrite;
   table.addRmsNorm = addRmsNorm;
+  table.greedyLogprobs = greedyLogprobs;
 }
 
 }  // namespace loom::worker

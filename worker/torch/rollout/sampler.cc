@@ -79,7 +79,11 @@ LaunchedDraws launchDraws(const at::Tensor& logits, const std::vector<Draw>& dra
   bool everyRow = count == logits.size(0);
   for (int64_t i = 0; everyRow && i < count; ++i) everyRow = rows[i] == i;
   const at::Tensor raw = everyRow ? logits : logits.index_select(0, onDevice(rows));  // [D, V]
-  at::Tensor tokens = raw.argmax(-1);
+  // The chosen tokens and their logprobs from the raw logits (as vLLM returns them by default):
+  // the greedy rows' picks with their logprobs in one pass, then the sampled rows' over them.
+  const bool everyRowSamples = static_cast<int64_t>(sampled.size()) == count;
+  at::Tensor tokens, chosen;
+  if (!everyRowSamples) std::tie(tokens, chosen) = ops().greedyLogprobs(raw);
   if (!sampled.empty()) {
     const at::Tensor which = onDevice(sampled);
     const at::Tensor scaled = raw.index_select(0, which).to(at::kFloat) / onDevice(temperature).unsqueeze(1);
@@ -100,12 +104,16 @@ LaunchedDraws launchDraws(const at::Tensor& logits, const std::vector<Draw>& dra
       keep = keep.logical_and((kept.cumsum(-1) - kept) < onDevice(topP).unsqueeze(1));
       weights = probs * at::zeros_like(keep).scatter(1, order, keep);
     }
-    const at::Tensor picked = drawFromCdf(weights, u);
-    tokens.index_put_({which}, picked.squeeze(1));
+    const at::Tensor picked = drawFromCdf(weights, u).squeeze(1);
+    if (everyRowSamples) {  // `which` is every row in order: no copy of the logits
+      tokens = picked;
+      chosen = ops().logprobs(raw, tokens);
+    } else {
+      tokens.index_put_({which}, picked);
+      chosen.index_put_({which}, ops().logprobs(raw.index_select(0, which), picked));
+    }
   }
-  // The chosen tokens' logprobs from the raw logits, as vLLM returns them by default.
   launched.tokens = tokens;
-  const at::Tensor chosen = ops().logprobs(raw, tokens);
   at::Tensor topValues, topIds;
   if (maxTop > 0) std::tie(topValues, topIds) = at::log_softmax(raw, -1, at::kFloat).topk(std::min(maxTop, vocab), -1);
   if (device.is_cpu()) {
