@@ -316,7 +316,8 @@ at::Tensor logprobs(const at::Tensor& logits, const at::Tensor& labels) {
       [&] { return referenceOps().logprobs(logits, labels); });
 }
 
-// Through the plugin where nothing wants a gradient: logits [N, V] of a dtype it takes.
+// Through the plugin where nothing wants a gradient: logits [N, V] of a dtype it takes; else
+// torch's argmax and the table's logprobs.
 std::pair<at::Tensor, at::Tensor> greedyLogprobs(const at::Tensor& logits) {
   const bool usable = gRegistry && gRegistry->pluginProvides(&loom_kernel_table::greedy_logprobs, deviceName(logits)) &&
                       pluginDtype(logits) && logits.dim() == 2 && logits.is_contiguous() &&
@@ -331,7 +332,10 @@ std::pair<at::Tensor, at::Tensor> greedyLogprobs(const at::Tensor& logits) {
             logits.size(1), tokens.data_ptr<int64_t>(), chosen.data_ptr<float>(), streamOf(logits));
         return std::pair{tokens, chosen};
       },
-      [&] { return referenceOps().greedyLogprobs(logits); });
+      [&] {
+        at::Tensor tokens = logits.argmax(-1);
+        return std::pair{tokens, logprobs(logits, tokens)};
+      });
 }
 
 // The step's decodes (its single-query sequences, first) through the plugin; its prompt chunks, if
