@@ -153,8 +153,13 @@ int addRmsNorm(loom_dtype dtype, const void* x, const void* residual, const void
   LOOM_CHECK(checkSizes({rows, dim}, what));
   LOOM_CHECK(checkPointers(rows * dim > 0, {x, residual, weight, sum, y}, what));
   // The norm is rms_norm_forward's own, on each range's sums while they are in cache.
-  const RmsNormArgs args{
-      .dtype = dtype, .x = sum, .weight = weight, .y = y, .rstdOut = nullptr, .dim = dim, .eps = static_cast<float>(eps)};
+  const RmsNormArgs args{.dtype = dtype,
+                         .x = sum,
+                         .weight = weight,
+                         .y = y,
+                         .rstdOut = nullptr,
+                         .dim = dim,
+                         .eps = static_cast<float>(eps)};
   const IsaKernels* isa = runtime().isa;
   parallelFor(rows, rowGrain(dim), [&](int64_t b, int64_t e) {
     addRange(dtype, x, residual, sum, b * dim, e * dim);

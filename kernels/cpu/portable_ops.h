@@ -2,8 +2,8 @@
 
 // Ops the CPU plugin writes once in plain C++ for every instruction set (the compiler vectorizes
 // what it can): the masked softmax, GPT-OSS's clamped SwiGLU, rollout's paged decode attention
-// and RoPE into the KV cache, and the residual add before a norm. plugin.cc checks a call and runs these over ranges, as it does the
-// per-instruction-set kernels of cpu_kernels.h.
+// and RoPE into the KV cache, and the residual add before a norm. plugin.cc checks a call and
+// runs these over ranges, as it does the per-instruction-set kernels of cpu_kernels.h.
 
 #include <cstdint>
 

@@ -1,8 +1,9 @@
 // The CUDA plugin's ops over the vocabulary: cross-entropy forward and backward, logprobs,
-// entropy, KL and greedy decoding's pick with its logprob. One block per row reads the row's logits in dtype once per pass and keeps
-// only running statistics in fp32: the maximum and the sum of exponentials below it (online
-// logsumexp: a new maximum rescales the sum), plus what entropy and KL need beside them. The
-// blocks' statistics combine in a fixed tree (device_common.cuh), so results are deterministic.
+// entropy, KL and greedy decoding's pick with its logprob. One block per row reads the row's
+// logits in dtype once per pass and keeps only running statistics in fp32: the maximum and the
+// sum of exponentials below it (online logsumexp: a new maximum rescales the sum), plus what
+// entropy, KL and the greedy pick need beside them. The blocks' statistics combine in a fixed
+// tree (device_common.cuh), so results are deterministic.
 #include <climits>
 
 #include "kernels/cuda/cuda_kernels.h"

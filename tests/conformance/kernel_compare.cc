@@ -88,7 +88,8 @@ void checkGreedy(const GreedyCase& c, const at::Tensor& tokens, const at::Tensor
   const at::Tensor got = logprobs.cpu(), nan = c.logprobs.isnan();
   CHECK(at::equal(got.isnan(), nan));
   const at::Tensor logits = c.logits.to(at::kFloat);
-  const double lseScale = std::log(static_cast<double>(logits.size(1))) + logits.nan_to_num(0).abs().max().item<double>();
+  const double largest = logits.nan_to_num(0).abs().max().item<double>();
+  const double lseScale = std::log(static_cast<double>(logits.size(1))) + largest;
   const Tolerance tol = tolerance(LOOM_DTYPE_F32, lseScale + 1.0);
   requireClose(got.masked_select(~nan), c.logprobs.masked_select(~nan), tol, what + " logprobs");
 }
