@@ -86,7 +86,9 @@ LaunchedDraws launchDraws(const at::Tensor& logits, const std::vector<Draw>& dra
   if (!everyRowSamples) std::tie(tokens, chosen) = ops().greedyLogprobs(raw);
   if (!sampled.empty()) {
     const at::Tensor which = onDevice(sampled);
-    const at::Tensor scaled = raw.index_select(0, which).to(at::kFloat) / onDevice(temperature).unsqueeze(1);
+    // The sampled rows' logits (every row in order: no copy), for the draw and for their logprobs.
+    const at::Tensor rowsDrawn = everyRowSamples ? raw : raw.index_select(0, which);
+    const at::Tensor scaled = rowsDrawn.to(at::kFloat) / onDevice(temperature).unsqueeze(1);
     const at::Tensor u = onDevice(uniforms);
     // The draw is by inverse CDF in vocabulary order whether or not a row filters, so that a
     // row's token never depends on whether another row of the batch made the step sort.
@@ -105,12 +107,12 @@ LaunchedDraws launchDraws(const at::Tensor& logits, const std::vector<Draw>& dra
       weights = probs * at::zeros_like(keep).scatter(1, order, keep);
     }
     const at::Tensor picked = drawFromCdf(weights, u).squeeze(1);
-    if (everyRowSamples) {  // `which` is every row in order: no copy of the logits
-      tokens = picked;
-      chosen = ops().logprobs(raw, tokens);
+    const at::Tensor pickedLogprobs = ops().logprobs(rowsDrawn, picked);
+    if (everyRowSamples) {
+      tokens = picked, chosen = pickedLogprobs;
     } else {
       tokens.index_put_({which}, picked);
-      chosen.index_put_({which}, ops().logprobs(raw.index_select(0, which), picked));
+      chosen.index_put_({which}, pickedLogprobs);
     }
   }
   launched.tokens = tokens;
