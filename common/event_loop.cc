@@ -7,7 +7,7 @@
 
 namespace loom {
 
-EventLoop::EventLoop(std::string name) : name_(std::move(name)) {
+EventLoop::EventLoop(std::string name, Task afterTurn) : name_(std::move(name)), afterTurn_(std::move(afterTurn)) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -67,6 +67,7 @@ void EventLoop::run() {
       batch.swap(queue_);
       lock.unlock();
       for (auto& task : batch) task();
+      if (afterTurn_) afterTurn_();
       lock.lock();
       continue;
     }
@@ -77,6 +78,7 @@ void EventLoop::run() {
       timers_.erase(timers_.begin());
       lock.unlock();
       task();
+      if (afterTurn_) afterTurn_();
       lock.lock();
       continue;
     }

@@ -14,11 +14,15 @@ namespace loom {
 // One thread that owns a component's state: other threads post() work to it instead of taking
 // the component's locks. Tasks run in the order they were posted; a timer runs after its delay,
 // on the same thread. post() and runAfter() are thread-safe; everything else is for the owner.
+//
+// The loop works in turns: a turn runs every task queued when it began (or one timer), then
+// `afterTurn` if there is one. An owner that defers work within a turn (the planner commits a
+// turn's writes together) does it there.
 class EventLoop {
  public:
   using Task = std::function<void()>;
 
-  explicit EventLoop(std::string name);
+  explicit EventLoop(std::string name, Task afterTurn = {});
   ~EventLoop();  // stops and joins
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
@@ -40,6 +44,7 @@ class EventLoop {
   void run();
 
   std::string name_;
+  Task afterTurn_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Task> queue_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <random>
+#include <string_view>
+#include <unordered_set>
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -75,7 +77,9 @@ PlannerCore::PlannerCore(const PlannerOptions& options, const Clock* clock, std:
       store_(std::move(store)),
       nextLogRequestId_(clock->nowMs() << 16),
       lockFd_(lockFd),
-      loop_(std::make_unique<EventLoop>("planner")) {}
+      loop_(std::make_unique<EventLoop>("planner", [this] { makeDurable(); })) {
+  store_->groupCommits();
+}
 
 PlannerCore::~PlannerCore() {
   shutdown();
@@ -189,6 +193,7 @@ void PlannerCore::createJob(std::string specJson, std::string requestId, JobOwne
                              fmt::format("request_id \"{}\" already created job {} from a different spec", requestId,
                                          earlier.id)),
                       false);
+        makeDurable();  // it may have been created earlier in this turn
         return done(earlier, false);
       }
     }
@@ -217,7 +222,7 @@ void PlannerCore::createJob(std::string specJson, std::string requestId, JobOwne
     creationIndex_[job.id] = jobOrder_.size();
     jobOrder_.push_back(job.id);
     auto& ref = jobs_.emplace(job.id, std::move(job)).first->second;
-    views_.publish(ref);
+    unpublished_.push_back(ref.id);
     queueIfPending(ref);
     if (plan) {
       spdlog::info("job {} created: {} ranks, kind {}, plan dp {} x sp {} x tp {} (ep {}), {} per rank",
@@ -226,6 +231,7 @@ void PlannerCore::createJob(std::string specJson, std::string requestId, JobOwne
     } else {
       spdlog::info("job {} created: {} ranks, kind {}", ref.id, ref.spec.ranks, jobKindName(ref.spec.kind));
     }
+    makeDurable();
     done(ref, true);
     schedule();
   });
@@ -267,6 +273,7 @@ StatusOr<JobPage> PlannerCore::listJobs(const ListQuery& query) const {
 void PlannerCore::listJobMetrics(MetricQuery query, std::function<void(const StatusOr<MetricPage>&)> done) {
   loop_->post([this, query = std::move(query), done = std::move(done)] {
     if (!findJob(query.jobId)) return done(notFound("job {} does not exist", query.jobId));
+    makeDurable();
     done(store_->loadMetricPage(query));
   });
 }
@@ -278,6 +285,7 @@ void PlannerCore::cancelJob(const std::string& jobId, std::string reason, JobCal
     auto effects = JobLifecycle::requestCancel(*job, reason, clock_->nowMs());
     if (!effects.isOk()) return done(effects.status());
     commit(*job, *effects);
+    makeDurable();
     done(*job);
   });
 }
@@ -290,6 +298,7 @@ void PlannerCore::watchJob(const std::string& jobId, std::shared_ptr<JobWatcher>
     auto metrics = store_->loadMetrics(jobId, kWatchMetricsBacklog);
     if (!events.isOk()) return watcher->onEnd(events.status());
     if (!metrics.isOk()) return watcher->onEnd(metrics.status());
+    makeDurable();
     if (!watcher->onUpdate(JobUpdate{*job, *events, *metrics})) return;
     if (isFinal(job->state)) return watcher->onEnd(Status::ok());
     watchers_.emplace(jobId, watcher);
@@ -300,7 +309,7 @@ void PlannerCore::commit(JobRecord& job, const LifecycleEffects& effects, std::v
   queueIfPending(job);
   Status stored = store_->updateJob(job, effects.events, metrics);
   if (!stored.isOk()) spdlog::error("job {}: cannot persist its state: {}", job.id, stored.toString());
-  views_.publish(job);
+  if (unpublished_.empty() || unpublished_.back() != job.id) unpublished_.push_back(job.id);
   for (const auto& e : effects.events) spdlog::info("job {}: {}: {}", job.id, jobStateName(e.state), e.reason);
   notifyWatchers(job, effects.events, metrics);
   if (effects.attemptOver) releaseAttempt(job);
@@ -308,9 +317,30 @@ void PlannerCore::commit(JobRecord& job, const LifecycleEffects& effects, std::v
   if (effects.needsPlacement || isFinal(job.state)) schedule();
 }
 
+void PlannerCore::makeDurable() {
+  if (store_->hasUncommitted()) {
+    if (Status stored = store_->commitGroup(); !stored.isOk())
+      spdlog::error("cannot persist the planner's state: {}", stored.toString());
+  }
+  // A job written twice in the turn is published once, in the order of its first write (a new
+  // job's place in the creation order is its first publication).
+  std::unordered_set<std::string_view> published;
+  for (const auto& id : unpublished_) {
+    if (published.insert(id).second) views_.publish(jobs_.at(id));
+  }
+  unpublished_.clear();
+  for (auto& [link, order] : outbox_) order(*link);  // a send only queues on the stream: it never calls back
+  outbox_.clear();
+}
+
+void PlannerCore::sendAfterCommit(const std::shared_ptr<NodeLink>& link, std::function<void(NodeLink&)> order) {
+  outbox_.emplace_back(link, std::move(order));
+}
+
 void PlannerCore::notifyWatchers(const JobRecord& job, const std::vector<JobEvent>& events,
                                  const std::vector<Metric>& metrics) {
   auto [begin, end] = watchers_.equal_range(job.id);
+  if (begin != end) makeDurable();
   for (auto it = begin; it != end;) {
     bool keep = it->second->onUpdate(JobUpdate{job, events, metrics});
     if (keep && isFinal(job.state)) {
@@ -327,8 +357,9 @@ void PlannerCore::stopAttempt(JobRecord& job, const std::string& reason, bool pr
   for (const auto& id : nodeIds) {
     auto it = nodes_.find(id);
     if (it == nodes_.end() || !it->second.link) continue;
-    it->second.link->kill(KillOrder{.jobId = job.id, .attempt = job.attempt, .gracePeriodMs = job.spec.gracePeriodMs,
-                                    .reason = reason, .preempt = preempt});
+    KillOrder kill{.jobId = job.id, .attempt = job.attempt, .gracePeriodMs = job.spec.gracePeriodMs,
+                   .reason = reason, .preempt = preempt};
+    sendAfterCommit(it->second.link, [kill](NodeLink& link) { link.kill(kill); });
   }
   abandonPendingLaunch(job);  // last: settling those ranks may end the attempt and relaunch the job
 }
@@ -359,7 +390,9 @@ void PlannerCore::releaseAttempt(const JobRecord& job) {
   for (const auto& r : job.ranks) nodeIds.insert(r.nodeId);
   for (const auto& id : nodeIds) {
     auto it = nodes_.find(id);
-    if (it != nodes_.end() && it->second.link) it->second.link->release({.jobId = job.id, .attempt = job.attempt});
+    if (it == nodes_.end() || !it->second.link) continue;
+    ReleaseOrder release{.jobId = job.id, .attempt = job.attempt};
+    sendAfterCommit(it->second.link, [release](NodeLink& link) { link.release(release); });
   }
 }
 
@@ -390,7 +423,9 @@ void PlannerCore::releaseIfOver(Node& node, const RankReport& report) {
               std::all_of(job->ranks.begin(), job->ranks.end(), [](const RankStatus& r) {
                 return r.state == RankState::kSucceeded || r.state == RankState::kFailed;
               });
-  if (over && node.link) node.link->release({.jobId = report.jobId, .attempt = report.attempt});
+  if (!over || !node.link) return;
+  ReleaseOrder release{.jobId = report.jobId, .attempt = report.attempt};
+  sendAfterCommit(node.link, [release](NodeLink& link) { link.release(release); });
 }
 
 void PlannerCore::applyReport(const std::string& nodeId, const RankReport& report) {

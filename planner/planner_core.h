@@ -103,6 +103,12 @@ struct PlannerOptions {
 // public method is thread-safe, posts to that loop and answers through its callback, which runs
 // on the loop (so callbacks must not block) — but for the reads of jobs (job(), listJobs()),
 // which answer at once from the views the loop publishes.
+//
+// Writes are committed together, once per turn of the loop (a turn's rank reports in one
+// transaction, not one each), and never after something that depends on them has left: an
+// order to a daemon waits in the outbox, and a reply or a watcher's update commits first
+// (makeDurable). A crash loses only what nobody outside was told: the turn under way, whose rank
+// reports the daemons send again when they re-register.
 class PlannerCore {
  public:
   static StatusOr<std::unique_ptr<PlannerCore>> create(const PlannerOptions& options, const Clock* clock);
@@ -189,6 +195,12 @@ class PlannerCore {
 
   // Persists a step's events, notifies watchers and carries out its effects.
   void commit(JobRecord& job, const LifecycleEffects& effects, std::vector<Metric> metrics = {});
+  // Commits the writes made so far, shows the jobs they changed to readers (views_), then sends
+  // the orders waiting in the outbox. At the end of every turn, and before any reply or update
+  // that tells the outside what was written.
+  void makeDurable();
+  // An order to a daemon, sent by makeDurable() once the writes before it are committed.
+  void sendAfterCommit(const std::shared_ptr<NodeLink>& link, std::function<void(NodeLink&)> order);
   void stopAttempt(JobRecord& job, const std::string& reason, bool preempt);
   void abandonPendingLaunch(JobRecord& job);
   void releaseAttempt(const JobRecord& job);
@@ -226,6 +238,9 @@ class PlannerCore {
   std::function<void(double)> placementObserver_;
   std::vector<std::string> jobOrder_;  // creation order
   JobViews views_;                     // what readers on other threads see of jobs_
+  std::vector<std::string> unpublished_;  // jobs written this turn, in order: published once committed
+  // Orders to daemons, in the order given, waiting for the commit of the writes before them.
+  std::vector<std::pair<std::shared_ptr<NodeLink>, std::function<void(NodeLink&)>>> outbox_;
   std::unordered_map<const NodeLink*, std::string> nodeByLink_;  // attached links: whose node
   std::unordered_map<std::string, size_t> creationIndex_;      // a job's place in jobOrder_
   std::set<std::pair<size_t, std::string>> placementQueue_;  // PENDING jobs by creation: FIFO placement

@@ -70,9 +70,10 @@ void PlannerCore::reconcileNode(Node& node, const NodeRegistration& registration
     bool wanted = job && job->attempt == report.attempt &&
                   (job->state == JobState::kLaunching || job->state == JobState::kRunning);
     if (!wanted && rankHoldsSlot(report.event)) {
-      node.link->kill({.jobId = report.jobId, .attempt = report.attempt,
-                       .gracePeriodMs = job ? job->spec.gracePeriodMs : 10'000,
-                       .reason = "its attempt is no longer running"});
+      KillOrder kill{.jobId = report.jobId, .attempt = report.attempt,
+                     .gracePeriodMs = job ? job->spec.gracePeriodMs : 10'000,
+                     .reason = "its attempt is no longer running"};
+      sendAfterCommit(node.link, [kill](NodeLink& link) { link.kill(kill); });
     }
   }
   for (auto& [id, job] : jobs_) {
@@ -162,6 +163,7 @@ void PlannerCore::snapshot(std::function<void(ClusterSnapshot)> done) {
       if (node.view.slots == 0 && !node.link) continue;  // known only from a recovered job
       out.nodes.push_back(viewOf(id));
     }
+    makeDurable();
     done(std::move(out));
   });
 }
@@ -191,6 +193,7 @@ void PlannerCore::drainNode(const std::string& nodeId, std::string reason,
     if (Status stored = store_->putCordon(nodeId, why, clock_->nowMs()); !stored.isOk())
       return done(stored.withContext("node " + nodeId));
     cordon(nodeId, Cordon{.reason = why, .stored = true});
+    makeDurable();
     done(viewOf(nodeId));
   });
 }
@@ -203,6 +206,7 @@ void PlannerCore::uncordonNode(const std::string& nodeId, std::function<void(con
     if (Status removed = store_->deleteCordon(nodeId); !removed.isOk()) return done(removed.withContext("node " + nodeId));
     if (cordons_.erase(nodeId)) spdlog::info("node {} uncordoned: it takes ranks again", nodeId);
     schedule();
+    makeDurable();
     if (it == nodes_.end()) return done(NodeView{.nodeId = nodeId});
     done(viewOf(nodeId));
   });

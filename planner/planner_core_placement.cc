@@ -155,7 +155,8 @@ void PlannerCore::launch(JobRecord& job, const Placement& placement) {
     }
   }
   commit(job, effects);
-  nodes_.at(job.ranks[0].nodeId).link->launch(first);
+  sendAfterCommit(nodes_.at(job.ranks[0].nodeId).link,
+                  [first = std::move(first)](NodeLink& link) { link.launch(first); });
   if (!pending.orders.empty()) pendingLaunches_[job.id] = std::move(pending);
 }
 
@@ -169,7 +170,8 @@ void PlannerCore::masterEndpointReported(const std::shared_ptr<NodeLink>& link, 
       JobRecord* job = findJob(order.jobId);
       const std::string& nodeId = job->ranks[order.ranks.front().rank].nodeId;
       auto node = nodes_.find(nodeId);
-      if (node != nodes_.end() && node->second.link) node->second.link->launch(order);
+      if (node != nodes_.end() && node->second.link)
+        sendAfterCommit(node->second.link, [order = std::move(order)](NodeLink& link) { link.launch(order); });
     }
     pendingLaunches_.erase(it);
   });

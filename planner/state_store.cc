@@ -1,5 +1,7 @@
 #include "planner/state_store.h"
 
+#include <utility>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
@@ -137,24 +139,31 @@ std::vector<RankStatus> ranksFromJson(const json& in) {
   return out;
 }
 
-// All-or-nothing: rolls back unless commit() was reached.
+// One write, all or nothing: rolls back unless commit() was reached. Inside a group (see
+// StateStore::groupCommits) it is a savepoint: commit() releases it into the group, and a failed
+// write undoes itself alone.
 class Transaction {
  public:
-  explicit Transaction(sqlite3* db) : db_(db) { ok_ = sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK; }
+  Transaction(sqlite3* db, bool inGroup) : db_(db), inGroup_(inGroup) {
+    ok_ = sqlite3_exec(db, inGroup ? "SAVEPOINT write" : "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK;
+  }
   // Checked before writing: a write outside a transaction would commit on its own.
   Status began() const { return ok_ ? Status::ok() : sqliteError(db_, "begin transaction"); }
   ~Transaction() {
-    if (ok_ && !committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    if (!ok_ || committed_) return;
+    sqlite3_exec(db_, inGroup_ ? "ROLLBACK TO write; RELEASE write" : "ROLLBACK", nullptr, nullptr, nullptr);
   }
   Status commit() {
     if (!ok_) return sqliteError(db_, "begin transaction");
-    if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) return sqliteError(db_, "commit");
+    if (sqlite3_exec(db_, inGroup_ ? "RELEASE write" : "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK)
+      return sqliteError(db_, "commit");
     committed_ = true;
     return Status::ok();
   }
 
  private:
   sqlite3* db_;
+  bool inGroup_;
   bool ok_ = false;
   bool committed_ = false;
 };
@@ -205,6 +214,7 @@ Status StateStore::migrate() {
 }
 
 StateStore::~StateStore() {
+  (void)commitGroup();
   for (auto& [sql, statement] : prepared_) sqlite3_finalize(statement);
   sqlite3_close(db_);
 }
@@ -218,6 +228,35 @@ sqlite3_stmt* StateStore::prepared(const char* sql) {
     return nullptr;
   }
   return it->second;
+}
+
+Status StateStore::openGroupIfAsked() {
+  if (!grouping_) return Status::ok();
+  if (groupOpen_) {
+    if (!sqlite3_get_autocommit(db_)) return Status::ok();
+    // SQLite rolled the whole group back after an I/O error or a full disk: commitGroup says so.
+    groupLost_ = true;
+  }
+  if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK)
+    return sqliteError(db_, "begin a group of writes");
+  groupOpen_ = true;
+  return Status::ok();
+}
+
+Status StateStore::commitGroup() {
+  if (!groupOpen_) return Status::ok();
+  groupOpen_ = false;
+  // SQLite ends a transaction itself after an I/O error or a full disk: what it held is gone.
+  const bool lost = std::exchange(groupLost_, false) || sqlite3_get_autocommit(db_);
+  if (!sqlite3_get_autocommit(db_) && sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    Status failed = sqliteError(db_, "commit a group of writes");
+    // A COMMIT that fails may leave the transaction open (SQLITE_BUSY): end it, so that the next
+    // group starts clean. What it held is lost, as a failed single write is.
+    if (!sqlite3_get_autocommit(db_)) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return failed;
+  }
+  if (lost) return internalError("sqlite: an error rolled back a group of writes: the writes before it are lost");
+  return Status::ok();
 }
 
 Status StateStore::exec(const char* sql) {
@@ -283,7 +322,8 @@ Status StateStore::insertEvents(const std::string& jobId, const std::vector<JobE
 }
 
 Status StateStore::insertJob(const JobRecord& job, const std::vector<JobEvent>& events, const Plan* plan) {
-  Transaction tx(db_);
+  RETURN_IF_ERROR(openGroupIfAsked());
+  Transaction tx(db_, groupOpen_);
   RETURN_IF_ERROR(tx.began());
   RETURN_IF_ERROR(writeJob(
       "INSERT INTO jobs (id, request_id, spec_json, tenant, owner, state, reason, attempt, restarts, preemptions, "
@@ -304,7 +344,8 @@ Status StateStore::insertJob(const JobRecord& job, const std::vector<JobEvent>& 
 
 Status StateStore::updateJob(const JobRecord& job, const std::vector<JobEvent>& newEvents,
                              const std::vector<Metric>& metrics) {
-  Transaction tx(db_);
+  RETURN_IF_ERROR(openGroupIfAsked());
+  Transaction tx(db_, groupOpen_);
   RETURN_IF_ERROR(tx.began());
   RETURN_IF_ERROR(writeJob(
       "UPDATE jobs SET state=:state, reason=:reason, attempt=:attempt, restarts=:restarts, preemptions=:preemptions, "
@@ -458,21 +499,27 @@ StatusOr<MetricPage> StateStore::loadMetricPage(const MetricQuery& query) {
 }
 
 Status StateStore::putCordon(const std::string& nodeId, const std::string& reason, int64_t timeMs) {
+  RETURN_IF_ERROR(openGroupIfAsked());
+  Transaction tx(db_, groupOpen_);
+  RETURN_IF_ERROR(tx.began());
   Statement st(db_, "INSERT OR REPLACE INTO cordons (node_id, reason, time_ms) VALUES (?,?,?)");
   if (!st.prepared()) return sqliteError(db_, "prepare");
   st.bind(1, nodeId);
   st.bind(2, reason);
   st.bind(3, timeMs);
   if (st.step() != SQLITE_DONE) return sqliteError(db_, "cordon node " + nodeId);
-  return Status::ok();
+  return tx.commit();
 }
 
 Status StateStore::deleteCordon(const std::string& nodeId) {
+  RETURN_IF_ERROR(openGroupIfAsked());
+  Transaction tx(db_, groupOpen_);
+  RETURN_IF_ERROR(tx.began());
   Statement st(db_, "DELETE FROM cordons WHERE node_id=?");
   if (!st.prepared()) return sqliteError(db_, "prepare");
   st.bind(1, nodeId);
   if (st.step() != SQLITE_DONE) return sqliteError(db_, "uncordon node " + nodeId);
-  return Status::ok();
+  return tx.commit();
 }
 
 StatusOr<std::map<std::string, std::string>> StateStore::loadCordons() {

@@ -256,3 +256,58 @@ TEST_CASE("metric pages - every row in order, filtered by name and rank, resumed
   REQUIRE(next->metrics.size() == 1);
   CHECK(next->metrics[0].step == 301);
 }
+
+namespace {
+
+// Jobs another connection to the file sees: what is committed, never a group still open.
+int committedJobs(const std::string& path) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM jobs", -1, &st, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+  int n = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("grouped commits - writes land together at commitGroup, a failed one undoes itself alone", "[planner]") {
+  loom::testing::TempDir dir;
+  const std::string path = dir.path() + "/planner.db";
+  auto store = StateStore::open(path);
+  REQUIRE(store.isOk());
+  (*store)->groupCommits();
+  CHECK_FALSE((*store)->hasUncommitted());
+
+  JobEvent created{.seq = 1, .timeMs = 10, .state = JobState::kPending, .attempt = 0, .reason = "created"};
+  REQUIRE((*store)->insertJob(sampleJob("a", "req-a"), {created}).isOk());
+  CHECK((*store)->hasUncommitted());
+  // The same id again fails inside the group; the job before it and the one after it stay.
+  Status taken = (*store)->insertJob(sampleJob("a", "req-other"), {created});
+  CHECK(taken.code() == StatusCode::kAlreadyExists);
+  REQUIRE((*store)->insertJob(sampleJob("b", ""), {created}).isOk());
+  REQUIRE((*store)->putCordon("n1", "drained", 30).isOk());
+  // Reads on the store's own connection see the group; another connection does not yet.
+  CHECK((*store)->loadJobs()->size() == 2);
+  CHECK(committedJobs(path) == 0);
+
+  REQUIRE((*store)->commitGroup().isOk());
+  CHECK_FALSE((*store)->hasUncommitted());
+  CHECK(committedJobs(path) == 2);
+  CHECK((*store)->loadCordons()->count("n1") == 1);
+  CHECK((*store)->commitGroup().isOk());  // nothing open: nothing to do
+
+  // A group still open when the store closes is committed.
+  JobRecord b = sampleJob("b", "");
+  b.state = JobState::kSucceeded;
+  REQUIRE((*store)->updateJob(b, {}).isOk());
+  store->reset();
+  auto reopened = StateStore::open(path);
+  REQUIRE(reopened.isOk());
+  auto jobs = (*reopened)->loadJobs();
+  REQUIRE(jobs->size() == 2);
+  CHECK((*jobs)[1].state == JobState::kSucceeded);
+}
