@@ -61,7 +61,7 @@ RopeKvWriteCase ropeKvWriteCase(int64_t tokens, int64_t heads, int64_t kvHeads, 
 // value twice (the first is the pick) and row 1 two NaNs (the first is the pick, its logprob NaN).
 struct GreedyCase {
   at::Tensor logits;            // [rows, vocab]
-  at::Tensor tokens, logprobs;  // int64 and fp32 [rows]
+  at::Tensor tokens, logprobs;  // int64 and fp64 [rows]
 };
 GreedyCase greedyCase(int64_t rows, int64_t vocab, loom_dtype dtype);
 // The picks equal torch's; the logprobs are within fp32 rounding of log-sum-exps of the logits'
