@@ -309,7 +309,7 @@ void PlannerCore::commit(JobRecord& job, const LifecycleEffects& effects, std::v
   queueIfPending(job);
   Status stored = store_->updateJob(job, effects.events, metrics);
   if (!stored.isOk()) spdlog::error("job {}: cannot persist its state: {}", job.id, stored.toString());
-  if (unpublished_.empty() || unpublished_.back() != job.id) unpublished_.push_back(job.id);
+  unpublished_.push_back(job.id);
   for (const auto& e : effects.events) spdlog::info("job {}: {}: {}", job.id, jobStateName(e.state), e.reason);
   notifyWatchers(job, effects.events, metrics);
   if (effects.attemptOver) releaseAttempt(job);
@@ -318,10 +318,8 @@ void PlannerCore::commit(JobRecord& job, const LifecycleEffects& effects, std::v
 }
 
 void PlannerCore::makeDurable() {
-  if (store_->hasUncommitted()) {
-    if (Status stored = store_->commitGroup(); !stored.isOk())
-      spdlog::error("cannot persist the planner's state: {}", stored.toString());
-  }
+  if (Status stored = store_->commitGroup(); !stored.isOk())
+    spdlog::error("cannot persist the planner's state: {}", stored.toString());
   // A job written twice in the turn is published once, in the order of its first write (a new
   // job's place in the creation order is its first publication).
   std::unordered_set<std::string_view> published;
